@@ -1,0 +1,67 @@
+"""The half-open data interval ``[start, end)`` a run covers.
+
+Runs are keyed by interval, never by "now" or "latest partition": a rerun of the same interval
+selects the same input and replaces the same output slice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+
+class IntervalError(ValueError):
+    """An interval is malformed; the message says which bound and why."""
+
+
+@dataclass(frozen=True, order=True)
+class Interval:
+    """A timezone-aware, non-empty, half-open span of data time."""
+
+    start: datetime
+    end: datetime
+
+    def __post_init__(self) -> None:
+        for name in ("start", "end"):
+            value = getattr(self, name)
+            if not isinstance(value, datetime):
+                raise IntervalError(f"interval {name} must be a datetime, got {type(value).__name__}")
+            if value.tzinfo is None or value.utcoffset() is None:
+                raise IntervalError(f"interval {name} must be timezone-aware, got {value.isoformat()}")
+        if self.end == self.start:
+            raise IntervalError(
+                f"zero-width interval at {self.start.isoformat()}: start == end would select no data "
+                "(Airflow 3 gives this for a bare cron/preset schedule; pin a data-interval timetable)"
+            )
+        if self.end < self.start:
+            raise IntervalError(
+                f"interval end {self.end.isoformat()} is before start {self.start.isoformat()}"
+            )
+
+    @property
+    def duration(self) -> timedelta:
+        return self.end - self.start
+
+    def contains(self, instant: datetime) -> bool:
+        """Half-open membership: start <= instant < end."""
+        return self.start <= instant < self.end
+
+    @property
+    def label(self) -> str:
+        """Stable, human-readable key: ``2026-11-30T00:00:00+00:00/2026-12-01T00:00:00+00:00``."""
+        return f"{self.start.isoformat()}/{self.end.isoformat()}"
+
+    @classmethod
+    def parse(cls, text: str) -> Interval:
+        """Parse ``START/END`` (ISO-8601 instants with offsets), the inverse of ``label``."""
+        start_text, sep, end_text = text.partition("/")
+        if not sep:
+            raise IntervalError(f"interval {text!r} must look like START/END")
+        try:
+            start, end = datetime.fromisoformat(start_text), datetime.fromisoformat(end_text)
+        except ValueError as exc:
+            raise IntervalError(f"interval {text!r}: {exc}") from None
+        return cls(start, end)
+
+    def __str__(self) -> str:
+        return self.label
