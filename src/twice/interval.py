@@ -7,7 +7,7 @@ selects the same input and replaces the same output slice.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 
 
 class IntervalError(ValueError):
@@ -25,13 +25,24 @@ class Interval:
         for name in ("start", "end"):
             value = getattr(self, name)
             if not isinstance(value, datetime):
-                raise IntervalError(f"interval {name} must be a datetime, got {type(value).__name__}")
+                raise IntervalError(
+                    f"interval {name} must be a datetime, got {type(value).__name__}"
+                )
             if value.tzinfo is None or value.utcoffset() is None:
-                raise IntervalError(f"interval {name} must be timezone-aware, got {value.isoformat()}")
+                raise IntervalError(
+                    f"interval {name} must be timezone-aware, got {value.isoformat()}"
+                )
+            # Pin each bound to its fixed UTC offset: two datetimes sharing one ZoneInfo compare
+            # and subtract by wall clock, which gets DST days (23 h / 25 h) and the repeated
+            # fall-back hour wrong.
+            offset = value.utcoffset()
+            assert offset is not None
+            object.__setattr__(self, name, value.astimezone(timezone(offset)))
         if self.end == self.start:
             raise IntervalError(
-                f"zero-width interval at {self.start.isoformat()}: start == end would select no data "
-                "(Airflow 3 gives this for a bare cron/preset schedule; pin a data-interval timetable)"
+                f"zero-width interval at {self.start.isoformat()}: start == end would select "
+                "no data (Airflow 3 gives this for a bare cron/preset schedule; pin a "
+                "data-interval timetable)"
             )
         if self.end < self.start:
             raise IntervalError(

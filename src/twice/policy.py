@@ -7,9 +7,10 @@ Attempts are counted the way the lab counts them: ``max_attempts`` includes the 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 Jitter = Literal["none", "full", "equal"]
 JITTERS: tuple[Jitter, ...] = ("none", "full", "equal")
@@ -50,6 +51,12 @@ class RetryPolicy:
             raise PolicyError("max_attempts must be an integer (it counts the first try)")
         if self.max_attempts < 1:
             raise PolicyError("max_attempts must be >= 1 (it counts the first try)")
+        for name in ("initial_delay", "multiplier", "max_delay"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise PolicyError(f"{name} must be a number of seconds")
+            if not math.isfinite(value):
+                raise PolicyError(f"{name} must be finite, got {value}")
         if self.initial_delay < 0:
             raise PolicyError("initial_delay must be >= 0 seconds")
         if self.multiplier < 1:
@@ -73,7 +80,11 @@ class RetryPolicy:
         """Delay to wait after ``attempts`` tries have ended, before the next one (no jitter)."""
         if attempts < 1:
             raise PolicyError("attempts must be >= 1")
-        return min(self.max_delay, self.initial_delay * self.multiplier ** (attempts - 1))
+        try:
+            raw = self.initial_delay * self.multiplier ** (attempts - 1)
+        except OverflowError:  # a float power past 1e308 is past any cap
+            return self.max_delay
+        return min(self.max_delay, raw)
 
     def allows_another(self, attempts: int) -> bool:
         """Whether the budget admits one more try after ``attempts`` tries."""
@@ -99,3 +110,16 @@ class RetryPolicy:
     def total_delay(self) -> float:
         """Sum of all backoff delays if every attempt fails (the worst-case waiting budget)."""
         return sum(plan.delay_before for plan in self.attempts())
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-friendly view (transient errors by class name) so the CLI and reports print policies
+        as values, the same way everywhere."""
+        return {
+            "max_attempts": self.max_attempts,
+            "initial_delay": self.initial_delay,
+            "multiplier": self.multiplier,
+            "max_delay": self.max_delay,
+            "jitter": self.jitter,
+            "transient": [cls.__name__ for cls in self.transient],
+            "attempt_timeout": self.attempt_timeout,
+        }

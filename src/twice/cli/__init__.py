@@ -2,73 +2,33 @@
 
 Each subcommand lives in its own module under ``twice.cli`` and is imported only when it is
 invoked (or when ``--help`` lists it), so start-up never pays for SQLAlchemy, DuckDB or PyArrow.
+The Click application is in ``twice.cli.app``; this module only dispatches.
 """
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
-
-import click
-
-# command name -> (module, attribute, one-line help shown by ``twice --help``)
-COMMANDS: dict[str, tuple[str, str, str]] = {
-    "decide": ("twice.cli.decide_cmd", "decide", "Decide what to do next for each task (lab-compatible)."),
-    "policy": ("twice.cli.policy_cmd", "policy", "Print a retry policy's attempt sequence and translations."),
-    "run": ("twice.cli.run_cmd", "run", "Run a pipeline for one interval or a range."),
-    "status": ("twice.cli.status_cmd", "status", "Table of units of work and what the planner would do now."),
-    "explain": ("twice.cli.explain_cmd", "explain", "Full recorded timeline of one unit of work."),
-    "fingerprint": ("twice.cli.fingerprint_cmd", "fingerprint", "Row count + checksum of one partition."),
-    "verify": ("twice.cli.verify_cmd", "verify", "Recompute fingerprints and compare with the ledger."),
-    "backfill": ("twice.cli.backfill_cmd", "backfill", "Reprocess a range of intervals, verified."),
-    "demo": ("twice.cli.demo_cmd", "demo", "Run the funds-positions demo end to end."),
-    "report": ("twice.cli.report_cmd", "report", "Self-contained HTML report of runs and backfills."),
-    "update": ("twice.cli.update_cmd", "update", "Short English status update from the ledger."),
-    "handover": ("twice.cli.handover_cmd", "handover", "Markdown runbook for the operator taking over."),
-}
-
-
-class LazyGroup(click.Group):
-    """A group whose subcommands are imported on first use."""
-
-    def list_commands(self, ctx: click.Context) -> list[str]:
-        return [name for name in COMMANDS if self._available(name)]
-
-    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        entry = COMMANDS.get(cmd_name)
-        if entry is None:
-            return None
-        module_name, attribute, _ = entry
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name == module_name:
-                return None
-            raise
-        command: click.Command = getattr(module, attribute)
-        return command
-
-    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        rows = [(name, COMMANDS[name][2]) for name in self.list_commands(ctx)]
-        if rows:
-            with formatter.section("Commands"):
-                formatter.write_dl(rows)
-
-    @staticmethod
-    def _available(name: str) -> bool:
-        return importlib.util.find_spec(COMMANDS[name][0]) is not None
-
-
-@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="twice", prog_name="twice")
-def cli() -> None:
-    """twice: make batch pipelines safe to run twice.
-
-    Retries, manual reruns and backfills never duplicate or lose rows, and every decision is
-    made from recorded evidence (its source and how old it is).
-    """
+import sys
+from typing import Any
 
 
 def main() -> None:
-    """Console-script entry point."""
+    """Console-script entry point.
+
+    ``twice decide`` with no options is the lab program: it skips Click entirely so that its
+    start-up stays close to a bare ``python3 run.py``.
+    """
+    if sys.argv[1:] == ["decide"]:
+        from twice.retry_fixture import main as lab_main
+
+        sys.exit(lab_main())
+    from twice.cli.app import cli
+
     cli()
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("cli", "COMMANDS", "LazyGroup"):
+        from twice.cli import app
+
+        return getattr(app, name)
+    raise AttributeError(f"module 'twice.cli' has no attribute {name!r}")

@@ -1,0 +1,83 @@
+"""``twice fingerprint``: row count + checksum of one partition, computed in the engine.
+
+Heavy modules (PyArrow, DuckDB, psycopg) are imported inside the command, so ``twice --help``
+stays fast. Bad input (an unparsable destination, a hostile identifier, a partition value that
+does not fit the column) is answered with one line on stderr and exit code 2, never a traceback;
+an engine failure while reading exits with 1.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import click
+
+EXIT_BAD_INPUT = 2
+EXIT_ENGINE_FAILURE = 1
+
+
+@click.command("fingerprint")
+@click.argument("destination")
+@click.option(
+    "--partition", "partition_text", required=True, metavar="[COLUMN=]VALUE",
+    help="Partition value (2026-11-30), or an interval START/END; prefix COLUMN= when the "
+    "destination does not name its partition_column.",
+)
+@click.option("--key-columns", default=None, metavar="a,b",
+              help="Columns to checksum (default: the destination's key columns, else all "
+              "columns of fingerprintable types).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def fingerprint(destination: str, partition_text: str, key_columns: str | None,
+                as_json: bool) -> None:
+    """Row count + order-independent checksum of one partition of DESTINATION.
+
+    DESTINATION is e.g. sqlite:///data/out.db?partition_column=day#positions,
+    duckdb:///w.duckdb#t, postgresql://user@host/db#schema.table or parquet:///data/dir.
+    """
+    from twice.destinations import DestinationError, open_destination
+    from twice.fingerprint import fingerprint as compute
+    from twice.interval import IntervalError
+
+    try:
+        column, partition = _parse_partition(partition_text)
+        keys = [k.strip() for k in key_columns.split(",")] if key_columns else None
+        dest = open_destination(destination, partition_column=column)
+        try:
+            result = compute(dest, partition, keys)
+        finally:
+            dest.close()
+    except (DestinationError, IntervalError) as exc:
+        _fail(str(exc), EXIT_BAD_INPUT)
+    except Exception as exc:  # engine errors: report, do not dump a traceback on operators
+        _fail(f"{type(exc).__name__}: {exc}".strip(), EXIT_ENGINE_FAILURE)
+    if as_json:
+        click.echo(json.dumps({"destination": dest.spec, **result.to_dict()}, sort_keys=True))
+        return
+    click.echo(f"{dest.spec}  {result.partition}")
+    click.echo(f"  rows       {result.row_count}")
+    click.echo(f"  checksum   {result.checksum}")
+    click.echo(f"  columns    {', '.join(result.columns)}")
+    click.echo(f"  algorithm  {result.algorithm} (computed in {result.engine})")
+
+
+def _parse_partition(text: str) -> tuple[str | None, Any]:
+    """``[COLUMN=]VALUE`` where VALUE may be an interval ``START/END``."""
+    from twice.destinations.identifiers import IDENTIFIER_PATTERN, validate_identifier
+    from twice.interval import Interval
+
+    column = None
+    head, sep, rest = text.partition("=")
+    if sep and IDENTIFIER_PATTERN.fullmatch(head):
+        column, text = validate_identifier(head, "partition column"), rest
+    if not text:
+        raise click.BadParameter("empty partition value", param_hint="--partition")
+    if "/" in text:
+        return column, Interval.parse(text)
+    return column, text
+
+
+def _fail(message: str, code: int) -> None:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(code)

@@ -1,0 +1,430 @@
+"""The destination contract and the machinery every SQL engine shares.
+
+A *destination* is a table (or a Parquet dataset) a task writes to. It offers two idempotent
+writes, both safe to repeat:
+
+* :meth:`Destination.replace_partition` replaces the slice of one interval (or one explicit
+  partition value): delete + insert in ONE transaction, so readers and crashes see the old slice
+  or the new one, never both, never neither. Rows outside the slice are refused up front.
+* :meth:`Destination.upsert` inserts or updates by a deterministic key, for tables shared with
+  other writers; a rerun updates, never appends, and a batch repeating a key is refused.
+
+:class:`SqlDestination` owns the SQL text (one place, parameters always bound); an engine module
+supplies a :class:`SqlDialect` (types, quoting, canonical text for fingerprints) and a handful
+of primitives (transaction, bulk insert). Adding an engine is one new module.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Protocol, runtime_checkable
+from urllib.parse import parse_qsl
+
+import pyarrow as pa
+
+from twice.destinations.columns import ColumnType, Schema, SchemaError, schema_of
+from twice.destinations.errors import DestinationError
+from twice.destinations.identifiers import (
+    quote_identifier,
+    validate_identifier,
+    validate_identifiers,
+)
+from twice.destinations.rows import RowsLike, check_keys, to_arrow
+from twice.destinations.slices import PartitionSpec, Slice
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    """What one write did, as evidence for the ledger (counts come from the engine)."""
+
+    destination: str
+    partition: str
+    mode: str  # "replace", "upsert", or for Parquet "static" / "dynamic"
+    rows_written: int
+    rows_deleted: int | None = None
+    partitions_written: tuple[str, ...] = ()
+    partitions_removed: tuple[str, ...] = ()
+
+
+@runtime_checkable
+class Destination(Protocol):
+    """What the executor, the fingerprint and the CLI need from any destination."""
+
+    engine: str
+    spec: str
+    partition_column: str | None
+    key_columns: tuple[str, ...]
+
+    def schema(self) -> Schema | None: ...
+    def replace_partition(self, rows: RowsLike, partition: PartitionSpec) -> WriteResult: ...
+    def upsert(self, rows: RowsLike, *, partition: PartitionSpec = None) -> WriteResult: ...
+    def read_partition(
+        self, partition: PartitionSpec = None, columns: Sequence[str] | None = None
+    ) -> pa.Table: ...
+    def fingerprint_sums(
+        self, partition: PartitionSpec, columns: Sequence[str]
+    ) -> tuple[int, int, int]: ...
+    def null_counts(self, partition: PartitionSpec, columns: Sequence[str]) -> dict[str, int]: ...
+    def row_count(self, partition: PartitionSpec = None) -> int: ...
+    def close(self) -> None: ...
+
+
+# --------------------------------------------------------------------------- spec strings
+
+
+@dataclass(frozen=True)
+class DestinationSpec:
+    """A parsed ``scheme:location?query#fragment`` destination string.
+
+    ``partition_column`` and ``key_columns`` (comma-separated) in the query belong to twice, so
+    a single string names a destination completely for the ledger and the CLI; any other query
+    parameter is left to the engine (e.g. PostgreSQL's ``sslmode``).
+    """
+
+    scheme: str
+    location: str
+    fragment: str
+    options: dict[str, str] = field(default_factory=dict)
+    partition_column: str | None = None
+    key_columns: tuple[str, ...] = ()
+
+    @classmethod
+    def parse(cls, text: str) -> DestinationSpec:
+        if not isinstance(text, str) or ":" not in text:
+            raise DestinationError(
+                f"destination {text!r} must look like scheme:location#table, e.g. "
+                "sqlite:///data/out.db#positions or parquet:///data/positions"
+            )
+        scheme, _, rest = text.partition(":")
+        if not scheme or not scheme.isascii() or not scheme.isalnum() or not scheme[0].isalpha():
+            raise DestinationError(f"destination scheme {scheme!r} is not a plain word")
+        rest, _, fragment = rest.partition("#")
+        location, _, query = rest.partition("?")
+        options = dict(parse_qsl(query, keep_blank_values=True, strict_parsing=False))
+        partition_column = options.pop("partition_column", None) or None
+        if partition_column is not None:
+            validate_identifier(partition_column, "partition_column")
+        keys = options.pop("key_columns", "")
+        key_columns = validate_identifiers([k for k in keys.split(",") if k], "key column")
+        return cls(scheme.lower(), location, fragment, options, partition_column, key_columns)
+
+    def file_path(self) -> str:
+        """The local path of a file destination: ``scheme:///abs/path`` or ``scheme:rel/path``."""
+        from urllib.parse import unquote
+
+        location = self.location
+        if location.startswith("//"):
+            host, slash, path = location[2:].partition("/")
+            if host not in ("", "localhost"):
+                raise DestinationError(
+                    f"{self.scheme} destinations are local files: host {host!r} is not allowed "
+                    f"(write {self.scheme}:///absolute/path)"
+                )
+            location = slash + path
+        if not location:
+            raise DestinationError(f"{self.scheme} destination needs a file path")
+        return unquote(location)
+
+    def twice_query(self) -> str:
+        """The twice-owned query part, for canonical spec strings."""
+        parts = []
+        if self.partition_column:
+            parts.append(f"partition_column={self.partition_column}")
+        if self.key_columns:
+            parts.append("key_columns=" + ",".join(self.key_columns))
+        return ("?" + "&".join(parts)) if parts else ""
+
+
+def split_table_name(fragment: str, *, default_schema: str | None) -> tuple[str | None, str]:
+    """``schema.table`` or ``table`` from a spec fragment, both parts validated."""
+    if not fragment:
+        raise DestinationError("destination names no table: add '#table' (or '#schema.table')")
+    if fragment.count(".") > 1:
+        raise DestinationError(f"table {fragment!r} must be 'table' or 'schema.table'")
+    if "." in fragment:
+        schema, table = fragment.split(".")
+        if default_schema is None:
+            raise DestinationError(f"table {fragment!r}: this engine takes no schema name")
+        return validate_identifier(schema, "schema name"), validate_identifier(table, "table name")
+    return default_schema, validate_identifier(fragment, "table name")
+
+
+# --------------------------------------------------------------------------- SQL machinery
+
+
+class SqlDialect:
+    """Per-engine SQL details; subclasses fill in types and canonical-text expressions."""
+
+    name: ClassVar[str] = "ansi"
+    placeholder: ClassVar[str] = "?"
+    unit_separator: ClassVar[str] = "chr(31)"
+    index_partition_column: ClassVar[bool] = True
+
+    def quote(self, name: str) -> str:
+        return quote_identifier(name, self.name)
+
+    def ddl_type(self, ctype: ColumnType) -> str:
+        raise NotImplementedError
+
+    def bind(self, value: Any, ctype: ColumnType) -> Any:
+        """A Python value as the engine should receive it as a parameter."""
+        return value
+
+    def canonical_text_sql(self, column_sql: str, ctype: ColumnType) -> str:
+        """SQL giving the canonical text (see :mod:`twice.destinations.columns`) of a
+        non-null value of ``column_sql``."""
+        raise NotImplementedError
+
+    def hash60_sql(self, text_sql: str) -> str:
+        """SQL giving the first 15 hex digits of md5(UTF-8 of ``text_sql``) as an integer."""
+        raise NotImplementedError
+
+
+class SqlDestination(ABC):
+    """replace_partition / upsert / read / fingerprint for SQL engines, over a few primitives."""
+
+    engine: ClassVar[str]
+    dialect: ClassVar[SqlDialect]
+
+    def __init__(
+        self,
+        *,
+        spec: str,
+        table: str,
+        schema_name: str | None = None,
+        partition_column: str | None = None,
+        key_columns: Sequence[str] = (),
+    ) -> None:
+        self.table = validate_identifier(table, "table name")
+        self.schema_name = (
+            None if schema_name is None else validate_identifier(schema_name, "schema name")
+        )
+        self.partition_column = (
+            None if partition_column is None
+            else validate_identifier(partition_column, "partition_column")
+        )
+        self.key_columns = validate_identifiers(key_columns, "key column")
+        self.spec = spec
+
+    # -- engine primitives ------------------------------------------------------------------
+
+    @abstractmethod
+    def schema(self) -> Schema | None:
+        """Column name -> type of the existing table, or None if it does not exist."""
+
+    @abstractmethod
+    def _transaction(self) -> AbstractContextManager[Any]:
+        """One transaction; commits on normal exit, rolls back on any exception."""
+
+    @abstractmethod
+    def _execute(self, tx: Any, sql: str, params: Sequence[Any] = ()) -> int:
+        """Run one statement inside ``tx``; return the affected row count."""
+
+    @abstractmethod
+    def _insert_arrow(self, tx: Any, table: pa.Table) -> None:
+        """Bulk-insert a conformed table with the engine's native bulk path."""
+
+    @abstractmethod
+    def _upsert_arrow(self, tx: Any, table: pa.Table, conflict_sql: str) -> None:
+        """Bulk insert-or-update; ``conflict_sql`` is the ``ON CONFLICT ...`` clause."""
+
+    @abstractmethod
+    def _fetch(self, sql: str, params: Sequence[Any], columns: Schema) -> pa.Table:
+        """Run a read query returning ``columns`` (in order) as a normalised table."""
+
+    @abstractmethod
+    def _query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """Run a small read query outside any write transaction."""
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+    def _lock_for_replace(self, tx: Any) -> None:
+        """Serialise concurrent replacers of this table (engines whose writers can interleave)."""
+        return None
+
+    def _after_delete(self) -> None:
+        """Seam between the delete and the insert, inside the transaction.
+
+        Does nothing; crash tests override it to kill the process right here and prove the
+        old slice survives.
+        """
+        return None
+
+    # -- shared implementation --------------------------------------------------------------
+
+    @property
+    def qualified(self) -> str:
+        q = self.dialect.quote
+        return f"{q(self.schema_name)}.{q(self.table)}" if self.schema_name else q(self.table)
+
+    def __enter__(self) -> SqlDestination:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.spec}>"
+
+    def replace_partition(self, rows: RowsLike, partition: PartitionSpec) -> WriteResult:
+        """Replace exactly the slice ``partition`` with ``rows`` (all inside it), atomically."""
+        column = self._require_partition_column()
+        existing = self.schema()
+        table = to_arrow(rows, target=existing)
+        schema = existing or schema_of(table)
+        self._require_columns(schema, [column, *self.key_columns])
+        slc = Slice.of(column, schema[column], partition)
+        slc.check_rows(table)
+        check_keys(table, self.key_columns)
+        where, params = self._where(slc)
+        with self._transaction() as tx:
+            if existing is None:
+                self._create_table(tx, schema)
+            self._lock_for_replace(tx)
+            deleted = self._execute(tx, f"DELETE FROM {self.qualified} WHERE {where}", params)
+            self._after_delete()
+            if table.num_rows:
+                self._insert_arrow(tx, table)
+        return WriteResult(self.spec, slc.label, "replace", table.num_rows, deleted)
+
+    def upsert(self, rows: RowsLike, *, partition: PartitionSpec = None) -> WriteResult:
+        """Insert or update by ``key_columns``; with ``partition``, rows must lie inside it."""
+        if not self.key_columns:
+            raise DestinationError(f"{self.spec}: upsert needs key_columns (e.g. source id)")
+        existing = self.schema()
+        table = to_arrow(rows, target=existing)
+        schema = existing or schema_of(table)
+        self._require_columns(schema, self.key_columns)
+        label = "all rows"
+        if partition is not None:
+            column = self._require_partition_column()
+            self._require_columns(schema, [column])
+            slc = Slice.of(column, schema[column], partition)
+            slc.check_rows(table)
+            label = slc.label
+        check_keys(table, self.key_columns)
+        q = self.dialect.quote
+        keys = ", ".join(q(k) for k in self.key_columns)
+        updates = [c for c in schema if c not in self.key_columns]
+        if updates:
+            sets = ", ".join(f"{q(c)} = excluded.{q(c)}" for c in updates)
+            conflict = f"ON CONFLICT ({keys}) DO UPDATE SET {sets}"
+        else:
+            conflict = f"ON CONFLICT ({keys}) DO NOTHING"
+        with self._transaction() as tx:
+            if existing is None:
+                self._create_table(tx, schema)
+            if table.num_rows:
+                self._upsert_arrow(tx, table, conflict)
+        return WriteResult(self.spec, label, "upsert", table.num_rows, None)
+
+    def read_partition(
+        self, partition: PartitionSpec = None, columns: Sequence[str] | None = None
+    ) -> pa.Table:
+        """The rows of one slice (all rows when ``partition`` is None), as Arrow."""
+        schema = self._existing_schema()
+        names = list(schema) if columns is None else list(columns)
+        self._require_columns(schema, names)
+        where, params = self._where_for(schema, partition)
+        select = ", ".join(self.dialect.quote(n) for n in names)
+        return self._fetch(
+            f"SELECT {select} FROM {self.qualified} WHERE {where}", params,
+            {n: schema[n] for n in names},
+        )
+
+    def null_counts(self, partition: PartitionSpec, columns: Sequence[str]) -> dict[str, int]:
+        """Nulls per column within the slice (acceptance: required non-null columns)."""
+        schema = self._existing_schema()
+        self._require_columns(schema, columns)
+        if not columns:
+            return {}
+        where, params = self._where_for(schema, partition)
+        q = self.dialect.quote
+        exprs = ", ".join(f"count(*) - count({q(c)})" for c in columns)
+        (row,) = self._query(f"SELECT {exprs} FROM {self.qualified} WHERE {where}", params)
+        return {c: int(v or 0) for c, v in zip(columns, row, strict=True)}
+
+    def row_count(self, partition: PartitionSpec = None) -> int:
+        """``count(*)`` of the slice (all rows when ``partition`` is None)."""
+        where, params = self._where_for(self._existing_schema(), partition)
+        ((count,),) = self._query(f"SELECT count(*) FROM {self.qualified} WHERE {where}", params)
+        return int(count)
+
+    def fingerprint_sums(
+        self, partition: PartitionSpec, columns: Sequence[str]
+    ) -> tuple[int, int, int]:
+        """(row count, sum of high 30 bits, sum of low 30 bits) of the row hashes, in-database.
+
+        :mod:`twice.fingerprint` turns these into a checksum; see it for the definition.
+        """
+        from twice.fingerprint import fingerprint_sql
+
+        schema = self._existing_schema()
+        self._require_columns(schema, columns)
+        where, params = self._where_for(schema, partition)
+        sql = fingerprint_sql(
+            self.dialect, self.qualified, where, [(c, schema[c]) for c in columns]
+        )
+        ((count, high, low),) = self._query(sql, params)
+        return int(count), int(high or 0), int(low or 0)
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def _require_partition_column(self) -> str:
+        if self.partition_column is None:
+            raise DestinationError(
+                f"{self.spec}: no partition_column configured (add ?partition_column=NAME to "
+                "the destination or pass partition_column=...)"
+            )
+        return self.partition_column
+
+    def _existing_schema(self) -> Schema:
+        schema = self.schema()
+        if schema is None:
+            raise DestinationError(f"{self.spec}: table {self.qualified} does not exist")
+        return schema
+
+    @staticmethod
+    def _require_columns(schema: Schema, columns: Sequence[str]) -> None:
+        for name in columns:
+            validate_identifier(name, "column name")
+        missing = [c for c in columns if c not in schema]
+        if missing:
+            raise SchemaError(f"columns {missing} are not in the table (has {list(schema)})")
+
+    def _where_for(self, schema: Schema, partition: PartitionSpec) -> tuple[str, list[Any]]:
+        if partition is None:
+            return "1 = 1", []
+        column = self._require_partition_column()
+        self._require_columns(schema, [column])
+        return self._where(Slice.of(column, schema[column], partition))
+
+    def _where(self, slc: Slice) -> tuple[str, list[Any]]:
+        column = self.dialect.quote(slc.column)
+        p = self.dialect.placeholder
+        bind = self.dialect.bind
+        if slc.is_range:
+            return f"{column} >= {p} AND {column} < {p}", [
+                bind(slc.low, slc.ctype), bind(slc.high, slc.ctype)
+            ]
+        return f"{column} = {p}", [bind(slc.value, slc.ctype)]
+
+    def _create_table(self, tx: Any, schema: Schema) -> None:
+        q = self.dialect.quote
+        columns = [f"{q(name)} {self.dialect.ddl_type(ctype)}" for name, ctype in schema.items()]
+        if self.key_columns:
+            columns.append("PRIMARY KEY (" + ", ".join(q(k) for k in self.key_columns) + ")")
+        self._execute(tx, f"CREATE TABLE IF NOT EXISTS {self.qualified} ({', '.join(columns)})")
+        if self.partition_column and self.dialect.index_partition_column:
+            digest = hashlib.sha256(f"{self.qualified}.{self.partition_column}".encode())
+            index = q(f"twice_ix_{digest.hexdigest()[:16]}")
+            self._execute(
+                tx,
+                f"CREATE INDEX IF NOT EXISTS {index} ON {self.qualified} "
+                f"({q(self.partition_column)})",
+            )

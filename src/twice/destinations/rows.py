@@ -1,0 +1,173 @@
+"""Turn whatever a pipeline produced into one normalised ``pyarrow.Table``.
+
+Writers accept Arrow tables and record batches, pandas DataFrames, polars DataFrames (anything
+with ``.to_arrow()``, so polars is never imported), objects speaking the Arrow C stream
+protocol, and iterables of dicts. Everything is converted once, at the boundary, into the
+normalised types of :mod:`twice.destinations.columns`, and checked against the target table's
+schema *before* any write starts, so a bad batch never costs a deleted slice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from twice.destinations.columns import (
+    MAX_DECIMAL_PRECISION,
+    ColumnType,
+    Schema,
+    SchemaError,
+    schema_of,
+)
+from twice.destinations.errors import DestinationError
+from twice.destinations.identifiers import validate_identifier
+
+RowsLike = Any  # pa.Table | pa.RecordBatch | pandas/polars DataFrame | Iterable[Mapping]
+
+
+class DuplicateKeyError(DestinationError):
+    """A batch holds the same key twice (or a null key): writing it would be ambiguous."""
+
+
+def to_arrow(rows: RowsLike, *, target: Schema | None = None) -> pa.Table:
+    """Convert ``rows`` to a normalised table; with ``target``, match it column for column.
+
+    ``target`` is the existing table's schema: the batch must have exactly its columns (any
+    order) with compatible kinds; columns of only nulls take the target type. Without a target
+    (the table does not exist yet) every column must have an inferable, supported type.
+    """
+    table = _as_table(rows, target)
+    for name in table.column_names:
+        validate_identifier(name, "column name")
+    lowered = [name.lower() for name in table.column_names]
+    if len(set(lowered)) != len(lowered):
+        raise SchemaError(f"rows have duplicate column names: {table.column_names}")
+    table = _normalise(table)
+    if target is None:
+        for name, ctype in schema_of(table).items():
+            if ctype.kind == "null":
+                raise SchemaError(
+                    f"column {name!r} holds only nulls, so its type is unknown and the table "
+                    "does not exist yet: pass a typed Arrow table or create the table first"
+                )
+        return table
+    return _conform(table, target)
+
+
+def _as_table(rows: RowsLike, target: Schema | None) -> pa.Table:
+    if isinstance(rows, pa.Table):
+        return rows
+    if isinstance(rows, pa.RecordBatch):
+        return pa.Table.from_batches([rows])
+    module = type(rows).__module__.split(".")[0]
+    if module == "pandas" and hasattr(rows, "columns"):
+        return pa.Table.from_pandas(rows, preserve_index=False)
+    if hasattr(rows, "to_arrow") and callable(rows.to_arrow):  # polars and friends
+        result = rows.to_arrow()
+        return result if isinstance(result, pa.Table) else pa.table(result)
+    if hasattr(rows, "__arrow_c_stream__"):
+        return pa.table(rows)
+    if isinstance(rows, (str, bytes, Mapping)) or not isinstance(rows, Iterable):
+        raise SchemaError(
+            f"cannot use a {type(rows).__name__} as rows: pass a pyarrow Table, a pandas or "
+            "polars DataFrame, or an iterable of dicts"
+        )
+    records = list(rows)
+    for index, record in enumerate(records):
+        if not isinstance(record, Mapping):
+            raise SchemaError(f"row {index} is a {type(record).__name__}, expected a dict")
+    if target is not None:
+        names = list(target)
+        seen = {key for record in records for key in record}
+        missing = [name for name in names if name not in seen]
+        extra = sorted(seen - set(names))
+        if records and (missing or extra):  # a key absent from some rows only means null
+            problems = [f"missing columns {missing}"] if missing else []
+            problems += [f"unknown columns {extra}"] if extra else []
+            raise SchemaError("schema mismatch with the existing table: " + "; ".join(problems))
+        schema = pa.schema([(name, target[name].arrow()) for name in names])
+        try:
+            return pa.Table.from_pylist(records, schema=schema)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as exc:
+            raise SchemaError(f"rows do not fit the table's schema: {exc}") from None
+    if not records:
+        raise SchemaError(
+            "no rows and no table yet: cannot infer a schema from an empty iterable; pass an "
+            "empty pyarrow Table with a schema or create the table first"
+        )
+    try:
+        table = pa.Table.from_pylist(records)
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        raise SchemaError(f"rows have inconsistent value types: {exc}") from None
+    # A precision inferred from the first batch's digits would refuse tomorrow's larger values.
+    for index, column_field in enumerate(table.schema):
+        if pa.types.is_decimal(column_field.type):
+            wide = pa.decimal128(MAX_DECIMAL_PRECISION, column_field.type.scale)
+            table = table.set_column(index, column_field.name, table.column(index).cast(wide))
+    return table
+
+
+def _normalise(table: pa.Table) -> pa.Table:
+    """Cast every column to the one Arrow type twice uses for its kind (never losing data)."""
+    columns = []
+    for field, column in zip(table.schema, table.columns, strict=True):
+        ctype = ColumnType.from_arrow(field.type, field.name)
+        if pa.types.is_dictionary(column.type):
+            column = column.cast(column.type.value_type)
+        columns.append(_cast(column, ctype.arrow(), field.name))
+    return pa.table(columns, names=table.column_names)
+
+
+def _cast(column: pa.ChunkedArray, arrow_type: pa.DataType, name: str) -> pa.ChunkedArray:
+    if column.type == arrow_type:
+        return column
+    try:
+        return column.cast(arrow_type, safe=True)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise SchemaError(f"column {name!r}: cannot store {column.type} as {arrow_type}: "
+                          f"{exc}") from None
+
+
+def _conform(table: pa.Table, target: Schema) -> pa.Table:
+    """Match the target's columns exactly (names are case-sensitive) and cast to its types."""
+    incoming = schema_of(table)
+    problems = []
+    missing = [name for name in target if name not in incoming]
+    extra = [name for name in incoming if name not in target]
+    if missing:
+        problems.append(f"missing columns {missing}")
+    if extra:
+        problems.append(f"unknown columns {extra}")
+    for name, ctype in incoming.items():
+        want = target.get(name)
+        if want is not None and ctype.kind != "null" and not ctype.compatible(want):
+            problems.append(f"column {name!r} is {ctype} but the table has {want}")
+    if problems:
+        raise SchemaError("schema mismatch with the existing table: " + "; ".join(problems))
+    columns = [_cast(table.column(name), ctype.arrow(), name) for name, ctype in target.items()]
+    return pa.table(columns, names=list(target))
+
+
+def check_keys(table: pa.Table, keys: Sequence[str]) -> None:
+    """Refuse null keys and keys repeated within the batch, naming one offending key.
+
+    dbt's delete+insert inserts both copies of a duplicated key; a null key never conflicts,
+    so an upsert would append it again on every rerun. Both are refused before any write.
+    """
+    if not keys or table.num_rows == 0:
+        return
+    for key in keys:
+        nulls = table.column(key).null_count
+        if nulls:
+            raise DuplicateKeyError(f"{nulls} row(s) have a null key column {key!r}")
+    counts = table.group_by(list(keys)).aggregate([([], "count_all")])
+    repeated = counts.filter(pc.greater(counts.column("count_all"), 1))
+    if repeated.num_rows:
+        example = {key: repeated.column(key)[0].as_py() for key in keys}
+        raise DuplicateKeyError(
+            f"{repeated.num_rows} key(s) appear more than once in the batch on {list(keys)}, "
+            f"e.g. {example} x{repeated.column('count_all')[0].as_py()}; deduplicate upstream"
+        )

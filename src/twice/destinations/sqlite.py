@@ -1,0 +1,199 @@
+"""SQLite destinations: ``sqlite:///path/to/file.db#table``.
+
+Writes run in ``BEGIN IMMEDIATE`` transactions (the write lock is taken up front, so two
+replacers cannot interleave) and insert with ``executemany``. SQLite has no date, timestamp or
+decimal storage, so twice stores those as their canonical text in columns whose declared type
+has TEXT affinity (``DATE_TEXT``, ``TIMESTAMP_TEXT``, ``TIMESTAMPTZ_TEXT``, ``DECIMAL_TEXT(p,s)``):
+exact, sortable, and hashable as is. A crash mid-transaction leaves a hot journal that SQLite
+rolls back on the next open, so the old slice survives.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sqlite3
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, date, datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pyarrow as pa
+
+from twice.destinations.base import DestinationSpec, SqlDestination, SqlDialect, split_table_name
+from twice.destinations.columns import ColumnType, Schema, canonical_text, from_canonical_text
+from twice.destinations.errors import DestinationError, DestinationUnavailableError
+from twice.fingerprint import hash60
+
+_DECIMAL_TEXT = re.compile(r"DECIMAL_TEXT\((\d+),\s*(\d+)\)")
+_TEXT_STORED = ("date", "timestamp", "timestamptz", "decimal")
+
+
+class SQLiteDialect(SqlDialect):
+    name = "sqlite"
+    placeholder = "?"
+    unit_separator = "char(31)"
+
+    _DDL: ClassVar[dict[str, str]] = {
+        "integer": "BIGINT", "float": "DOUBLE", "boolean": "BOOLEAN", "string": "TEXT",
+        "binary": "BLOB", "date": "DATE_TEXT", "timestamp": "TIMESTAMP_TEXT",
+        "timestamptz": "TIMESTAMPTZ_TEXT",
+    }
+
+    def ddl_type(self, ctype: ColumnType) -> str:
+        if ctype.kind == "decimal":
+            return f"DECIMAL_TEXT({ctype.precision},{ctype.scale})"
+        return self._DDL[ctype.kind]
+
+    def bind(self, value: Any, ctype: ColumnType) -> Any:
+        """Bounds compare as canonical text, exactly as the values are stored."""
+        if ctype.kind == "date" and isinstance(value, date):
+            return value.isoformat()
+        if ctype.kind == "timestamp" and isinstance(value, datetime):
+            return value.strftime("%Y-%m-%d %H:%M:%S.%f")
+        if ctype.kind == "timestamptz" and isinstance(value, datetime):
+            return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%fZ")
+        if ctype.kind == "decimal" and isinstance(value, Decimal):
+            return format(value, "f")
+        return value
+
+    def canonical_text_sql(self, column_sql: str, ctype: ColumnType) -> str:
+        if ctype.kind == "boolean":
+            return f"(CASE WHEN {column_sql} THEN 'true' ELSE 'false' END)"
+        if ctype.kind == "binary":
+            return f"lower(hex({column_sql}))"
+        return f"CAST({column_sql} AS TEXT)"
+
+    def hash60_sql(self, text_sql: str) -> str:
+        return f"twice_md5_60({text_sql})"
+
+    @staticmethod
+    def column_type(declared: str) -> ColumnType:
+        """Map a declared type (twice's own or a common foreign one) to a logical type."""
+        upper = declared.upper().strip()
+        match = _DECIMAL_TEXT.fullmatch(upper)
+        if match:
+            return ColumnType("decimal", int(match[1]), int(match[2]))
+        exact = {
+            "DATE_TEXT": "date", "DATE": "date", "TIMESTAMP_TEXT": "timestamp",
+            "TIMESTAMP": "timestamp", "DATETIME": "timestamp",
+            "TIMESTAMPTZ_TEXT": "timestamptz", "BOOLEAN": "boolean", "BOOL": "boolean",
+        }
+        if upper in exact:
+            return ColumnType(exact[upper])
+        if "INT" in upper:
+            return ColumnType("integer")
+        if any(word in upper for word in ("CHAR", "CLOB", "TEXT")):
+            return ColumnType("string")
+        if "BLOB" in upper:
+            return ColumnType("binary")
+        if any(word in upper for word in ("REAL", "FLOA", "DOUB")):
+            return ColumnType("float")
+        return ColumnType("unsupported", engine_type=declared or "untyped")
+
+
+class SQLiteDestination(SqlDestination):
+    engine = "sqlite"
+    dialect = SQLiteDialect()
+
+    def __init__(self, path: str, *, spec: str, table: str, **kwargs: Any) -> None:
+        super().__init__(spec=spec, table=table, **kwargs)
+        self.path = path
+        self._conn: sqlite3.Connection | None = None
+
+    @property
+    def connection(self) -> sqlite3.Connection:
+        if self._conn is None:
+            try:
+                conn = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+            except sqlite3.Error as exc:
+                raise DestinationUnavailableError(f"{self.spec}: cannot open {self.path}: {exc}"
+                                                  ) from None
+            conn.create_function("twice_md5_60", 1, hash60, deterministic=True)
+            self._conn = conn
+        return self._conn
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def schema(self) -> Schema | None:
+        if self._conn is None and not os.path.exists(self.path):
+            return None  # do not create an empty database file just by looking
+        rows = self.connection.execute(f"PRAGMA table_info({self.qualified})").fetchall()
+        if not rows:
+            return None
+        return {name: SQLiteDialect.column_type(declared) for _, name, declared, *_ in rows}
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        conn = self.connection
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    def _execute(self, tx: sqlite3.Connection, sql: str, params: Sequence[Any] = ()) -> int:
+        return tx.execute(sql, tuple(params)).rowcount
+
+    def _insert_arrow(self, tx: sqlite3.Connection, table: pa.Table) -> None:
+        tx.executemany(self._insert_sql(table), _python_rows(table))
+
+    def _upsert_arrow(self, tx: sqlite3.Connection, table: pa.Table, conflict_sql: str) -> None:
+        try:
+            tx.executemany(f"{self._insert_sql(table)} {conflict_sql}", _python_rows(table))
+        except sqlite3.OperationalError as exc:
+            if "ON CONFLICT" in str(exc):
+                raise DestinationError(
+                    f"{self.spec}: upsert needs a PRIMARY KEY or UNIQUE index on exactly "
+                    f"{list(self.key_columns)}: {exc}"
+                ) from None
+            raise
+
+    def _insert_sql(self, table: pa.Table) -> str:
+        q = self.dialect.quote
+        names = ", ".join(q(n) for n in table.column_names)
+        marks = ", ".join("?" for _ in table.column_names)
+        return f"INSERT INTO {self.qualified} ({names}) VALUES ({marks})"
+
+    def _query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        return self.connection.execute(sql, tuple(params)).fetchall()
+
+    def _fetch(self, sql: str, params: Sequence[Any], columns: Schema) -> pa.Table:
+        rows = self._query(sql, params)
+        values = list(zip(*rows, strict=True)) if rows else [()] * len(columns)
+        arrays = [from_canonical_text(list(v), t) for v, t in zip(values, columns.values(),
+                                                                  strict=True)]
+        return pa.table(arrays, names=list(columns))
+
+
+def _python_rows(table: pa.Table) -> Iterator[tuple[Any, ...]]:
+    """Rows as tuples of SQLite-storable values (text-stored kinds as canonical text)."""
+    from twice.destinations.columns import schema_of
+
+    columns = []
+    for (_, ctype), column in zip(schema_of(table).items(), table.columns, strict=True):
+        values = canonical_text(column, ctype) if ctype.kind in _TEXT_STORED else column
+        columns.append(values.to_pylist())
+    return zip(*columns, strict=True)
+
+
+def open_destination(spec: DestinationSpec) -> SQLiteDestination:
+    """Open ``sqlite:///abs/path.db#table`` (or ``sqlite:rel/path.db#table``)."""
+    if spec.options:
+        raise DestinationError(f"sqlite destination: unknown options {sorted(spec.options)}")
+    path = Path(spec.file_path()).expanduser().absolute()
+    if not path.parent.is_dir():
+        raise DestinationUnavailableError(f"sqlite destination: directory {path.parent} missing")
+    _, table = split_table_name(spec.fragment, default_schema=None)
+    canonical = f"sqlite://{path}{spec.twice_query()}#{table}"
+    return SQLiteDestination(
+        str(path), spec=canonical, table=table, partition_column=spec.partition_column,
+        key_columns=spec.key_columns,
+    )

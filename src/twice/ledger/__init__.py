@@ -1,0 +1,84 @@
+"""The durable ledger: every unit of work, attempt, observation, error, job generation,
+fingerprint, decision, lease and pool-slot holding, in SQLite (embedded) or PostgreSQL (shared).
+
+Operators decide from what the ledger recorded, so it refuses invalid evidence (future
+observation times, unknown vocabulary, a second job generation before the first is confirmed
+failed) instead of storing it. SQLAlchemy is imported only by this package::
+
+    from twice.ledger import Ledger
+
+    with Ledger.open("sqlite:///twice-ledger.db") as ledger:
+        ledger.record_unit(uow)
+        lease = ledger.acquire_lease(uow.uow_id, holder="worker-1", ttl_seconds=300)
+"""
+
+from __future__ import annotations
+
+from twice.ledger.errors import LedgerError, SchemaVersionError, UnknownUnitError
+from twice.ledger.migrations import LATEST_VERSION, MIGRATIONS, Migration
+from twice.ledger.records import (
+    ATTEMPT_OUTCOMES,
+    DECISIONS,
+    ERROR_CLASSIFICATIONS,
+    EVENT_KINDS,
+    FINISH_OUTCOMES,
+    GENERATION_STATES,
+    LEASE_SOURCE,
+    LEASE_TAKEOVER_STATE,
+    AttemptOutcome,
+    AttemptRecord,
+    DecisionName,
+    DecisionRecord,
+    ErrorClassification,
+    ErrorRecord,
+    EventKind,
+    FingerprintDiff,
+    FingerprintRecord,
+    GenerationState,
+    JobGenerationRecord,
+    LeaseRecord,
+    LeaseResult,
+    NonfatalErrorRecord,
+    ObservationRecord,
+    PoolHolding,
+    TimelineEvent,
+    UnitRecord,
+)
+from twice.ledger.store import Clock, Ledger
+
+__all__ = [
+    "ATTEMPT_OUTCOMES",
+    "DECISIONS",
+    "ERROR_CLASSIFICATIONS",
+    "EVENT_KINDS",
+    "FINISH_OUTCOMES",
+    "GENERATION_STATES",
+    "LATEST_VERSION",
+    "LEASE_SOURCE",
+    "LEASE_TAKEOVER_STATE",
+    "MIGRATIONS",
+    "AttemptOutcome",
+    "AttemptRecord",
+    "Clock",
+    "DecisionName",
+    "DecisionRecord",
+    "ErrorClassification",
+    "ErrorRecord",
+    "EventKind",
+    "FingerprintDiff",
+    "FingerprintRecord",
+    "GenerationState",
+    "JobGenerationRecord",
+    "LeaseRecord",
+    "LeaseResult",
+    "Ledger",
+    "LedgerError",
+    "Migration",
+    "NonfatalErrorRecord",
+    "ObservationRecord",
+    "PoolHolding",
+    "SchemaVersionError",
+    "TimelineEvent",
+    "UnitRecord",
+    "UnknownUnitError",
+]

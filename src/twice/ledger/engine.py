@@ -1,0 +1,161 @@
+"""Connecting to the ledger database: URL resolution, SQLite durability, dialect differences.
+
+Two engines are supported and both must be safe under real concurrency:
+
+* SQLite (the embedded default): WAL so readers never block the writer, ``synchronous=FULL``
+  so a commit survives power loss, a busy timeout so writers queue instead of failing, foreign
+  keys on, and every write transaction opened with ``BEGIN IMMEDIATE`` so that a
+  read-then-write (next attempt number, lease check) holds the write lock from its first read.
+* PostgreSQL (shared by many workers) through psycopg 3: row locks
+  (``INSERT ... ON CONFLICT DO NOTHING`` then ``SELECT ... FOR NO KEY UPDATE``) serialise
+  writers of the same unit of work, pool or partition only. ``NO KEY UPDATE`` rather than
+  ``UPDATE`` so the lock never blocks the foreign-key checks of concurrent inserts (which
+  would invite deadlocks inside grouped transactions).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, Table, create_engine, event, select
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.engine import URL, Connection, make_url
+from sqlalchemy.exc import ArgumentError
+from sqlalchemy.pool import StaticPool
+
+from twice.ledger.errors import LedgerError
+from twice.ledger.schema import locks
+
+DEFAULT_PATH = "twice-ledger.db"
+ENV_VAR = "TWICE_LEDGER"
+SQLITE_BUSY_TIMEOUT_SECONDS = 30.0
+POSTGRES_CONNECT_TIMEOUT_SECONDS = 5
+#: Execution option asking for a plain (deferred) SQLite transaction: reads must not queue
+#: behind writers for the write lock.
+READ_ONLY_OPTION = "twice_read_only"
+
+_PASSWORD_IN_URL = re.compile(r"(?P<head>://[^:/?#@]*:)[^@/]*@")
+
+
+def mask_url(url: str | URL) -> str:
+    """The URL with any password replaced by ``***``, safe for messages and logs."""
+    if isinstance(url, URL):
+        return url.render_as_string(hide_password=True)
+    return _PASSWORD_IN_URL.sub(r"\g<head>***@", url)
+
+
+def resolve_url(url: str | os.PathLike[str] | None) -> URL:
+    """Turn what a user typed into a SQLAlchemy URL for SQLite or PostgreSQL + psycopg 3.
+
+    ``None`` means ``$TWICE_LEDGER`` or ``twice-ledger.db`` in the working directory; a string
+    without ``://`` is a SQLite file path; ``postgres://``, ``postgresql://`` and other
+    PostgreSQL drivers are normalised to ``postgresql+psycopg://`` (the one driver installed).
+    """
+    if url is None:
+        url = os.environ.get(ENV_VAR) or DEFAULT_PATH
+    text = os.fspath(url).strip()
+    if not text:
+        raise LedgerError(
+            "empty ledger URL: give sqlite:///path.db, a file path or postgresql://..."
+        )
+    if "://" not in text:
+        if text == ":memory:":
+            return make_url("sqlite://")
+        return URL.create("sqlite", database=str(Path(text).expanduser().resolve()))
+    try:
+        parsed = make_url(text)
+    except (ArgumentError, ValueError) as exc:  # a bad port is a ValueError
+        raise LedgerError(f"malformed ledger URL {mask_url(text)}: {exc}") from None
+    backend = parsed.drivername.partition("+")[0]
+    if backend in ("postgresql", "postgres"):
+        return parsed.set(drivername="postgresql+psycopg")
+    if parsed.drivername in ("sqlite", "sqlite+pysqlite"):
+        return parsed.set(drivername="sqlite")
+    raise LedgerError(
+        f"unsupported ledger URL {mask_url(parsed)}: use sqlite:///path.db, a file path, "
+        "or postgresql://user:password@host/database"
+    )
+
+
+def create_ledger_engine(url: URL) -> Engine:
+    """An engine configured for durable, concurrent ledger use on its dialect."""
+    if url.get_backend_name() == "sqlite":
+        return _sqlite_engine(url)
+    connect_args: dict[str, Any] = {"application_name": "twice-ledger"}
+    if "connect_timeout" not in url.query:
+        connect_args["connect_timeout"] = POSTGRES_CONNECT_TIMEOUT_SECONDS
+    return create_engine(url, pool_pre_ping=True, connect_args=connect_args)
+
+
+def _sqlite_engine(url: URL) -> Engine:
+    database = url.database or ""
+    in_memory = database in ("", ":memory:") or url.query.get("mode") == "memory"
+    if in_memory:
+        # One shared connection, or every checkout would see a different empty database.
+        engine = create_engine(url, poolclass=StaticPool, connect_args={"check_same_thread": False})
+    else:
+        folder = Path(database).parent
+        if not folder.is_dir():
+            raise LedgerError(f"cannot open ledger {mask_url(url)}: folder {folder} does not exist")
+        engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_SECONDS})
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # Take BEGIN away from the sqlite3 module (it never begins before a SELECT), so the
+        # "begin" hook below decides how each transaction starts.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        try:
+            cursor.execute(f"PRAGMA busy_timeout = {int(SQLITE_BUSY_TIMEOUT_SECONDS * 1000)}")
+            if not in_memory:
+                cursor.execute("PRAGMA journal_mode = WAL")
+            cursor.execute("PRAGMA synchronous = FULL")
+            cursor.execute("PRAGMA foreign_keys = ON")
+        finally:
+            cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        if conn.get_execution_options().get(READ_ONLY_OPTION):
+            conn.exec_driver_sql("BEGIN DEFERRED")
+        else:
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    return engine
+
+
+def is_postgres(conn: Connection) -> bool:
+    return conn.dialect.name == "postgresql"
+
+
+def insert_ignore(conn: Connection, table: Table, values: dict[str, Any]) -> bool:
+    """INSERT the row unless its key exists; True if this call inserted it.
+
+    On PostgreSQL a concurrent uncommitted insert of the same key makes this wait for that
+    transaction, so exactly one of two racing callers gets True.
+    """
+    insert = pg_insert if is_postgres(conn) else sqlite_insert
+    # RETURNING, not rowcount: SQLAlchemy does not report rowcount for INSERT by default.
+    key = next(iter(table.primary_key.columns))
+    statement = insert(table).values(**values).on_conflict_do_nothing().returning(key)
+    return conn.execute(statement).first() is not None
+
+
+def lock_key(conn: Connection, kind: str, name: str) -> None:
+    """Serialise this transaction with every other one that locks the same (kind, name).
+
+    SQLite needs nothing: write transactions start with BEGIN IMMEDIATE and so already exclude
+    each other. PostgreSQL locks one row of ``twice_locks`` until commit.
+    """
+    if not is_postgres(conn):
+        return
+    insert_ignore(conn, locks, {"kind": kind, "name": name})
+    conn.execute(
+        select(locks.c.kind)
+        .where(locks.c.kind == kind, locks.c.name == name)
+        .with_for_update(key_share=True)
+    ).one()

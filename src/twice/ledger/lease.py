@@ -1,0 +1,339 @@
+"""Leases on units of work and slots of pools, safe across processes and machines.
+
+A lease says which worker may run a unit of work now; it expires so that a crashed worker
+does not block the unit forever. Taking over an expired lease is recorded as an observation
+because the previous holder may still be running (or may have finished without telling us):
+its running attempts become ``unknown``, which the planner must reconcile before retrying.
+
+A pool is a named capacity around a real dependency. The sum of unexpired, unreleased
+holdings never exceeds the capacity, whatever the number of free workers. Holdings are kept
+after release (``released_at``) as evidence of who held which slots when; a holding that
+expired without release is what a crashed or cancelled run leaves behind.
+
+These functions run inside a write transaction supplied by the ``Ledger``: on SQLite it began
+with ``BEGIN IMMEDIATE`` (one writer at a time), on PostgreSQL they lock the rows they decide on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime, timedelta
+
+from sqlalchemy import ColumnElement, func, select, update
+from sqlalchemy.engine import Connection, RowMapping
+
+from twice.ledger.engine import insert_ignore, lock_key
+from twice.ledger.errors import LedgerError
+from twice.ledger.journal import insert_observation
+from twice.ledger.records import (
+    LEASE_SOURCE,
+    LEASE_TAKEOVER_STATE,
+    LeaseRecord,
+    LeaseResult,
+    PoolHolding,
+)
+from twice.ledger.schema import attempts, leases, pool_holdings
+
+Clock = Callable[[], datetime]
+
+
+def _ttl(ttl_seconds: float) -> timedelta:
+    if isinstance(ttl_seconds, bool) or not isinstance(ttl_seconds, int | float):
+        raise LedgerError(f"ttl_seconds must be a number of seconds, got {ttl_seconds!r}")
+    if not ttl_seconds > 0:
+        raise LedgerError(f"ttl_seconds must be > 0, got {ttl_seconds!r}")
+    return timedelta(seconds=ttl_seconds)
+
+
+def _holder(holder: str) -> str:
+    if not isinstance(holder, str) or not holder:
+        raise LedgerError("holder must be a non-empty string naming the worker")
+    return holder
+
+
+def lease_from_row(row: RowMapping) -> LeaseRecord:
+    return LeaseRecord(
+        uow_id=row["uow_id"],
+        holder=row["holder"],
+        token=row["token"],
+        acquired_at=row["acquired_at"],
+        renewed_at=row["renewed_at"],
+        expires_at=row["expires_at"],
+        released_at=row["released_at"],
+    )
+
+
+def get_lease(conn: Connection, uow_id: str, *, for_update: bool = False) -> LeaseRecord | None:
+    query = select(leases).where(leases.c.uow_id == uow_id)
+    if for_update:
+        query = query.with_for_update(key_share=True)
+    row = conn.execute(query).mappings().first()
+    return None if row is None else lease_from_row(row)
+
+
+def acquire_lease(
+    conn: Connection, *, uow_id: str, holder: str, ttl_seconds: float, clock: Clock
+) -> LeaseResult:
+    """Take the lease if it is free, released, expired, or already ours (then it is extended)."""
+    holder = _holder(holder)
+    ttl = _ttl(ttl_seconds)
+    now = clock()
+    expires_at = now + ttl
+    fresh = {
+        "uow_id": uow_id,
+        "holder": holder,
+        "token": 1,
+        "acquired_at": now,
+        "renewed_at": now,
+        "expires_at": expires_at,
+        "released_at": None,
+    }
+    if insert_ignore(conn, leases, fresh):
+        return LeaseResult(acquired=True, holder=holder, expires_at=expires_at, token=1)
+    current = get_lease(conn, uow_id, for_update=True)
+    if current is None:  # rows are never deleted, so the insert above conflicted with a row
+        raise LedgerError(f"lease row of {uow_id} vanished during acquisition")
+    # Judge expiry when the row is locked: we may have waited for another holder's commit.
+    now = clock()
+    expires_at = now + ttl
+
+    if current.active(now):
+        if current.holder != holder:
+            return LeaseResult(
+                acquired=False,
+                holder=current.holder,
+                expires_at=current.expires_at,
+                token=current.token,
+            )
+        conn.execute(
+            update(leases)
+            .where(leases.c.uow_id == uow_id)
+            .values(renewed_at=now, expires_at=expires_at)
+        )
+        return LeaseResult(acquired=True, holder=holder, expires_at=expires_at, token=current.token)
+
+    taken_over_from = None
+    if current.released_at is None and current.holder != holder:
+        taken_over_from = current.holder
+        _record_takeover(conn, current, new_holder=holder, now=now)
+    token = current.token + 1
+    conn.execute(
+        update(leases)
+        .where(leases.c.uow_id == uow_id)
+        .values(
+            holder=holder,
+            token=token,
+            acquired_at=now,
+            renewed_at=now,
+            expires_at=expires_at,
+            released_at=None,
+        )
+    )
+    return LeaseResult(
+        acquired=True,
+        holder=holder,
+        expires_at=expires_at,
+        token=token,
+        taken_over_from=taken_over_from,
+    )
+
+
+def _record_takeover(
+    conn: Connection, previous: LeaseRecord, *, new_holder: str, now: datetime
+) -> None:
+    """The previous holder's running attempts now have an unknown outcome; say so and why."""
+    running = [
+        row.number
+        for row in conn.execute(
+            select(attempts.c.number)
+            .where(
+                attempts.c.uow_id == previous.uow_id,
+                attempts.c.holder == previous.holder,
+                attempts.c.outcome == "running",
+            )
+            .order_by(attempts.c.number)
+        )
+    ]
+    if running:
+        conn.execute(
+            update(attempts)
+            .where(attempts.c.uow_id == previous.uow_id, attempts.c.number.in_(running))
+            .values(outcome="unknown")
+        )
+    summary = (
+        f"lease taken over by {new_holder} from {previous.holder} "
+        f"(expired {previous.expires_at.isoformat()})"
+    )
+    if running:
+        summary += "; outcome of attempt " + ", ".join(map(str, running)) + " is now unknown"
+    insert_observation(
+        conn,
+        uow_id=previous.uow_id,
+        state=LEASE_TAKEOVER_STATE,
+        source=LEASE_SOURCE,
+        observed_at=now,
+        recorded_at=now,
+        attempt=running[-1] if running else None,
+        detail={
+            "previous_holder": previous.holder,
+            "previous_token": previous.token,
+            "expired_at": previous.expires_at,
+            "new_holder": new_holder,
+            "attempts_now_unknown": running,
+        },
+        kind="lease-takeover",
+        summary=summary,
+    )
+
+
+def renew_lease(
+    conn: Connection, *, uow_id: str, holder: str, ttl_seconds: float, clock: Clock
+) -> LeaseResult:
+    """Extend our unexpired lease; an expired one must be re-acquired (someone may have it)."""
+    holder = _holder(holder)
+    ttl = _ttl(ttl_seconds)
+    current = get_lease(conn, uow_id, for_update=True)
+    now = clock()
+    expires_at = now + ttl
+    if current is None:
+        return LeaseResult(acquired=False, holder="", expires_at=now)
+    if current.holder == holder and current.active(now):
+        conn.execute(
+            update(leases)
+            .where(leases.c.uow_id == uow_id)
+            .values(renewed_at=now, expires_at=expires_at)
+        )
+        return LeaseResult(acquired=True, holder=holder, expires_at=expires_at, token=current.token)
+    return LeaseResult(
+        acquired=False,
+        holder=current.holder if current.active(now) else "",
+        expires_at=current.expires_at,
+        token=current.token,
+    )
+
+
+def release_lease(conn: Connection, *, uow_id: str, holder: str, clock: Clock) -> bool:
+    """Give the lease back; False if ``holder`` did not hold it (nothing is changed then)."""
+    now = clock()
+    result = conn.execute(
+        update(leases)
+        .where(
+            leases.c.uow_id == uow_id,
+            leases.c.holder == _holder(holder),
+            leases.c.released_at.is_(None),
+        )
+        .values(released_at=now)
+    )
+    return result.rowcount == 1
+
+
+def _holding_from_row(row: RowMapping) -> PoolHolding:
+    return PoolHolding(
+        id=row["id"],
+        pool=row["pool"],
+        holder=row["holder"],
+        slots=row["slots"],
+        capacity=row["capacity"],
+        acquired_at=row["acquired_at"],
+        expires_at=row["expires_at"],
+        released_at=row["released_at"],
+    )
+
+
+def _active(pool: str, now: datetime) -> tuple[ColumnElement[bool], ...]:
+    return (
+        pool_holdings.c.pool == pool,
+        pool_holdings.c.released_at.is_(None),
+        pool_holdings.c.expires_at > now,
+    )
+
+
+def acquire_pool_slots(
+    conn: Connection,
+    *,
+    pool: str,
+    capacity: int,
+    slots: int,
+    holder: str,
+    ttl_seconds: float,
+    clock: Clock,
+) -> bool:
+    """Hold ``slots`` of ``pool`` if they fit beside everyone else's unexpired holdings.
+
+    A holder that already holds slots of the pool has its holding resized and extended.
+    """
+    holder = _holder(holder)
+    if not isinstance(pool, str) or not pool:
+        raise LedgerError("pool must be a non-empty string")
+    for name, value in (("capacity", capacity), ("slots", slots)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise LedgerError(f"pool {pool!r}: {name} must be an integer >= 1, got {value!r}")
+    if slots > capacity:
+        raise LedgerError(f"pool {pool!r}: {slots} slots can never fit in a capacity of {capacity}")
+    ttl = _ttl(ttl_seconds)
+    lock_key(conn, "pool", pool)
+    now = clock()  # after the lock: expiry is judged when no other acquirer can interleave
+    expires_at = now + ttl
+    rows = conn.execute(select(pool_holdings).where(*_active(pool, now))).mappings().all()
+    active = [_holding_from_row(row) for row in rows]
+    capacities = {holding.capacity for holding in active}
+    if capacities - {capacity}:
+        raise LedgerError(
+            f"pool {pool!r} is held with capacity {sorted(capacities)[0]}, this request says "
+            f"{capacity}: every user of a pool must declare the same capacity"
+        )
+    mine = [holding for holding in active if holding.holder == holder]
+    others = sum(holding.slots for holding in active if holding.holder != holder)
+    if others + slots > capacity:
+        return False
+    if mine:
+        conn.execute(
+            update(pool_holdings)
+            .where(pool_holdings.c.id == mine[0].id)
+            .values(slots=slots, expires_at=expires_at)
+        )
+    else:
+        conn.execute(
+            pool_holdings.insert().values(
+                pool=pool,
+                holder=holder,
+                slots=slots,
+                capacity=capacity,
+                acquired_at=now,
+                expires_at=expires_at,
+                released_at=None,
+            )
+        )
+    return True
+
+
+def release_pool_slots(conn: Connection, *, pool: str, holder: str, clock: Clock) -> int:
+    """Release ``holder``'s holdings of ``pool``; returns the unexpired slots given back."""
+    holder = _holder(holder)
+    lock_key(conn, "pool", pool)
+    now = clock()
+    freed = conn.execute(
+        select(func.coalesce(func.sum(pool_holdings.c.slots), 0)).where(
+            *_active(pool, now), pool_holdings.c.holder == holder
+        )
+    ).scalar_one()
+    conn.execute(
+        update(pool_holdings)
+        .where(
+            pool_holdings.c.pool == pool,
+            pool_holdings.c.holder == holder,
+            pool_holdings.c.released_at.is_(None),
+        )
+        .values(released_at=now)
+    )
+    return int(freed)
+
+
+def list_pool_holdings(
+    conn: Connection, *, pool: str, now: datetime, active_only: bool
+) -> list[PoolHolding]:
+    query = select(pool_holdings).where(pool_holdings.c.pool == pool)
+    if active_only:
+        query = query.where(*_active(pool, now))
+    rows = conn.execute(query.order_by(pool_holdings.c.id)).mappings().all()
+    return [_holding_from_row(row) for row in rows]

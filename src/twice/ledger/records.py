@@ -1,0 +1,370 @@
+"""What the ledger returns: frozen dataclasses, never database rows.
+
+Reports, the planner and the executor read these, so they carry plain Python values only:
+timezone-aware UTC datetimes, ints, strings and JSON-decoded ``detail`` mappings. Nothing here
+imports SQLAlchemy, so callers can type against these records without loading it.
+
+The vocabularies (attempt outcomes, error classifications, generation states, decisions) are
+the ones in the design document; the ledger refuses anything else so that a typo never becomes
+recorded "evidence".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Literal
+
+from twice.interval import Interval
+from twice.unit_of_work import UnitOfWork
+
+AttemptOutcome = Literal["running", "succeeded", "failed-transient", "failed-permanent", "unknown"]
+ATTEMPT_OUTCOMES: tuple[AttemptOutcome, ...] = (
+    "running",
+    "succeeded",
+    "failed-transient",
+    "failed-permanent",
+    "unknown",
+)
+#: Outcomes an attempt can be finished with (``running`` is only ever set by ``begin_attempt``).
+FINISH_OUTCOMES: tuple[AttemptOutcome, ...] = ATTEMPT_OUTCOMES[1:]
+
+ErrorClassification = Literal["transient", "permanent", "unknown"]
+ERROR_CLASSIFICATIONS: tuple[ErrorClassification, ...] = ("transient", "permanent", "unknown")
+
+GenerationState = Literal["active", "confirmed-failed", "succeeded"]
+GENERATION_STATES: tuple[GenerationState, ...] = ("active", "confirmed-failed", "succeeded")
+
+DecisionName = Literal[
+    "refresh-observation",
+    "observe-running",
+    "reconcile-remote",
+    "validate-output",
+    "repair-cause",
+    "attempts-exhausted",
+    "reconcile-effects",
+    "deadline-infeasible",
+    "wait-backoff",
+    "retry-eligible",
+]
+#: The planner's decisions in the lab's order of precedence.
+DECISIONS: tuple[DecisionName, ...] = (
+    "refresh-observation",
+    "observe-running",
+    "reconcile-remote",
+    "validate-output",
+    "repair-cause",
+    "attempts-exhausted",
+    "reconcile-effects",
+    "deadline-infeasible",
+    "wait-backoff",
+    "retry-eligible",
+)
+
+EventKind = Literal[
+    "unit-recorded",
+    "attempt-started",
+    "attempt-finished",
+    "observation",
+    "lease-takeover",
+    "error",
+    "nonfatal-error",
+    "job-generation",
+    "generation-marked",
+    "fingerprint",
+    "decision",
+]
+EVENT_KINDS: tuple[EventKind, ...] = (
+    "unit-recorded",
+    "attempt-started",
+    "attempt-finished",
+    "observation",
+    "lease-takeover",
+    "error",
+    "nonfatal-error",
+    "job-generation",
+    "generation-marked",
+    "fingerprint",
+    "decision",
+)
+
+#: ``source`` of the observation written when an expired lease is taken over.
+LEASE_SOURCE = "twice.ledger.lease"
+#: ``state`` of that observation: the previous holder's attempt outcome is now unknown.
+LEASE_TAKEOVER_STATE = "lease-taken-over"
+
+
+def _detail() -> Any:
+    return field(default_factory=dict, hash=False)
+
+
+@dataclass(frozen=True)
+class UnitRecord:
+    """A recorded unit of work: its identity fields, exactly as ``UnitOfWork.identity()``."""
+
+    uow_id: str
+    pipeline: str
+    task: str
+    interval_start: datetime
+    interval_end: datetime
+    input_partition: str
+    input_version: str
+    transform_version: str
+    destination: str
+    created_at: datetime
+
+    @property
+    def interval(self) -> Interval:
+        return Interval(self.interval_start, self.interval_end)
+
+    def to_unit_of_work(self) -> UnitOfWork:
+        """Rebuild the unit of work (e.g. to derive its job ids) from the recorded identity."""
+        return UnitOfWork(
+            pipeline=self.pipeline,
+            task=self.task,
+            interval=self.interval,
+            destination=self.destination,
+            transform_version=self.transform_version,
+            input_partition=self.input_partition,
+            input_version=self.input_version,
+        )
+
+
+@dataclass(frozen=True)
+class AttemptRecord:
+    """One execution of a unit of work; ``number`` starts at 1 for the first try."""
+
+    uow_id: str
+    number: int
+    holder: str
+    started_at: datetime
+    outcome: AttemptOutcome
+    generation: int | None = None
+    job_id: str | None = None
+    finished_at: datetime | None = None
+
+    @property
+    def finished(self) -> bool:
+        """Whether the attempt is known to have ended (``unknown`` is not known to have ended)."""
+        return self.finished_at is not None
+
+    @property
+    def duration(self) -> timedelta | None:
+        return None if self.finished_at is None else self.finished_at - self.started_at
+
+
+@dataclass(frozen=True)
+class ObservationRecord:
+    """A status seen by ``source`` at ``observed_at`` and written down at ``recorded_at``."""
+
+    seq: int
+    uow_id: str
+    state: str
+    source: str
+    observed_at: datetime
+    recorded_at: datetime
+    attempt: int | None = None
+    detail: Mapping[str, Any] = _detail()
+
+    def age(self, now: datetime) -> timedelta:
+        """How old the evidence is at ``now``: the planner refreshes observations that are stale."""
+        return now - self.observed_at
+
+
+@dataclass(frozen=True)
+class ErrorRecord:
+    """An error that ended (or threatened) an attempt, with how it was classified."""
+
+    seq: int
+    uow_id: str
+    error_class: str
+    message: str
+    classification: ErrorClassification
+    recorded_at: datetime
+    attempt: int | None = None
+    detail: Mapping[str, Any] = _detail()
+
+
+@dataclass(frozen=True)
+class NonfatalErrorRecord:
+    """A problem that did not fail the attempt (e.g. rows dropped under ``maxBadRecords``)."""
+
+    seq: int
+    uow_id: str
+    message: str
+    count: int
+    recorded_at: datetime
+    attempt: int | None = None
+    detail: Mapping[str, Any] = _detail()
+
+
+@dataclass(frozen=True)
+class JobGenerationRecord:
+    """A deterministic remote job id for one generation of a unit of work, and what became of it."""
+
+    uow_id: str
+    generation: int
+    job_id: str
+    state: GenerationState
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True)
+class FingerprintRecord:
+    """Row count + order-independent checksum of one partition, as version ``version``.
+
+    ``checksum`` is text: a sum of 60-bit hashes overflows 64-bit integers on large partitions,
+    and text compares exactly on every engine.
+    """
+
+    seq: int
+    destination: str
+    partition: str
+    version: int
+    row_count: int
+    checksum: str
+    recorded_at: datetime
+    uow_id: str | None = None
+    attempt: int | None = None
+    columns: tuple[str, ...] | None = None
+    algorithm: str | None = None
+    schema: str | None = None
+
+
+@dataclass(frozen=True)
+class FingerprintDiff:
+    """The difference between two versions of one partition's fingerprint.
+
+    Derived, never stored: consecutive versions are in the ledger, so a backfill's "what changed"
+    is always recomputable. ``before`` is None for the first version.
+    """
+
+    before: FingerprintRecord | None
+    after: FingerprintRecord
+
+    def __post_init__(self) -> None:
+        before = self.before
+        if before is not None and (before.destination, before.partition) != (
+            self.after.destination,
+            self.after.partition,
+        ):
+            raise ValueError("a fingerprint diff compares two versions of the same partition")
+
+    @property
+    def comparable(self) -> bool:
+        """Whether the checksums can be compared: same key columns and same algorithm."""
+        before = self.before
+        return before is not None and (before.columns, before.algorithm) == (
+            self.after.columns,
+            self.after.algorithm,
+        )
+
+    @property
+    def row_delta(self) -> int | None:
+        return None if self.before is None else self.after.row_count - self.before.row_count
+
+    @property
+    def checksum_changed(self) -> bool | None:
+        return None if self.before is None else self.after.checksum != self.before.checksum
+
+    @property
+    def schema_changed(self) -> bool | None:
+        return None if self.before is None else self.after.schema != self.before.schema
+
+    @property
+    def identical(self) -> bool:
+        """Same rows (count and checksum) and same schema signature as the previous version."""
+        return (
+            self.comparable
+            and self.row_delta == 0
+            and not self.checksum_changed
+            and not self.schema_changed
+        )
+
+
+@dataclass(frozen=True)
+class DecisionRecord:
+    """What the planner decided for a unit of work, from evidence as of ``as_of``.
+
+    ``not_started`` marks a decision that kept attempt ``attempt`` from starting (for example
+    ``deadline-infeasible``): the attempt is not recorded at all, so attempt counts stay true.
+    """
+
+    seq: int
+    uow_id: str
+    decision: DecisionName
+    reason: str
+    as_of: datetime
+    recorded_at: datetime
+    attempt: int | None = None
+    not_started: bool = False
+    detail: Mapping[str, Any] = _detail()
+
+
+@dataclass(frozen=True)
+class LeaseResult:
+    """Answer to a lease request: who holds the unit of work now, and until when.
+
+    When ``acquired`` is False, ``holder`` and ``expires_at`` describe the other holder. ``token``
+    grows by one every time the lease changes hands, so a writer can fence out a stale holder.
+    """
+
+    acquired: bool
+    holder: str
+    expires_at: datetime
+    token: int = 0
+    taken_over_from: str | None = None
+
+
+@dataclass(frozen=True)
+class LeaseRecord:
+    """The stored lease of one unit of work (possibly expired or released)."""
+
+    uow_id: str
+    holder: str
+    token: int
+    acquired_at: datetime
+    renewed_at: datetime
+    expires_at: datetime
+    released_at: datetime | None = None
+
+    def active(self, now: datetime) -> bool:
+        return self.released_at is None and self.expires_at > now
+
+
+@dataclass(frozen=True)
+class PoolHolding:
+    """Slots of a pool held by one holder; kept after release as evidence of who held what."""
+
+    id: int
+    pool: str
+    holder: str
+    slots: int
+    capacity: int
+    acquired_at: datetime
+    expires_at: datetime
+    released_at: datetime | None = None
+
+    def active(self, now: datetime) -> bool:
+        return self.released_at is None and self.expires_at > now
+
+
+@dataclass(frozen=True)
+class TimelineEvent:
+    """One entry of a unit of work's timeline, ordered by ``at`` then ``seq`` (recording order).
+
+    ``record`` is the full record the event refers to (an ``AttemptRecord``,
+    ``ObservationRecord``, ...) in its current state; ``detail`` is what the event itself
+    recorded at the time (e.g. the outcome an attempt was finished with).
+    """
+
+    seq: int
+    at: datetime
+    kind: EventKind
+    uow_id: str | None
+    summary: str
+    attempt: int | None = None
+    detail: Mapping[str, Any] = _detail()
+    record: object | None = field(default=None, hash=False, compare=False)

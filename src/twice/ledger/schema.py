@@ -1,0 +1,298 @@
+"""The ledger's tables (SQLAlchemy Core), shared by SQLite and PostgreSQL.
+
+Every event the ledger records gets a row in ``twice_events``, the append-only journal: its
+``seq`` is the ledger-wide recording order, so a timeline sorts by time and then by ``seq``
+even when a frozen clock gives several events the same instant. Detail tables (observations,
+errors, decisions, ...) use that ``seq`` as their primary key.
+
+Timestamps go through :class:`UTCDateTime`: ``timestamptz`` on PostgreSQL, fixed-width
+ISO-8601 text with ``+00:00`` on SQLite (so text order is time order), aware UTC on read.
+
+This module describes the *current* schema. Creating or changing it is the job of
+``twice.ledger.migrations``; a change here needs a new migration step there.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    Column,
+    DateTime,
+    ForeignKey,
+    ForeignKeyConstraint,
+    Index,
+    Integer,
+    MetaData,
+    PrimaryKeyConstraint,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.engine import Dialect
+from sqlalchemy.types import TypeDecorator, TypeEngine
+
+from twice.ledger.errors import LedgerError
+from twice.ledger.records import (
+    ATTEMPT_OUTCOMES,
+    ERROR_CLASSIFICATIONS,
+    EVENT_KINDS,
+    GENERATION_STATES,
+)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """A timezone-aware instant stored as UTC; naive datetimes are refused, never guessed."""
+
+    impl = String(32)
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
+        if dialect.name == "postgresql":
+            return dialect.type_descriptor(DateTime(timezone=True))
+        return dialect.type_descriptor(String(32))
+
+    def process_bind_param(self, value: Any, dialect: Dialect) -> Any:
+        if value is None:
+            return None
+        if not isinstance(value, datetime):
+            raise LedgerError(f"expected a datetime, got {type(value).__name__}")
+        if value.tzinfo is None or value.utcoffset() is None:
+            raise LedgerError(f"naive datetime {value.isoformat()}: ledger times must be aware")
+        utc = value.astimezone(UTC)
+        if dialect.name == "postgresql":
+            return utc
+        return utc.isoformat(timespec="microseconds")
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if isinstance(value, str):
+            value = datetime.fromisoformat(value)
+        if value.tzinfo is None:  # only if someone wrote the table by hand
+            value = value.replace(tzinfo=UTC)
+        return value.astimezone(UTC)
+
+
+def _one_of(column: str, values: tuple[str, ...], name: str) -> CheckConstraint:
+    allowed = ", ".join(f"'{value}'" for value in values)
+    return CheckConstraint(f"{column} IN ({allowed})", name=name)
+
+
+# SQLite only auto-increments an INTEGER PRIMARY KEY; PostgreSQL gets a 64-bit identity.
+SeqType = BigInteger().with_variant(Integer(), "sqlite")
+
+metadata = MetaData()
+
+schema_versions = Table(
+    "twice_schema",
+    metadata,
+    Column("version", Integer, primary_key=True, autoincrement=False),
+    Column("description", Text, nullable=False),
+    Column("applied_at", UTCDateTime, nullable=False),
+)
+
+units = Table(
+    "twice_units_of_work",
+    metadata,
+    Column("uow_id", String(400), primary_key=True),
+    Column("pipeline", String(200), nullable=False),
+    Column("task", String(200), nullable=False),
+    # The identity strings exactly as UnitOfWork.identity() gives them (offset kept), so the
+    # unit rebuilt from the ledger has the same uow_id and job ids.
+    Column("interval_start", String(64), nullable=False),
+    Column("interval_end", String(64), nullable=False),
+    Column("input_partition", Text, nullable=False),
+    Column("input_version", Text, nullable=False),
+    Column("transform_version", Text, nullable=False),
+    Column("destination", Text, nullable=False),
+    # The same bounds as instants, for range queries and ordering.
+    Column("interval_start_utc", UTCDateTime, nullable=False),
+    Column("interval_end_utc", UTCDateTime, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Index("ix_twice_units_pipeline_task", "pipeline", "task", "interval_start_utc"),
+)
+
+events = Table(
+    "twice_events",
+    metadata,
+    Column("seq", SeqType, primary_key=True, autoincrement=True),
+    Column("kind", String(32), nullable=False),
+    Column("uow_id", String(400), ForeignKey("twice_units_of_work.uow_id"), nullable=True),
+    Column("attempt", Integer, nullable=True),
+    Column("at", UTCDateTime, nullable=False),
+    Column("recorded_at", UTCDateTime, nullable=False),
+    Column("summary", Text, nullable=False),
+    Column("data", Text, nullable=False, default="{}"),
+    _one_of("kind", EVENT_KINDS, "ck_twice_events_kind"),
+    Index("ix_twice_events_uow_at", "uow_id", "at", "seq"),
+)
+
+attempts = Table(
+    "twice_attempts",
+    metadata,
+    Column("uow_id", String(400), ForeignKey("twice_units_of_work.uow_id"), nullable=False),
+    Column("number", Integer, nullable=False),
+    Column("holder", String(400), nullable=False),
+    Column("generation", Integer, nullable=True),
+    Column("job_id", String(1024), nullable=True),
+    Column("started_at", UTCDateTime, nullable=False),
+    Column("finished_at", UTCDateTime, nullable=True),
+    Column("outcome", String(24), nullable=False),
+    Column("started_seq", SeqType, ForeignKey("twice_events.seq"), nullable=False),
+    Column("finished_seq", SeqType, ForeignKey("twice_events.seq"), nullable=True),
+    PrimaryKeyConstraint("uow_id", "number", name="pk_twice_attempts"),
+    CheckConstraint("number >= 1", name="ck_twice_attempts_number"),
+    _one_of("outcome", ATTEMPT_OUTCOMES, "ck_twice_attempts_outcome"),
+)
+
+
+def _attempt_fk(table: str) -> ForeignKeyConstraint:
+    # A NULL attempt is not checked (MATCH SIMPLE), a given one must exist.
+    return ForeignKeyConstraint(
+        ["uow_id", "attempt"],
+        ["twice_attempts.uow_id", "twice_attempts.number"],
+        name=f"fk_{table}_attempt",
+    )
+
+
+observations = Table(
+    "twice_observations",
+    metadata,
+    Column("seq", SeqType, ForeignKey("twice_events.seq"), primary_key=True, autoincrement=False),
+    Column("uow_id", String(400), ForeignKey("twice_units_of_work.uow_id"), nullable=False),
+    Column("attempt", Integer, nullable=True),
+    Column("state", String(200), nullable=False),
+    Column("source", String(200), nullable=False),
+    Column("observed_at", UTCDateTime, nullable=False),
+    Column("recorded_at", UTCDateTime, nullable=False),
+    Column("detail", Text, nullable=False, default="{}"),
+    _attempt_fk("twice_observations"),
+    Index("ix_twice_observations_uow", "uow_id", "observed_at", "seq"),
+)
+
+errors = Table(
+    "twice_errors",
+    metadata,
+    Column("seq", SeqType, ForeignKey("twice_events.seq"), primary_key=True, autoincrement=False),
+    Column("uow_id", String(400), ForeignKey("twice_units_of_work.uow_id"), nullable=False),
+    Column("attempt", Integer, nullable=True),
+    Column("error_class", String(400), nullable=False),
+    Column("message", Text, nullable=False),
+    Column("classification", String(16), nullable=False),
+    Column("recorded_at", UTCDateTime, nullable=False),
+    Column("detail", Text, nullable=False, default="{}"),
+    _attempt_fk("twice_errors"),
+    _one_of("classification", ERROR_CLASSIFICATIONS, "ck_twice_errors_classification"),
+    Index("ix_twice_errors_uow", "uow_id", "seq"),
+)
+
+nonfatal_errors = Table(
+    "twice_nonfatal_errors",
+    metadata,
+    Column("seq", SeqType, ForeignKey("twice_events.seq"), primary_key=True, autoincrement=False),
+    Column("uow_id", String(400), ForeignKey("twice_units_of_work.uow_id"), nullable=False),
+    Column("attempt", Integer, nullable=True),
+    Column("message", Text, nullable=False),
+    Column("count", BigInteger, nullable=False),
+    Column("recorded_at", UTCDateTime, nullable=False),
+    Column("detail", Text, nullable=False, default="{}"),
+    _attempt_fk("twice_nonfatal_errors"),
+    CheckConstraint("count >= 1", name="ck_twice_nonfatal_errors_count"),
+    Index("ix_twice_nonfatal_errors_uow", "uow_id", "seq"),
+)
+
+job_generations = Table(
+    "twice_job_generations",
+    metadata,
+    Column("uow_id", String(400), ForeignKey("twice_units_of_work.uow_id"), nullable=False),
+    Column("generation", Integer, nullable=False),
+    Column("job_id", String(1024), nullable=False),
+    Column("state", String(24), nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+    Column("seq", SeqType, ForeignKey("twice_events.seq"), nullable=False),
+    PrimaryKeyConstraint("uow_id", "generation", name="pk_twice_job_generations"),
+    UniqueConstraint("job_id", name="uq_twice_job_generations_job_id"),
+    CheckConstraint("generation >= 1", name="ck_twice_job_generations_generation"),
+    _one_of("state", GENERATION_STATES, "ck_twice_job_generations_state"),
+)
+
+fingerprints = Table(
+    "twice_fingerprints",
+    metadata,
+    Column("seq", SeqType, ForeignKey("twice_events.seq"), primary_key=True, autoincrement=False),
+    Column("destination", Text, nullable=False),
+    Column("partition", Text, nullable=False),
+    Column("version", Integer, nullable=False),
+    Column("row_count", BigInteger, nullable=False),
+    Column("checksum", Text, nullable=False),
+    Column("uow_id", String(400), ForeignKey("twice_units_of_work.uow_id"), nullable=True),
+    Column("attempt", Integer, nullable=True),
+    Column("columns", Text, nullable=True),
+    Column("algorithm", String(64), nullable=True),
+    Column("schema_signature", Text, nullable=True),
+    Column("recorded_at", UTCDateTime, nullable=False),
+    UniqueConstraint("destination", "partition", "version", name="uq_twice_fingerprints_version"),
+    _attempt_fk("twice_fingerprints"),
+    CheckConstraint("version >= 1", name="ck_twice_fingerprints_version"),
+    CheckConstraint("row_count >= 0", name="ck_twice_fingerprints_row_count"),
+)
+
+decisions = Table(
+    "twice_decisions",
+    metadata,
+    Column("seq", SeqType, ForeignKey("twice_events.seq"), primary_key=True, autoincrement=False),
+    Column("uow_id", String(400), ForeignKey("twice_units_of_work.uow_id"), nullable=False),
+    # No foreign key: a not-started decision names an attempt number that does not exist.
+    Column("attempt", Integer, nullable=True),
+    Column("not_started", Boolean, nullable=False, default=False),
+    Column("decision", String(64), nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("as_of", UTCDateTime, nullable=False),
+    Column("recorded_at", UTCDateTime, nullable=False),
+    Column("detail", Text, nullable=False, default="{}"),
+    Index("ix_twice_decisions_uow", "uow_id", "seq"),
+)
+
+leases = Table(
+    "twice_leases",
+    metadata,
+    Column("uow_id", String(400), ForeignKey("twice_units_of_work.uow_id"), primary_key=True),
+    Column("holder", String(400), nullable=False),
+    Column("token", BigInteger, nullable=False),
+    Column("acquired_at", UTCDateTime, nullable=False),
+    Column("renewed_at", UTCDateTime, nullable=False),
+    Column("expires_at", UTCDateTime, nullable=False),
+    Column("released_at", UTCDateTime, nullable=True),
+)
+
+pool_holdings = Table(
+    "twice_pool_holdings",
+    metadata,
+    Column("id", SeqType, primary_key=True, autoincrement=True),
+    Column("pool", String(200), nullable=False),
+    Column("holder", String(400), nullable=False),
+    Column("slots", Integer, nullable=False),
+    Column("capacity", Integer, nullable=False),
+    Column("acquired_at", UTCDateTime, nullable=False),
+    Column("expires_at", UTCDateTime, nullable=False),
+    Column("released_at", UTCDateTime, nullable=True),
+    CheckConstraint("slots >= 1 AND slots <= capacity", name="ck_twice_pool_holdings_slots"),
+    Index("ix_twice_pool_holdings_pool", "pool", "released_at", "expires_at"),
+)
+
+# Rows that PostgreSQL transactions lock (SELECT ... FOR UPDATE) to serialise writers of one
+# pool or one fingerprinted partition; SQLite serialises every writer with BEGIN IMMEDIATE.
+locks = Table(
+    "twice_locks",
+    metadata,
+    Column("kind", String(32), nullable=False),
+    Column("name", Text, nullable=False),
+    PrimaryKeyConstraint("kind", "name", name="pk_twice_locks"),
+)

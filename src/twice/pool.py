@@ -1,0 +1,334 @@
+"""Weighted slot pools around a real dependency (a database, an API).
+
+A pool's capacity describes what the dependency can bear ("one heavy extraction or two small
+ones"), not how many workers exist: free worker threads never create slots. A task occupies
+``slots`` of the pool for as long as it runs; a 2-slot task in a 2-slot pool keeps every light
+task waiting. How capacity maps to connections or queries is the operator's measurement to make;
+a slot is not automatically one connection.
+
+Fairness rule (``Pool``): strict first come, first served. Requests are granted in arrival order
+and a request never overtakes an earlier one that is still waiting, even when enough slots are
+free for it. That costs some utilisation (a light task may wait behind a heavy one while one slot
+sits idle) and buys the guarantee that a heavy task is never starved by a stream of light ones.
+
+``LedgerPool`` shares capacity across processes through the ledger; ``PoolRegistry`` holds the
+pools of one run by name.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+import socket
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+
+class PoolError(ValueError):
+    """A pool or slot request is malformed (unknown pool, slots out of range)."""
+
+
+class PoolTimeout(TimeoutError):
+    """The slots were not granted within the timeout; the task did not start."""
+
+
+@dataclass(frozen=True)
+class PoolLease:
+    """Slots held by one task: released when the ``acquire`` block exits."""
+
+    pool: str
+    slots: int
+    holder: str
+
+
+@dataclass(frozen=True)
+class LedgerLease(PoolLease):
+    """A lease held in the ledger; ``lost`` is set if a renewal was refused."""
+
+    lost: threading.Event = field(default_factory=threading.Event, compare=False, repr=False)
+
+
+@runtime_checkable
+class SlotPool(Protocol):
+    """What the executor needs from a pool, local or ledger-backed."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def capacity(self) -> int: ...
+
+    def acquire(
+        self, slots: int = 1, timeout: float | None = None, holder: str | None = None
+    ) -> AbstractContextManager[PoolLease]: ...
+
+
+class PoolLedger(Protocol):
+    """The ledger side of a cross-process pool (``twice.ledger.Ledger`` implements it).
+
+    ``acquire_pool_slots`` grants ``slots`` to ``holder`` atomically if they fit beside every
+    other unexpired holding and says whether it did; calling it again as the same holder
+    extends the holding, and a holding nobody extends expires after ``ttl_seconds``, so a
+    crashed worker cannot hold slots forever. ``release_pool_slots`` gives back everything
+    ``holder`` holds in ``pool`` (a no-op if nothing).
+    """
+
+    def acquire_pool_slots(
+        self, pool: str, capacity: int, slots: int, holder: str, ttl_seconds: float
+    ) -> bool: ...
+
+    def release_pool_slots(self, pool: str, holder: str) -> int: ...
+
+
+def _check_capacity(name: str, capacity: int) -> None:
+    if not isinstance(name, str) or not name:
+        raise PoolError(f"pool name must be a non-empty string, got {name!r}")
+    if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
+        raise PoolError(f"pool {name!r}: capacity must be an integer >= 1, got {capacity!r}")
+
+
+def _check_slots(name: str, capacity: int, slots: int) -> None:
+    if isinstance(slots, bool) or not isinstance(slots, int) or slots < 1:
+        raise PoolError(f"pool {name!r}: slots must be an integer >= 1, got {slots!r}")
+    if slots > capacity:
+        raise PoolError(
+            f"pool {name!r} has {capacity} slot(s) but the task asks for {slots}: it could "
+            "never run; lower the task's slots or raise the pool's measured capacity"
+        )
+
+
+def _check_timeout(timeout: float | None) -> None:
+    if timeout is not None and (math.isnan(timeout) or timeout < 0):
+        raise PoolError(f"timeout must be None or >= 0 seconds, got {timeout!r}")
+
+
+_holder_counter = itertools.count(1)
+
+
+def new_holder() -> str:
+    """A holder id unique across hosts, processes, threads and leases."""
+    return (
+        f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}:{next(_holder_counter)}"
+    )
+
+
+class Pool:
+    """An in-process pool with ``capacity`` slots, granted first come, first served."""
+
+    def __init__(self, name: str, capacity: int) -> None:
+        _check_capacity(name, capacity)
+        self._name = name
+        self._capacity = capacity
+        self._in_use = 0
+        self._queue: deque[object] = deque()  # waiting requests, oldest first
+        self._changed = threading.Condition()
+
+    def __repr__(self) -> str:
+        return f"Pool({self._name!r}, capacity={self._capacity}, in_use={self._in_use})"
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def capacity(self) -> int:
+        return self._capacity
+
+    @property
+    def in_use(self) -> int:
+        """Slots held right now."""
+        return self._in_use
+
+    @property
+    def waiting(self) -> int:
+        """Requests queued for slots right now."""
+        return len(self._queue)
+
+    @contextmanager
+    def acquire(
+        self, slots: int = 1, timeout: float | None = None, holder: str | None = None
+    ) -> Iterator[PoolLease]:
+        """Hold ``slots`` for the duration of the block; wait in line if they are taken.
+
+        Raises ``PoolTimeout`` if they are not granted within ``timeout`` seconds (None waits
+        for ever) and ``PoolError`` if ``slots`` exceeds the capacity.
+        """
+        _check_slots(self._name, self._capacity, slots)
+        _check_timeout(timeout)
+        if not self._take(slots, timeout):
+            raise PoolTimeout(
+                f"pool {self._name!r}: {slots} slot(s) not granted within {timeout:g} s "
+                f"({self._in_use}/{self._capacity} in use, {self.waiting} waiting)"
+            )
+        try:
+            yield PoolLease(self._name, slots, holder or new_holder())
+        finally:
+            self._give_back(slots)
+
+    def _take(self, slots: int, timeout: float | None) -> bool:
+        ends = None if timeout is None else time.monotonic() + timeout
+        ticket = object()
+        with self._changed:
+            self._queue.append(ticket)
+            try:
+                while self._queue[0] is not ticket or self._in_use + slots > self._capacity:
+                    left = None if ends is None else ends - time.monotonic()
+                    if left is not None and left <= 0:
+                        return False
+                    self._changed.wait(left)
+                self._in_use += slots
+                return True
+            finally:
+                self._queue.remove(ticket)
+                # The head changed (granted or gave up): let the next in line re-check.
+                self._changed.notify_all()
+
+    def _give_back(self, slots: int) -> None:
+        with self._changed:
+            self._in_use -= slots
+            self._changed.notify_all()
+
+
+class LedgerPool:
+    """A pool whose capacity is shared by every process using the same ledger.
+
+    Requests from this process first queue in a local ``Pool`` (first come, first served, and
+    never more than ``capacity`` locally), then poll the ledger every ``poll_interval`` seconds
+    until it grants the slots. Fairness *between* processes is whatever the ledger grants:
+    polling is not a queue, so a heavy task in one process can lose races to light tasks of
+    another. Each lease has its own holder id; while it is held a daemon thread extends it every
+    ``ttl / 3`` seconds, so a live task keeps its slots however long it runs and a dead one
+    loses them ``ttl`` seconds after its last renewal. If a renewal is refused (the holding
+    expired and others took the slots) the lease's ``lost`` event is set: the task cannot be
+    stopped from here, so the caller should treat the dependency as over capacity.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        capacity: int,
+        ledger: PoolLedger,
+        *,
+        ttl: float = 60.0,
+        poll_interval: float = 0.5,
+    ) -> None:
+        _check_capacity(name, capacity)
+        for setting, value in (("ttl", ttl), ("poll_interval", poll_interval)):
+            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+                raise PoolError(f"pool {name!r}: {setting} must be > 0 seconds, got {value!r}")
+        self._local = Pool(name, capacity)
+        self._ledger = ledger
+        self._ttl = ttl
+        self._poll_interval = poll_interval
+
+    def __repr__(self) -> str:
+        return f"LedgerPool({self.name!r}, capacity={self.capacity}, ttl={self._ttl})"
+
+    @property
+    def name(self) -> str:
+        return self._local.name
+
+    @property
+    def capacity(self) -> int:
+        return self._local.capacity
+
+    @contextmanager
+    def acquire(
+        self, slots: int = 1, timeout: float | None = None, holder: str | None = None
+    ) -> Iterator[LedgerLease]:
+        """Hold ``slots`` in the ledger for the duration of the block (see class docstring)."""
+        _check_timeout(timeout)
+        ends = None if timeout is None else time.monotonic() + timeout
+        lease = LedgerLease(self.name, slots, holder or new_holder())
+        with self._local.acquire(slots, timeout):
+            while not self._grant(lease):
+                left = None if ends is None else ends - time.monotonic()
+                if left is not None and left <= 0:
+                    raise PoolTimeout(
+                        f"pool {self.name!r}: the ledger did not grant {slots} slot(s) "
+                        f"within {timeout:g} s"
+                    )
+                time.sleep(self._poll_interval if left is None else min(self._poll_interval, left))
+            done = threading.Event()
+            renewer = threading.Thread(
+                target=self._renew, args=(lease, done), name=f"twice-pool-{self.name}",
+                daemon=True,
+            )
+            renewer.start()
+            try:
+                yield lease
+            finally:
+                done.set()
+                renewer.join()
+                self._ledger.release_pool_slots(self.name, lease.holder)
+
+    def _grant(self, lease: LedgerLease) -> bool:
+        return self._ledger.acquire_pool_slots(
+            self.name, self.capacity, lease.slots, lease.holder, self._ttl
+        )
+
+    def _renew(self, lease: LedgerLease, done: threading.Event) -> None:
+        while not done.wait(self._ttl / 3):
+            try:
+                renewed = self._grant(lease)
+            except Exception:  # the ledger is unreachable: the holding can no longer be vouched for
+                renewed = False
+            if not renewed:
+                lease.lost.set()
+                return
+
+
+class PoolRegistry:
+    """The named pools shared by the tasks of one run.
+
+    ``ensure`` creates a local ``Pool`` on first use; ``add`` registers any ``SlotPool`` (for
+    example a ``LedgerPool``). Declaring the same name twice with a different capacity is an
+    error rather than a silent override, since two tasks would then disagree on the dependency.
+    """
+
+    def __init__(self) -> None:
+        self._pools: dict[str, SlotPool] = {}
+        self._lock = threading.Lock()
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._pools
+
+    def add(self, pool: SlotPool) -> SlotPool:
+        """Register ``pool``; refuses a second, different pool under the same name."""
+        with self._lock:
+            existing = self._pools.get(pool.name)
+            if existing is not None and existing is not pool:
+                raise PoolError(f"pool {pool.name!r} is already registered")
+            self._pools[pool.name] = pool
+            return pool
+
+    def ensure(self, name: str, capacity: int) -> SlotPool:
+        """The pool called ``name``, created as a local ``Pool`` if it does not exist yet."""
+        with self._lock:
+            pool = self._pools.get(name)
+            if pool is None:
+                pool = self._pools[name] = Pool(name, capacity)
+            elif pool.capacity != capacity:
+                raise PoolError(
+                    f"pool {name!r} already has capacity {pool.capacity}, not {capacity}"
+                )
+            return pool
+
+    def get(self, name: str) -> SlotPool:
+        try:
+            return self._pools[name]
+        except KeyError:
+            known = ", ".join(sorted(self._pools)) or "none"
+            raise PoolError(f"unknown pool {name!r} (known: {known})") from None
+
+    def acquire(
+        self, name: str, slots: int = 1, timeout: float | None = None, holder: str | None = None
+    ) -> AbstractContextManager[PoolLease]:
+        """Shortcut for ``registry.get(name).acquire(...)``."""
+        return self.get(name).acquire(slots, timeout, holder)

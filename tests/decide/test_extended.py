@@ -1,0 +1,128 @@
+"""The general planner format: ISO-8601 times, no task cap, reasons, the same precedence."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+
+from tests.decide.lab_cases import lab_case, valid_fixtures
+from twice.extended_fixture import main as extended_main
+from twice.retry_fixture import evaluate
+from twice.timescale import format_duration, parse_duration
+
+
+def run(fixture: Any, output_format: str = "json") -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = extended_main(output_format, io.StringIO(json.dumps(fixture)), out, err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def iso_case() -> dict[str, Any]:
+    """The lab fixture on a real clock: asOf 100 s after 05:00Z, durations as ISO text."""
+    def at(seconds: int) -> str:
+        minutes, secs = divmod(seconds, 60)
+        return f"2026-12-01T05:{minutes:02d}:{secs:02d}Z"
+
+    case = lab_case()
+    case["asOf"], case["deadline"] = at(case["asOf"]), at(case["deadline"])
+    case["maxObservationAge"] = "PT10S"
+    case["policy"].update(initialDelay="PT4S", maxDelay="PT12S")
+    for task in case["tasks"]:
+        task["observedAt"] = at(task["observedAt"])
+        if task["lastFinishedAt"] is not None:
+            task["lastFinishedAt"] = at(task["lastFinishedAt"])
+        task["duration"] = f"PT{task['duration']}S"
+    return case
+
+
+@settings(max_examples=150, deadline=None)
+@given(valid_fixtures())
+def test_extended_decides_like_the_lab_on_lab_input(fixture: dict[str, Any]) -> None:
+    code, out, err = run(fixture)
+    assert code == 0, err
+    lab = json.loads(evaluate(json.dumps(fixture)))
+    ours = json.loads(out)
+    strip = [{k: v for k, v in t.items() if k != "reason"} for t in ours["tasks"]]
+    assert strip == lab["tasks"]
+    assert all(t["reason"] for t in ours["tasks"])
+
+
+def test_iso_clock_gives_the_lab_decisions_in_real_time() -> None:
+    code, out, err = run(iso_case())
+    assert code == 0, err
+    tasks = {t["id"]: t for t in json.loads(out)["tasks"]}
+    assert tasks["report"]["decision"] == "wait-backoff"
+    assert tasks["report"]["earliestStart"] == "2026-12-01T05:01:43Z"
+    assert tasks["report"]["estimatedFinish"] == "2026-12-01T05:02:08Z"
+    assert tasks["report"]["backoff"] == "PT8S"
+    assert tasks["load"]["decision"] == "retry-eligible"
+    assert tasks["load"]["estimatedFinish"] == "2026-12-01T05:02:20Z"  # exactly the deadline
+    assert tasks["append"]["decision"] == "reconcile-remote"
+    assert "deadline" in tasks["load"]["reason"]
+
+
+def test_offsets_are_the_same_instant() -> None:
+    case = iso_case()
+    case["deadline"] = "2026-12-01T06:02:19+01:00"  # one second before the lab deadline
+    code, out, _ = run(case)
+    assert code == 0
+    tasks = {t["id"]: t for t in json.loads(out)["tasks"]}
+    assert tasks["load"]["decision"] == "deadline-infeasible"
+
+
+def test_no_task_cap_and_long_ids() -> None:
+    case = lab_case()
+    template = case["tasks"][1]
+    case["tasks"] = [dict(template, id=f"funds.load.20261130T0000.{i:06d}") for i in range(500)]
+    code, out, _ = run(case)
+    assert code == 0
+    assert json.loads(out)["summary"] == {"retry-eligible": 500}
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda f: f["tasks"][0].update(observedAt=105), "observedAt is after asOf"),
+        (lambda f: f["tasks"][0].update(observedAt="2026-12-01T05:00:00"), "no UTC offset"),
+        (lambda f: f.update(maxObservationAge="10 minutes"), "not an ISO-8601 duration"),
+        (lambda f: f["policy"].update(multiplier=True), "policy.multiplier must be a number"),
+        (lambda f: f.update(schema="v9"), "schema must be"),
+        (lambda f: f.update(tasks=[]), "non-empty"),
+    ],
+)
+def test_invalid_extended_input_names_the_field(mutate: Any, message: str) -> None:
+    fixture = iso_case() if "UTC offset" in message else lab_case()
+    mutate(fixture)
+    code, out, err = run(fixture)
+    assert (code, out) == (2, "")
+    assert err.startswith("Invalid retry fixture: ") and message in err
+
+
+def test_mixed_clocks_are_refused() -> None:
+    case = iso_case()
+    case["tasks"][0]["observedAt"] = 98
+    code, _, err = run(case)
+    assert code == 2 and "tasks[0].observedAt must be an ISO-8601 instant" in err
+
+
+@pytest.mark.parametrize("text", ["PT0S", "PT8S", "PT1H30M", "P1DT2H3M4S", "PT0.5S", "P2D"])
+def test_duration_round_trip(text: str) -> None:
+    micros = round(parse_duration(text).total_seconds() * 1_000_000)
+    assert parse_duration(format_duration(micros)) == parse_duration(text)
+
+
+def test_table_output_lists_each_reason_via_cli() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "twice.cli", "decide", "--extended", "--format", "table"],
+        input=json.dumps(iso_case()), capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    for identifier in ("report", "load", "append", "archive", "monitor", "transform"):
+        assert identifier in done.stdout
+    assert "reconcile-remote" in done.stdout and "no job was executed" in done.stdout

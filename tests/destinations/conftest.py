@@ -1,0 +1,69 @@
+"""Fixtures for destination tests: one real engine per parameter, never mocks.
+
+``engines`` builds spec strings for SQLite, DuckDB, PostgreSQL (the ``postgres_url`` fixture of
+tests/conftest.py, a fresh database per test) and Parquet under the test's tmp_path.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ENGINES = ("sqlite", "duckdb", "postgresql", "parquet")
+SQL_ENGINES = ("sqlite", "duckdb", "postgresql")
+
+
+@dataclass
+class Engines:
+    tmp: Path
+    pg_url: str | None
+
+    def spec(
+        self, engine: str, name: str | None = None, *, partition_column: str | None = "day",
+        key_columns: tuple[str, ...] = (),
+    ) -> str:
+        name = name or f"t_{uuid.uuid4().hex[:10]}"
+        options = []
+        if partition_column:
+            options.append(f"partition_column={partition_column}")
+        if key_columns:
+            options.append("key_columns=" + ",".join(key_columns))
+        query = ("?" + "&".join(options)) if options else ""
+        if engine == "sqlite":
+            return f"sqlite://{self.tmp}/w.db{query}#{name}"
+        if engine == "duckdb":
+            return f"duckdb://{self.tmp}/w.duckdb{query}#{name}"
+        if engine == "postgresql":
+            assert self.pg_url is not None
+            return f"{self.pg_url}{query}#public.{name}"
+        if engine == "parquet":
+            return f"parquet://{self.tmp}/{name}{query}"
+        raise AssertionError(engine)
+
+
+def _engines(request: pytest.FixtureRequest, tmp_path: Path, engine: str | None) -> Engines:
+    needs_pg = engine in (None, "postgresql")
+    return Engines(tmp_path, request.getfixturevalue("postgres_url") if needs_pg else None)
+
+
+@pytest.fixture(params=ENGINES)
+def engine(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture(params=SQL_ENGINES)
+def sql_engine(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def engines(request: pytest.FixtureRequest, tmp_path: Path) -> Engines:
+    """Spec builder; PostgreSQL is provisioned only when the test's engine needs it."""
+    chosen = None
+    for name in ("engine", "sql_engine"):
+        if name in request.fixturenames:
+            chosen = request.getfixturevalue(name)
+    return _engines(request, tmp_path, chosen)
