@@ -72,6 +72,8 @@ def twice_commands() -> list[list[str]]:
     return [
         [sys.executable, "-c", "from twice.cli import main; main()", "decide"],
         [sys.executable, str(RUN_PY)],
+        # through Click (an explicit option), a deeper stack than the fast path
+        [sys.executable, "-m", "twice.cli", "decide", "--format", "json"],
     ]
 
 
@@ -109,7 +111,7 @@ def corpus() -> list[bytes]:
     ]
 
 
-@pytest.mark.parametrize("command", twice_commands(), ids=["twice-decide", "run.py"])
+@pytest.mark.parametrize("command", twice_commands(), ids=["twice-decide", "run.py", "click-path"])
 def test_commands_match_reference_on_stdin(reference_file: Path, command: list[str]) -> None:
     for raw in corpus():
         out, code, _ = run([sys.executable, str(reference_file)], raw)

@@ -1,0 +1,762 @@
+"""Gather a ledger into one report model, as of one instant, marking how each fact is known.
+
+The HTML page, the status update and the runbook all read this model, so they cannot disagree
+about what happened. Every fact carries its *basis* (DESIGN.md, "Truthfulness"):
+
+- ``decided``: the planner chose it from the evidence; deciding did nothing.
+- ``executed``: twice ran it and recorded how it ended; that is not proof the output is right.
+- ``verified``: a named source saw it at a known time (an observation, a fingerprint computed
+  in the database); its age is part of the fact.
+- ``assumed``: the caller asserted or estimated it (safeRepeat, durations, a deadline given on
+  the command line); twice did not check it.
+
+The model is rebuilt from each unit's timeline, keeping only events at or before ``as_of`` (and
+observations *recorded* by then), so ``--as-of`` shows what an operator could have known at
+that moment, not what was learnt afterwards.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Literal, cast
+
+from twice.ledger.records import (
+    LEASE_SOURCE,
+    AttemptOutcome,
+    DecisionRecord,
+    ErrorRecord,
+    FingerprintDiff,
+    FingerprintRecord,
+    GenerationState,
+    NonfatalErrorRecord,
+    ObservationRecord,
+    TimelineEvent,
+    UnitRecord,
+)
+from twice.reports import wording
+
+if TYPE_CHECKING:
+    from twice.ledger import Ledger
+
+Basis = Literal["decided", "executed", "verified", "assumed"]
+BASES: tuple[Basis, ...] = ("decided", "executed", "verified", "assumed")
+BASIS_MEANING: dict[Basis, str] = {
+    "decided": "chosen by the planner from the evidence; deciding executes nothing",
+    "executed": "run by twice and recorded as it ended; not proof that the output is correct",
+    "verified": "seen by a named source at a known time; as good as its age",
+    "assumed": "asserted or estimated by the caller; twice did not check it",
+}
+
+UnitState = Literal[
+    "verified", "succeeded", "running", "unknown", "failed-transient", "failed-permanent",
+    "not-started",
+]
+
+#: Observation states that say the output was checked (not merely that the job ended).
+VALIDATED_STATES = frozenset({"validated", "accepted", "verified"})
+#: Observation states a remote service uses for a job that ended with an error.
+FAILED_STATES = frozenset({"failed", "failure", "error"})
+
+# Decision ``detail`` keys the planner and executor may record, in both spellings in use (the
+# lab's camelCase and Python's snake_case). Unknown keys are shown verbatim, never interpreted.
+DEADLINE_KEYS = ("deadline",)
+EARLIEST_START_KEYS = ("earliest_start", "earliestStart")
+ESTIMATED_FINISH_KEYS = ("estimated_finish", "estimatedFinish")
+BACKOFF_KEYS = ("backoff", "backoff_seconds")
+MAX_AGE_KEYS = ("max_observation_age", "maxObservationAge")
+SAFE_REPEAT_KEYS = ("safe_repeat", "safeRepeat")
+DURATION_KEYS = ("duration", "estimated_duration")
+VALIDATION_KEYS = ("validation", "validation_duration")
+POLICY_KEYS = ("policy",)
+MAX_ATTEMPTS_KEYS = ("max_attempts", "maxAttempts")
+
+DeadlineSpec = datetime | Callable[[UnitRecord], datetime | None] | None
+
+
+class ReportError(ValueError):
+    """A report cannot be built from what was given; the message names the input."""
+
+
+# -- reading recorded detail ---------------------------------------------------------------------
+
+
+def detail_value(detail: Mapping[str, Any], keys: Iterable[str]) -> Any:
+    """The first of ``keys`` present in ``detail`` (None if none is)."""
+    for key in keys:
+        if key in detail and detail[key] is not None:
+            return detail[key]
+    return None
+
+
+def detail_instant(detail: Mapping[str, Any], keys: Iterable[str]) -> datetime | None:
+    """An aware instant recorded as ISO-8601 text; teaching-clock numbers have no date, so None."""
+    value = detail_value(detail, keys)
+    if isinstance(value, datetime):
+        return value if value.utcoffset() is not None else None
+    if not isinstance(value, str):
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return parsed if parsed.utcoffset() is not None else None
+
+
+def detail_span(detail: Mapping[str, Any], keys: Iterable[str]) -> timedelta | None:
+    """A duration recorded as seconds (a number) or ISO-8601 text (``PT4M``)."""
+    from twice.timescale import TimeValueError, parse_duration
+
+    value = detail_value(detail, keys)
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return timedelta(seconds=value)
+    if isinstance(value, str):
+        try:
+            return parse_duration(value)
+        except TimeValueError:
+            try:
+                return timedelta(seconds=float(value))
+            except ValueError:
+                return None
+    return None
+
+
+def _flag(value: Any) -> bool:
+    return value is True or (isinstance(value, str) and value.strip().lower() == "true")
+
+
+# -- the model -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OutcomeChange:
+    """An attempt's outcome as recorded at ``at``: by finishing it, or by a lease takeover."""
+
+    at: datetime
+    outcome: AttemptOutcome
+    cause: str
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One attempt as known at the report's ``as_of`` (executed: twice ran it)."""
+
+    number: int
+    holder: str
+    started_at: datetime
+    outcome: AttemptOutcome
+    generation: int | None = None
+    job_id: str | None = None
+    changes: tuple[OutcomeChange, ...] = ()
+    gap_before: timedelta | None = None
+    basis: Basis = "executed"
+
+    @property
+    def ended_at(self) -> datetime | None:
+        """When twice stopped running it (finished, timed out, or its lease was taken over)."""
+        return self.changes[0].at if self.changes else None
+
+    @property
+    def unknown_since(self) -> datetime | None:
+        return next((c.at for c in self.changes if c.outcome == "unknown"), None)
+
+    @property
+    def resolved_at(self) -> datetime | None:
+        """When later evidence settled an outcome that had been unknown."""
+        if self.unknown_since is None or self.outcome == "unknown":
+            return None
+        return self.changes[-1].at
+
+
+@dataclass(frozen=True)
+class Observation:
+    """A recorded status (verified by ``record.source``), with its age at the report's as_of.
+
+    ``kinds`` tags what it shows: ``duplicate`` (the service already had the job id),
+    ``done-with-error`` (ended, but with an error result), ``reconcile`` (looked up after an
+    outcome became unknown), ``validated`` / ``validation-failed``, ``lease-takeover``.
+    """
+
+    record: ObservationRecord
+    age: timedelta
+    stale: bool | None
+    stale_at: datetime | None
+    kinds: frozenset[str] = frozenset()
+    basis: Basis = "verified"
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A planner decision with the times it recorded; ``current`` if no evidence came after it."""
+
+    record: DecisionRecord
+    current: bool
+    deadline: datetime | None = None
+    earliest_start: datetime | None = None
+    estimated_finish: datetime | None = None
+    backoff: timedelta | None = None
+    basis: Basis = "decided"
+
+
+@dataclass(frozen=True)
+class Generation:
+    """A remote job id taken for the unit, and what the ledger says became of it."""
+
+    generation: int
+    job_id: str
+    state: GenerationState
+    taken_at: datetime
+    state_at: datetime
+
+
+@dataclass(frozen=True)
+class Deadline:
+    """When the unit's output is due, and where that number comes from."""
+
+    at: datetime
+    origin: str
+    basis: Basis
+
+
+@dataclass(frozen=True)
+class Status:
+    """The unit's state in one word, the basis of that word, and a sentence of evidence."""
+
+    state: UnitState
+    basis: Basis
+    text: str
+    evidence: Observation | None = None
+
+
+@dataclass(frozen=True)
+class Assumption:
+    """Something the report rests on that nobody verified, or a question the evidence leaves."""
+
+    subject: str
+    text: str
+    origin: str
+
+
+@dataclass(frozen=True)
+class UnitReport:
+    """Everything recorded about one unit of work up to the report's as_of."""
+
+    unit: UnitRecord
+    attempts: tuple[Attempt, ...]
+    observations: tuple[Observation, ...]
+    decisions: tuple[Decision, ...]
+    generations: tuple[Generation, ...]
+    errors: tuple[ErrorRecord, ...]
+    nonfatal_errors: tuple[NonfatalErrorRecord, ...]
+    fingerprints: tuple[FingerprintRecord, ...]
+    status: Status
+    deadline: Deadline | None = None
+    max_observation_age: timedelta | None = None
+    policy: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def uow_id(self) -> str:
+        return self.unit.uow_id
+
+    @property
+    def label(self) -> str:
+        """``funds.load 2026-12-01``: how people name the unit in a meeting."""
+        unit = self.unit
+        return f"{unit.pipeline}.{unit.task} {wording.interval(unit.interval)}"
+
+    @property
+    def latest_decision(self) -> Decision | None:
+        return self.decisions[-1] if self.decisions else None
+
+    @property
+    def current_decision(self) -> Decision | None:
+        latest = self.latest_decision
+        return latest if latest is not None and latest.current else None
+
+    @property
+    def latest_observation(self) -> Observation | None:
+        return max(self.observations, key=lambda o: (o.record.observed_at, o.record.seq),
+                   default=None)
+
+    @property
+    def max_attempts(self) -> int | None:
+        value = self.policy.get("max_attempts", self.policy.get("maxAttempts"))
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+@dataclass(frozen=True)
+class PartitionHistory:
+    """Every fingerprint version of one partition (verified: computed inside the database)."""
+
+    destination: str
+    partition: str
+    versions: tuple[FingerprintRecord, ...]
+
+    @property
+    def diffs(self) -> tuple[FingerprintDiff, ...]:
+        """Each version against the one before it (the first against nothing)."""
+        previous: FingerprintRecord | None = None
+        found = []
+        for version in self.versions:
+            found.append(FingerprintDiff(before=previous, after=version))
+            previous = version
+        return tuple(found)
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """The report model: units, partitions, and what is assumed or still open."""
+
+    ledger: str
+    as_of: datetime
+    pipeline: str | None
+    units: tuple[UnitReport, ...]
+    partitions: tuple[PartitionHistory, ...]
+    assumptions: tuple[Assumption, ...]
+    open_questions: tuple[Assumption, ...]
+
+    def in_state(self, *states: UnitState) -> list[UnitReport]:
+        return [unit for unit in self.units if unit.status.state in states]
+
+    def unit(self, uow_id: str) -> UnitReport:
+        for unit in self.units:
+            if unit.uow_id == uow_id:
+                return unit
+        raise KeyError(uow_id)
+
+
+# -- gathering -----------------------------------------------------------------------------------
+
+
+def gather(
+    ledger: Ledger,
+    *,
+    as_of: datetime | None = None,
+    pipeline: str | None = None,
+    deadline: DeadlineSpec = None,
+    max_observation_age: timedelta | None = None,
+) -> Evidence:
+    """Read the ledger into an :class:`Evidence` model as of ``as_of`` (default: its clock now).
+
+    ``deadline`` (one instant, or a function of the unit) fills in for units whose decisions
+    recorded none; it is marked as given by the caller. ``max_observation_age`` likewise fills
+    in for decisions that recorded none; without either, staleness is left unstated.
+    """
+    moment = ledger.now() if as_of is None else as_of
+    if moment.utcoffset() is None:
+        raise ReportError(f"as_of {moment.isoformat()} must be timezone-aware")
+    units = [u for u in ledger.units(pipeline=pipeline) if u.created_at <= moment]
+    reports = [
+        _unit_report(unit, ledger.timeline(unit.uow_id), moment, deadline, max_observation_age)
+        for unit in units
+    ]
+    partitions = _partitions(ledger, moment, pipeline, units)
+    assumptions, open_questions = _assumptions(reports, partitions, deadline)
+    return Evidence(
+        ledger=ledger.url,
+        as_of=moment,
+        pipeline=pipeline,
+        units=tuple(reports),
+        partitions=tuple(partitions),
+        assumptions=tuple(assumptions),
+        open_questions=tuple(open_questions),
+    )
+
+
+def _known_by(event: TimelineEvent, as_of: datetime) -> bool:
+    if event.at > as_of:
+        return False
+    record = event.record
+    return not isinstance(record, ObservationRecord) or record.recorded_at <= as_of
+
+
+@dataclass
+class _AttemptDraft:
+    number: int
+    holder: str
+    started_at: datetime
+    generation: int | None
+    job_id: str | None
+    changes: list[OutcomeChange] = field(default_factory=list)
+
+
+def _unit_report(
+    unit: UnitRecord,
+    timeline: list[TimelineEvent],
+    as_of: datetime,
+    deadline: DeadlineSpec,
+    max_age: timedelta | None,
+) -> UnitReport:
+    drafts: dict[int, _AttemptDraft] = {}
+    observations: list[ObservationRecord] = []
+    decisions: list[DecisionRecord] = []
+    errors: list[ErrorRecord] = []
+    nonfatal: list[NonfatalErrorRecord] = []
+    fingerprints: list[FingerprintRecord] = []
+    generations: dict[int, Generation] = {}
+    last_evidence: datetime | None = None
+    for event in (e for e in timeline if _known_by(e, as_of)):
+        kind, detail, record = event.kind, event.detail, event.record
+        if kind not in ("decision", "unit-recorded"):
+            last_evidence = event.at if last_evidence is None else max(last_evidence, event.at)
+        if kind == "attempt-started" and event.attempt is not None:
+            drafts[event.attempt] = _AttemptDraft(
+                event.attempt, str(detail.get("holder", "")), event.at,
+                detail.get("generation"), detail.get("job_id"),
+            )
+        elif kind == "attempt-finished" and event.attempt in drafts:
+            outcome = cast(AttemptOutcome, detail.get("outcome", "unknown"))
+            drafts[event.attempt].changes.append(OutcomeChange(event.at, outcome, "finished"))
+        elif kind in ("observation", "lease-takeover") and isinstance(record, ObservationRecord):
+            observations.append(record)
+            for number in detail_value(record.detail, ("attempts_now_unknown",)) or ():
+                if number in drafts:
+                    drafts[number].changes.append(
+                        OutcomeChange(event.at, "unknown", "lease taken over")
+                    )
+        elif kind == "decision" and isinstance(record, DecisionRecord):
+            decisions.append(record)
+        elif kind == "error" and isinstance(record, ErrorRecord):
+            errors.append(record)
+        elif kind == "nonfatal-error" and isinstance(record, NonfatalErrorRecord):
+            nonfatal.append(record)
+        elif kind == "fingerprint" and isinstance(record, FingerprintRecord):
+            fingerprints.append(record)
+        elif kind in ("job-generation", "generation-marked"):
+            _track_generation(generations, event)
+    attempts = _attempts(drafts)
+    recorded_max_age = _latest_detail_span(decisions, MAX_AGE_KEYS)
+    age_limit = recorded_max_age or max_age
+    seen = tuple(_observation(o, attempts, as_of, age_limit) for o in observations)
+    decided = tuple(_decision(d, last_evidence) for d in decisions)
+    policy = _latest_policy(decisions)
+    return UnitReport(
+        unit=unit,
+        attempts=attempts,
+        observations=seen,
+        decisions=decided,
+        generations=tuple(generations[n] for n in sorted(generations)),
+        errors=tuple(errors),
+        nonfatal_errors=tuple(nonfatal),
+        fingerprints=tuple(fingerprints),
+        status=_status(attempts, seen, decided, as_of),
+        deadline=_deadline(unit, decided, deadline),
+        max_observation_age=age_limit,
+        policy=policy,
+    )
+
+
+def _track_generation(generations: dict[int, Generation], event: TimelineEvent) -> None:
+    detail = event.detail
+    number = detail.get("generation")
+    if not isinstance(number, int):
+        return
+    if event.kind == "job-generation":
+        generations[number] = Generation(
+            number, str(detail.get("job_id", "")), "active", event.at, event.at
+        )
+    elif number in generations:
+        state = cast(GenerationState, detail.get("state", generations[number].state))
+        previous = generations[number]
+        generations[number] = Generation(number, previous.job_id, state, previous.taken_at,
+                                         event.at)
+
+
+def _attempts(drafts: Mapping[int, _AttemptDraft]) -> tuple[Attempt, ...]:
+    built: list[Attempt] = []
+    for number in sorted(drafts):
+        draft = drafts[number]
+        changes = tuple(sorted(draft.changes, key=lambda c: c.at))
+        previous_end = built[-1].ended_at if built else None
+        gap = None
+        if previous_end is not None and draft.started_at >= previous_end:
+            gap = draft.started_at - previous_end
+        built.append(Attempt(
+            number=number,
+            holder=draft.holder,
+            started_at=draft.started_at,
+            outcome=changes[-1].outcome if changes else "running",
+            generation=draft.generation,
+            job_id=draft.job_id,
+            changes=changes,
+            gap_before=gap,
+        ))
+    return tuple(built)
+
+
+def _text_of(detail: Mapping[str, Any]) -> str:
+    return " ".join(str(v) for v in detail.values() if isinstance(v, str)).lower()
+
+
+def _observation_kinds(
+    record: ObservationRecord, attempts: tuple[Attempt, ...]
+) -> frozenset[str]:
+    detail = record.detail
+    state = record.state.strip().lower()
+    kinds: set[str] = set()
+    if record.source == LEASE_SOURCE:
+        kinds.add("lease-takeover")
+    status_code = detail_value(detail, ("http_status", "status_code", "code"))
+    text = _text_of(detail)
+    if ("duplicate" in state or _flag(detail.get("duplicate")) or status_code == 409
+            or "duplicate" in text or "already exists" in text):
+        kinds.add("duplicate")
+    remote_state = str(detail.get("state", state)).strip().lower()
+    error_result = detail_value(detail, ("errorResult", "error_result"))
+    if (remote_state == "done" or state == "done") and error_result:
+        kinds.add("done-with-error")
+    elif state in FAILED_STATES and record.source != LEASE_SOURCE:
+        kinds.add("done-with-error")
+    acceptance = detail.get("acceptance")
+    passed = acceptance.get("passed") if isinstance(acceptance, Mapping) else None
+    if passed is False or state in ("rejected", "validation-failed"):
+        kinds.add("validation-failed")
+    elif state in VALIDATED_STATES or passed is True or _flag(detail.get("validated")):
+        kinds.add("validated")
+    if "lease-takeover" not in kinds:
+        started = [a for a in attempts if a.started_at <= record.observed_at]
+        latest = started[-1] if started else None
+        since = latest.unknown_since if latest is not None else None
+        if ("reconcil" in record.source.lower() or _flag(detail.get("reconcile"))
+                or (since is not None and since <= record.observed_at)):
+            kinds.add("reconcile")
+    return frozenset(kinds)
+
+
+def _observation(
+    record: ObservationRecord,
+    attempts: tuple[Attempt, ...],
+    as_of: datetime,
+    max_age: timedelta | None,
+) -> Observation:
+    stale_at = None if max_age is None else record.observed_at + max_age
+    return Observation(
+        record=record,
+        age=as_of - record.observed_at,
+        stale=None if stale_at is None else as_of > stale_at,
+        stale_at=stale_at,
+        kinds=_observation_kinds(record, attempts),
+    )
+
+
+def _decision(record: DecisionRecord, last_evidence: datetime | None) -> Decision:
+    detail = record.detail
+    return Decision(
+        record=record,
+        current=last_evidence is None or record.as_of >= last_evidence,
+        deadline=detail_instant(detail, DEADLINE_KEYS),
+        earliest_start=detail_instant(detail, EARLIEST_START_KEYS),
+        estimated_finish=detail_instant(detail, ESTIMATED_FINISH_KEYS),
+        backoff=detail_span(detail, BACKOFF_KEYS),
+    )
+
+
+def _latest_detail_span(decisions: list[DecisionRecord], keys: tuple[str, ...]) -> timedelta | None:
+    for record in reversed(decisions):
+        found = detail_span(record.detail, keys)
+        if found is not None:
+            return found
+    return None
+
+
+def _latest_policy(decisions: list[DecisionRecord]) -> Mapping[str, Any]:
+    """The retry policy the latest decision recorded (a mapping, as ``RetryPolicy.to_dict``)."""
+    for record in reversed(decisions):
+        policy = detail_value(record.detail, POLICY_KEYS)
+        if isinstance(policy, Mapping):
+            return dict(policy)
+        limit = detail_value(record.detail, MAX_ATTEMPTS_KEYS)
+        if isinstance(limit, int) and not isinstance(limit, bool):
+            return {"max_attempts": limit}
+    return {}
+
+
+def _deadline(unit: UnitRecord, decisions: tuple[Decision, ...],
+              given: DeadlineSpec) -> Deadline | None:
+    """The deadline the decisions used wins: it is what they were decided against."""
+    for decision in reversed(decisions):
+        if decision.deadline is not None:
+            return Deadline(
+                decision.deadline,
+                f"recorded with decision {decision.record.decision} (seq {decision.record.seq})",
+                "decided",
+            )
+    at = given(unit) if callable(given) else given
+    if at is None:
+        return None
+    return Deadline(at, "given by the caller, not recorded in the ledger", "assumed")
+
+
+def _status(
+    attempts: tuple[Attempt, ...],
+    observations: tuple[Observation, ...],
+    decisions: tuple[Decision, ...],
+    as_of: datetime,
+) -> Status:
+    current = decisions[-1] if decisions and decisions[-1].current else None
+    if current is not None and current.record.not_started:
+        record = current.record
+        return Status(
+            "not-started", "decided",
+            f"attempt {record.attempt} not started: {record.decision} ({record.reason})",
+        )
+    if not attempts:
+        return Status("not-started", "executed", "no attempt recorded")
+    latest = attempts[-1]
+    after = [o for o in observations if o.record.observed_at >= latest.started_at]
+    freshest = max(after, key=lambda o: (o.record.observed_at, o.record.seq), default=None)
+    seen = _seen(freshest, as_of)
+    number = latest.number
+    if latest.outcome == "running":
+        return Status("running", "executed",
+                      f"attempt {number} running since {wording.instant(latest.started_at)}"
+                      f"{seen}", freshest)
+    if latest.outcome == "unknown":
+        since = latest.unknown_since or latest.started_at
+        return Status("unknown", "executed",
+                      f"attempt {number} outcome unknown since {wording.instant(since)} "
+                      f"(timeout, lost acknowledgement or lease takeover){seen}", freshest)
+    if latest.outcome == "succeeded":
+        checks = [o for o in after if o.kinds & {"validated", "validation-failed"}]
+        check = max(checks, key=lambda o: (o.record.observed_at, o.record.seq), default=None)
+        if check is not None and "validated" in check.kinds:
+            return Status("verified", "verified",
+                          f"attempt {number} succeeded and its output was validated"
+                          f"{_seen(check, as_of)}", check)
+        if check is not None:
+            return Status("succeeded", "executed",
+                          f"attempt {number} finished without error but its output FAILED "
+                          f"validation{_seen(check, as_of)}", check)
+        return Status("succeeded", "executed",
+                      f"attempt {number} finished without error; output not validated{seen}",
+                      freshest)
+    return Status(latest.outcome, "executed", f"attempt {number} {latest.outcome}{seen}",
+                  freshest)
+
+
+def _seen(observation: Observation | None, as_of: datetime) -> str:
+    if observation is None:
+        return ""
+    record = observation.record
+    return (f"; observed {record.state} via {record.source} "
+            f"{wording.span(as_of - record.observed_at)} ago")
+
+
+def _partitions(
+    ledger: Ledger, as_of: datetime, pipeline: str | None, units: list[UnitRecord]
+) -> list[PartitionHistory]:
+    uow_ids = {u.uow_id for u in units}
+    destinations = {u.destination for u in units}
+    found = []
+    for latest in ledger.latest_fingerprints():
+        versions = tuple(
+            v for v in ledger.fingerprints(latest.destination, latest.partition)
+            if v.recorded_at <= as_of
+        )
+        if not versions:
+            continue
+        ours = latest.destination in destinations or any(v.uow_id in uow_ids for v in versions)
+        if pipeline is None or ours:
+            found.append(PartitionHistory(latest.destination, latest.partition, versions))
+    return found
+
+
+def _assumptions(
+    units: list[UnitReport], partitions: list[PartitionHistory], deadline: DeadlineSpec
+) -> tuple[list[Assumption], list[Assumption]]:
+    """Caller assertions and estimates (assumed), and the questions the evidence leaves open."""
+    assumed: dict[tuple[str, str], Assumption] = {}
+    open_questions: list[Assumption] = []
+    for unit in units:
+        for decision in unit.decisions:
+            _decision_assumptions(unit, decision, assumed)
+        if unit.deadline is not None and unit.deadline.basis == "assumed":
+            key = (unit.label, "deadline")
+            assumed[key] = Assumption(
+                unit.label,
+                f"deadline {wording.instant(unit.deadline.at)} was given by the caller; no "
+                "recorded decision used it",
+                "command line" if isinstance(deadline, datetime) else "pipeline definition",
+            )
+        open_questions.extend(_open_questions(unit))
+    for history in partitions:
+        for diff in history.diffs:
+            if diff.before is not None and not diff.comparable:
+                open_questions.append(Assumption(
+                    f"{history.destination}/{history.partition}",
+                    f"fingerprint v{diff.before.version} and v{diff.after.version} used different "
+                    "key columns or algorithms: their checksums cannot be compared",
+                    "fingerprints",
+                ))
+    return list(assumed.values()), open_questions
+
+
+def _decision_assumptions(
+    unit: UnitReport, decision: Decision, found: dict[tuple[str, str], Assumption]
+) -> None:
+    record = decision.record
+    detail = record.detail
+    origin = f"decision {record.decision} (seq {record.seq})"
+    if _flag(detail_value(detail, SAFE_REPEAT_KEYS)):
+        found[(unit.label, "safe_repeat")] = Assumption(
+            unit.label,
+            "safeRepeat was asserted by the caller: repeating the task is assumed to have no "
+            "extra effect; twice did not prove it",
+            origin,
+        )
+    duration = detail_span(detail, DURATION_KEYS)
+    validation = detail_span(detail, VALIDATION_KEYS)
+    if decision.estimated_finish is not None and (duration or validation) is not None:
+        parts = []
+        if duration is not None:
+            parts.append(f"execution {wording.span(duration)}")
+        if validation is not None:
+            parts.append(f"validation {wording.span(validation)}")
+        found[(unit.label, f"estimate-{record.seq}")] = Assumption(
+            unit.label,
+            f"estimated finish {wording.instant(decision.estimated_finish)} rests on estimated "
+            f"durations ({', '.join(parts)}), not measurements; queues, capacity and future "
+            "failures are not modelled",
+            origin,
+        )
+
+
+def _open_questions(unit: UnitReport) -> list[Assumption]:
+    questions = []
+    state = unit.status.state
+    if state == "unknown":
+        questions.append(Assumption(
+            unit.label,
+            "the remote outcome is unknown: a retry may duplicate work until the job is "
+            "reconciled by its id",
+            "attempts",
+        ))
+    elif state == "succeeded":
+        questions.append(Assumption(
+            unit.label,
+            "'succeeded' means the attempt finished without error; the output has not been "
+            "validated against acceptance criteria",
+            "attempts",
+        ))
+    latest = unit.latest_observation
+    if latest is not None and latest.stale:
+        questions.append(Assumption(
+            unit.label,
+            f"the latest observation ({latest.record.state} via {latest.record.source}) is "
+            f"{wording.span(latest.age)} old, over the "
+            f"{wording.span(unit.max_observation_age or timedelta(0))} limit: refresh it "
+            "before relying on it",
+            "observations",
+        ))
+    if unit.latest_decision is not None and unit.current_decision is None and state not in (
+        "verified",
+    ):
+        questions.append(Assumption(
+            unit.label,
+            "evidence was recorded after the latest decision: no current planner decision",
+            "decisions",
+        ))
+    return questions

@@ -1,0 +1,99 @@
+"""Where a report's evidence comes from: an existing ledger, never one created by asking.
+
+``Ledger.open`` creates (and migrates) a database that is not there yet, which is right for a
+worker and wrong for a report: a typo in ``--ledger`` would produce an empty, reassuring report.
+So reports refuse a missing SQLite file, or one that is not a twice ledger, before opening it,
+with a message naming the ledger and where its name came from.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from twice.reports.evidence import DeadlineSpec, Evidence, ReportError, gather
+
+LEDGER_TABLE = "twice_schema"
+
+
+def describe(url: str | None) -> str:
+    """Name the ledger as the user would recognise it, including where the name came from."""
+    if url is not None:
+        return url
+    from_env = os.environ.get("TWICE_LEDGER")
+    if from_env:
+        return f"{from_env} (from $TWICE_LEDGER)"
+    return "twice-ledger.db (the default; set --ledger or $TWICE_LEDGER)"
+
+
+def _check_sqlite_file(database: str, shown: str) -> None:
+    path = Path(database)
+    if not path.exists():
+        raise ReportError(f"ledger not found: {shown} (no file {path})")
+    if not path.is_file():
+        raise ReportError(f"ledger {shown} is not a file: {path}")
+    try:
+        conn = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)
+        try:
+            found = conn.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (LEDGER_TABLE,)
+            ).fetchone()
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError as exc:
+        raise ReportError(f"cannot read ledger {shown}: {exc}") from None
+    if found is None:
+        raise ReportError(
+            f"{shown} is not a twice ledger (it has no {LEDGER_TABLE} table); "
+            "point --ledger at the database the runs wrote"
+        )
+
+
+def load_evidence(
+    url: str | None,
+    *,
+    as_of: datetime | None = None,
+    pipeline: str | None = None,
+    deadline: DeadlineSpec = None,
+    max_observation_age: timedelta | None = None,
+) -> Evidence:
+    """Open the ledger at ``url`` (None: ``$TWICE_LEDGER`` or ``twice-ledger.db``) and gather it.
+
+    Raises ``ReportError`` for a missing, unreadable or foreign ledger, or when ``pipeline``
+    names no recorded unit of work (most likely a typo, which an empty report would hide).
+    """
+    from twice.ledger import Ledger, LedgerError
+    from twice.ledger.engine import resolve_url
+
+    shown = describe(url)
+    try:
+        resolved = resolve_url(url)
+        if resolved.get_backend_name() == "sqlite" and resolved.database not in (None, "",
+                                                                                   ":memory:"):
+            _check_sqlite_file(resolved.database, shown)
+        with Ledger.open(url) as ledger:
+            if pipeline is not None and not ledger.units(pipeline=pipeline):
+                names = sorted({unit.pipeline for unit in ledger.units()})
+                known = ", ".join(names) if names else "none"
+                raise ReportError(
+                    f"ledger {shown} has no units of work for pipeline {pipeline!r} "
+                    f"(pipelines recorded: {known})"
+                )
+            return gather(ledger, as_of=as_of, pipeline=pipeline, deadline=deadline,
+                          max_observation_age=max_observation_age)
+    except LedgerError as exc:
+        raise ReportError(f"ledger {shown}: {exc}") from None
+
+
+def parse_instant_option(text: str | None, option: str) -> datetime | None:
+    """An ISO-8601 instant with an offset from the command line, or None when not given."""
+    if text is None:
+        return None
+    from twice.timescale import TimeValueError, parse_instant
+
+    try:
+        return parse_instant(text.strip())
+    except TimeValueError as exc:
+        raise ReportError(f"{option}: {exc}") from None

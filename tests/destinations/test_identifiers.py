@@ -1,0 +1,95 @@
+"""Hostile names are refused with an error naming the field; values are always bound."""
+
+from __future__ import annotations
+
+from datetime import date
+
+import pytest
+
+from twice.destinations import DestinationError, IdentifierError, open_destination
+from twice.destinations.identifiers import quote_identifier, validate_identifier
+
+HOSTILE = ["x; DROP TABLE y", 'a"b', "a'b", "..", "a/b", "a.b", "", "1abc", "a b", "x" * 64,
+           "t--", "ü"]
+
+
+@pytest.mark.parametrize("name", HOSTILE)
+def test_validate_identifier_refuses(name: str) -> None:
+    with pytest.raises(IdentifierError, match="column name"):
+        validate_identifier(name, "column name")
+    with pytest.raises(IdentifierError):
+        quote_identifier(name, "postgresql")
+
+
+def test_quoting_is_per_dialect() -> None:
+    assert quote_identifier("Day_1", "duckdb") == '"Day_1"'
+    with pytest.raises(IdentifierError, match="dialect"):
+        quote_identifier("x", "mysql")
+
+
+@pytest.mark.parametrize(
+    ("spec", "field"),
+    [
+        ("sqlite:///tmp/x.db#t; DROP TABLE y", "table name"),
+        ("sqlite:///tmp/x.db?partition_column=d%22ay#t", "partition_column"),
+        ("sqlite:///tmp/x.db?key_columns=id,a'b#t", "key column"),
+        ("duckdb:///tmp/x.duckdb#ma\"in.t", "schema name"),
+        ("postgresql://u@h/db#public.t;x", "table name"),
+        ("parquet:///tmp/p?partition_column=../up", "partition_column"),
+    ],
+)
+def test_hostile_names_in_specs(spec: str, field: str) -> None:
+    with pytest.raises(IdentifierError, match=field):
+        open_destination(spec)
+
+
+def test_hostile_keyword_arguments() -> None:
+    with pytest.raises(IdentifierError, match="partition_column"):
+        open_destination("sqlite:///tmp/x.db#t", partition_column="day; --")
+    with pytest.raises(IdentifierError, match="key column"):
+        open_destination("sqlite:///tmp/x.db#t", key_columns=["id", "x)"])
+
+
+def test_hostile_column_names_in_rows(engine: str, engines) -> None:
+    dest = open_destination(engines.spec(engine))
+    with pytest.raises(IdentifierError, match="column name 'x; DROP TABLE y'"):
+        dest.replace_partition([{"day": date(2026, 11, 30), "x; DROP TABLE y": 1}],
+                               date(2026, 11, 30))
+
+
+@pytest.mark.parametrize("value", ["../../etc", "a/b", "a\\b", "x=y", " lead", "..", "a\nb"])
+def test_hostile_parquet_partition_values(engines, value: str) -> None:
+    dest = open_destination(engines.spec("parquet", partition_column="region"))
+    with pytest.raises(IdentifierError, match="partition value of 'region'"):
+        dest.replace_partition([{"region": value, "n": 1}], value)
+    assert not any(p.name.startswith("region=") for p in engines.tmp.rglob("*"))
+    assert not (engines.tmp.parent / "etc").exists()
+
+
+def test_sql_values_are_bound_not_interpolated(sql_engine: str, engines) -> None:
+    dest = open_destination(engines.spec(sql_engine, partition_column="region"))
+    evil = "x'); DROP TABLE t; --"
+    dest.replace_partition([{"region": evil, "n": 1}], evil)
+    dest.replace_partition([{"region": "eu", "n": 2}], "eu")
+    dest.replace_partition([{"region": evil, "n": 3}], evil)
+    assert dest.row_count() == 2
+    assert dest.read_partition(evil).to_pylist() == [{"region": evil, "n": 3}]
+
+
+def test_bad_specs_are_clear() -> None:
+    with pytest.raises(DestinationError, match="unknown destination scheme"):
+        open_destination("mysql://h/db#t")
+    with pytest.raises(DestinationError, match="names no table"):
+        open_destination("sqlite:///tmp/x.db")
+    with pytest.raises(DestinationError, match="local files"):
+        open_destination("duckdb://evil.example/x.duckdb#t")
+    with pytest.raises(DestinationError, match="must look like"):
+        open_destination("no-scheme-here")
+    with pytest.raises(DestinationError, match="contradicts"):
+        open_destination("sqlite:///tmp/x.db?partition_column=a#t", partition_column="b")
+
+
+def test_password_is_never_echoed() -> None:
+    dest = open_destination("postgresql://u:s3cret@127.0.0.1:5432/db?sslmode=disable#s.t")
+    assert "s3cret" not in dest.spec and "s3cret" not in repr(dest)
+    assert dest.spec == "postgresql://u@127.0.0.1:5432/db?sslmode=disable#s.t"
