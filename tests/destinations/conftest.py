@@ -19,7 +19,12 @@ SQL_ENGINES = ("sqlite", "duckdb", "postgresql")
 @dataclass
 class Engines:
     tmp: Path
-    pg_url: str | None
+    request: pytest.FixtureRequest
+
+    @property
+    def pg_url(self) -> str:
+        """A fresh PostgreSQL database, provisioned on first use only."""
+        return str(self.request.getfixturevalue("postgres_url"))
 
     def spec(
         self, engine: str, name: str | None = None, *, partition_column: str | None = "day",
@@ -37,16 +42,10 @@ class Engines:
         if engine == "duckdb":
             return f"duckdb://{self.tmp}/w.duckdb{query}#{name}"
         if engine == "postgresql":
-            assert self.pg_url is not None
             return f"{self.pg_url}{query}#public.{name}"
         if engine == "parquet":
             return f"parquet://{self.tmp}/{name}{query}"
         raise AssertionError(engine)
-
-
-def _engines(request: pytest.FixtureRequest, tmp_path: Path, engine: str | None) -> Engines:
-    needs_pg = engine in (None, "postgresql")
-    return Engines(tmp_path, request.getfixturevalue("postgres_url") if needs_pg else None)
 
 
 @pytest.fixture(params=ENGINES)
@@ -61,9 +60,4 @@ def sql_engine(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 def engines(request: pytest.FixtureRequest, tmp_path: Path) -> Engines:
-    """Spec builder; PostgreSQL is provisioned only when the test's engine needs it."""
-    chosen = None
-    for name in ("engine", "sql_engine"):
-        if name in request.fixturenames:
-            chosen = request.getfixturevalue(name)
-    return _engines(request, tmp_path, chosen)
+    return Engines(tmp_path, request)

@@ -13,6 +13,7 @@ def day_interval(day: date, days: int = 1) -> Interval:
     return Interval(start, start + timedelta(days=days))
 
 
-def sorted_rows(table: Any) -> list[dict[str, Any]]:
-    rows = table.to_pylist()
+def sorted_rows(rows: Any) -> list[dict[str, Any]]:
+    """Rows of an Arrow table (or a list of dicts) in a canonical order, for comparisons."""
+    rows = rows if isinstance(rows, list) else rows.to_pylist()
     return sorted(rows, key=lambda r: repr(sorted(r.items())))

@@ -104,7 +104,7 @@ def test_accepts_arrow_pandas_polars_like_and_dicts(engine: str, engines) -> Non
 def test_batch_with_duplicate_keys_is_refused(engine: str, engines) -> None:
     dest = open_destination(engines.spec(engine, key_columns=("id",)))
     dest.replace_partition(rows_for(NOV30, range(2)), NOV30)
-    with pytest.raises(DuplicateKeyError, match="appear more than once.*'id': 1"):
+    with pytest.raises(DuplicateKeyError, match=r"appear more than once.*'id': 1"):
         dest.replace_partition(rows_for(NOV30, range(2)) + rows_for(NOV30, range(1, 2)), NOV30)
     assert dest.row_count() == 2
 
@@ -120,7 +120,8 @@ def test_timestamptz_partition_column_with_hourly_intervals(engine: str, engines
     next_hour = [{"id": 9, "at": hour + timedelta(hours=1)}]  # end is exclusive
     with pytest.raises(RowsOutsidePartitionError):
         dest.replace_partition(next_hour, first)
-    dest.replace_partition(next_hour, Interval(hour + timedelta(hours=1), hour + timedelta(hours=2)))
+    second = Interval(hour + timedelta(hours=1), hour + timedelta(hours=2))
+    dest.replace_partition(next_hour, second)
     dest.replace_partition(rows[:2], first)
     assert dest.row_count(first) == 2 and dest.row_count() == 3
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sqlite3
 from datetime import date
 
+import pyarrow as pa
 import pytest
 from dest_helpers import sorted_rows
 
@@ -36,12 +37,12 @@ def test_rerun_updates_never_appends(sql_engine: str, engines) -> None:
 def test_duplicate_or_null_keys_in_batch_are_refused(sql_engine: str, engines) -> None:
     dest = open_destination(engines.spec(sql_engine, key_columns=("source_id", "day")))
     dest.upsert(events(1, range(2)))
-    with pytest.raises(DuplicateKeyError, match="more than once.*'source_id': 's1'"):
+    with pytest.raises(DuplicateKeyError, match=r"more than once.*'source_id': 's1'"):
         dest.upsert(events(1, range(2)) + events(2, range(1, 2)))
     with pytest.raises(DuplicateKeyError, match="null key column 'source_id'"):
         dest.upsert([{"source_id": None, "day": NOV30, "value": 1}])
     assert sorted_rows(dest.read_partition()) == sorted_rows(
-        __import__("pyarrow").Table.from_pylist(events(1, range(2)))
+        pa.Table.from_pylist(events(1, range(2)))
     )
 
 

@@ -98,6 +98,7 @@ class ParquetDestination:
         self.key_columns = validate_identifiers(key_columns, "key column")
         self.overwrite = _check_mode(overwrite)
         self.use_exchange = _renameat2 is not None
+        self._arrow_schema()  # learn (or check) the partition column the dataset records
 
     def __enter__(self) -> ParquetDestination:
         return self

@@ -92,7 +92,14 @@ def _as_table(rows: RowsLike, target: Schema | None) -> pa.Table:
         try:
             return pa.Table.from_pylist(records, schema=schema)
         except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as exc:
-            raise SchemaError(f"rows do not fit the table's schema: {exc}") from None
+            detail = str(exc)
+        try:  # name the column: infer the batch's own types and compare kind by kind
+            _conform(_normalise(pa.Table.from_pylist(records)), target)
+        except SchemaError:
+            raise
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError):
+            pass
+        raise SchemaError(f"rows do not fit the table's schema: {detail}")
     if not records:
         raise SchemaError(
             "no rows and no table yet: cannot infer a schema from an empty iterable; pass an "

@@ -54,6 +54,9 @@ UnitState = Literal[
     "not-started",
 ]
 
+#: States whose evidence can still change by itself: only for these does staleness matter for
+#: the next action (a job that ended stays ended).
+OPEN_STATES: frozenset[str] = frozenset({"running", "unknown"})
 #: Observation states that say the output was checked (not merely that the job ended).
 VALIDATED_STATES = frozenset({"validated", "accepted", "verified"})
 #: Observation states a remote service uses for a job that ended with an error.
@@ -190,7 +193,11 @@ class Observation:
 
 @dataclass(frozen=True)
 class Decision:
-    """A planner decision with the times it recorded; ``current`` if no evidence came after it."""
+    """A planner decision with the times it recorded; ``current`` if no evidence came after it.
+
+    ``assumed`` names what the decision rests on that the caller asserted or estimated
+    (``safeRepeat``, ``estimated durations``): decided from assumptions, not from evidence.
+    """
 
     record: DecisionRecord
     current: bool
@@ -198,6 +205,7 @@ class Decision:
     earliest_start: datetime | None = None
     estimated_finish: datetime | None = None
     backoff: timedelta | None = None
+    assumed: tuple[str, ...] = ()
     basis: Basis = "decided"
 
 
@@ -256,6 +264,7 @@ class UnitReport:
     deadline: Deadline | None = None
     max_observation_age: timedelta | None = None
     policy: Mapping[str, Any] = field(default_factory=dict)
+    left_out: int = 0
 
     @property
     def uow_id(self) -> str:
@@ -317,6 +326,7 @@ class Evidence:
     partitions: tuple[PartitionHistory, ...]
     assumptions: tuple[Assumption, ...]
     open_questions: tuple[Assumption, ...]
+    left_out: int = 0
 
     def in_state(self, *states: UnitState) -> list[UnitReport]:
         return [unit for unit in self.units if unit.status.state in states]
@@ -326,6 +336,25 @@ class Evidence:
             if unit.uow_id == uow_id:
                 return unit
         raise KeyError(uow_id)
+
+
+def group_assumptions(items: Iterable[Assumption]) -> list[tuple[str, list[str], str]]:
+    """``(text, subjects, origin)`` with each distinct text once, in first-seen order.
+
+    The same assertion recorded for ten units reads better as one line naming the ten.
+    """
+    groups: dict[str, tuple[list[str], list[str]]] = {}
+    for item in items:
+        subjects, origins = groups.setdefault(item.text, ([], []))
+        if item.subject not in subjects:
+            subjects.append(item.subject)
+        if item.origin not in origins:
+            origins.append(item.origin)
+    return [
+        (text, subjects,
+         "; ".join(origins) if len(origins) <= 2 else f"{origins[0]} and {len(origins) - 1} more")
+        for text, (subjects, origins) in groups.items()
+    ]
 
 
 # -- gathering -----------------------------------------------------------------------------------
@@ -348,12 +377,13 @@ def gather(
     moment = ledger.now() if as_of is None else as_of
     if moment.utcoffset() is None:
         raise ReportError(f"as_of {moment.isoformat()} must be timezone-aware")
-    units = [u for u in ledger.units(pipeline=pipeline) if u.created_at <= moment]
+    recorded = ledger.units(pipeline=pipeline)
+    units = [u for u in recorded if u.created_at <= moment]
     reports = [
         _unit_report(unit, ledger.timeline(unit.uow_id), moment, deadline, max_observation_age)
         for unit in units
     ]
-    partitions = _partitions(ledger, moment, pipeline, units)
+    partitions, later_versions = _partitions(ledger, moment, pipeline, units)
     assumptions, open_questions = _assumptions(reports, partitions, deadline)
     return Evidence(
         ledger=ledger.url,
@@ -363,6 +393,8 @@ def gather(
         partitions=tuple(partitions),
         assumptions=tuple(assumptions),
         open_questions=tuple(open_questions),
+        left_out=sum(r.left_out for r in reports) + later_versions
+        + len(recorded) - len(units),
     )
 
 
@@ -398,7 +430,8 @@ def _unit_report(
     fingerprints: list[FingerprintRecord] = []
     generations: dict[int, Generation] = {}
     last_evidence: datetime | None = None
-    for event in (e for e in timeline if _known_by(e, as_of)):
+    known = [e for e in timeline if _known_by(e, as_of)]
+    for event in known:
         kind, detail, record = event.kind, event.detail, event.record
         if kind not in ("decision", "unit-recorded"):
             last_evidence = event.at if last_evidence is None else max(last_evidence, event.at)
@@ -446,6 +479,7 @@ def _unit_report(
         deadline=_deadline(unit, decided, deadline),
         max_observation_age=age_limit,
         policy=policy,
+        left_out=len(timeline) - len(known),
     )
 
 
@@ -544,6 +578,11 @@ def _observation(
 
 def _decision(record: DecisionRecord, last_evidence: datetime | None) -> Decision:
     detail = record.detail
+    assumed = []
+    if _flag(detail_value(detail, SAFE_REPEAT_KEYS)):
+        assumed.append("safeRepeat")
+    if detail_value(detail, (*DURATION_KEYS, *VALIDATION_KEYS)) is not None:
+        assumed.append("estimated durations")
     return Decision(
         record=record,
         current=last_evidence is None or record.as_of >= last_evidence,
@@ -551,6 +590,7 @@ def _decision(record: DecisionRecord, last_evidence: datetime | None) -> Decisio
         earliest_start=detail_instant(detail, EARLIEST_START_KEYS),
         estimated_finish=detail_instant(detail, ESTIMATED_FINISH_KEYS),
         backoff=detail_span(detail, BACKOFF_KEYS),
+        assumed=tuple(assumed),
     )
 
 
@@ -647,21 +687,26 @@ def _seen(observation: Observation | None, as_of: datetime) -> str:
 
 def _partitions(
     ledger: Ledger, as_of: datetime, pipeline: str | None, units: list[UnitRecord]
-) -> list[PartitionHistory]:
+) -> tuple[list[PartitionHistory], int]:
+    """Fingerprint histories known at ``as_of``, and how many later versions were left out.
+
+    With a pipeline filter, a partition belongs to it through a unit's destination or a version
+    recorded by one of its units (a backfill may record fingerprints without a unit).
+    """
     uow_ids = {u.uow_id for u in units}
     destinations = {u.destination for u in units}
     found = []
+    later = 0
     for latest in ledger.latest_fingerprints():
-        versions = tuple(
-            v for v in ledger.fingerprints(latest.destination, latest.partition)
-            if v.recorded_at <= as_of
-        )
-        if not versions:
+        every = ledger.fingerprints(latest.destination, latest.partition)
+        ours = latest.destination in destinations or any(v.uow_id in uow_ids for v in every)
+        if pipeline is not None and not ours:
             continue
-        ours = latest.destination in destinations or any(v.uow_id in uow_ids for v in versions)
-        if pipeline is None or ours:
+        versions = tuple(v for v in every if v.recorded_at <= as_of)
+        later += len(every) - len(versions)
+        if versions:
             found.append(PartitionHistory(latest.destination, latest.partition, versions))
-    return found
+    return found, later
 
 
 def _assumptions(
@@ -742,7 +787,7 @@ def _open_questions(unit: UnitReport) -> list[Assumption]:
             "attempts",
         ))
     latest = unit.latest_observation
-    if latest is not None and latest.stale:
+    if latest is not None and latest.stale and state in OPEN_STATES:
         questions.append(Assumption(
             unit.label,
             f"the latest observation ({latest.record.state} via {latest.record.source}) is "

@@ -1,0 +1,233 @@
+"""``twice backfill``: reprocess a range of intervals, verified partition by partition.
+
+Heavy modules (the ledger, destinations, Rich) are imported inside the command. Bad input (a
+missing pipeline file, an unparsable --start, an unknown task) is one line on stderr and exit 2;
+a failed or refused unit exits 1; exit 0 means every unit succeeded or was verified.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import date, datetime
+from typing import TYPE_CHECKING, Any
+
+import click
+
+if TYPE_CHECKING:
+    from twice.backfill import BackfillPlan, BackfillResult
+
+EXIT_BAD_INPUT = 2
+EXIT_FAILED = 1
+
+
+def parse_point(text: str, option: str) -> date | datetime:
+    """A date (2026-10-01) or an aware ISO-8601 instant, for --start/--end."""
+    value = text.strip()
+    try:
+        return date.fromisoformat(value) if len(value) == 10 else datetime.fromisoformat(value)
+    except ValueError:
+        raise click.BadParameter(
+            f"{text!r} is not a date (YYYY-MM-DD) or an ISO-8601 instant", param_hint=option
+        ) from None
+
+
+def fail(message: str, code: int = EXIT_BAD_INPUT) -> None:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(code)
+
+
+@click.command("backfill")
+@click.argument("pipeline_file")
+@click.option("--start", "start_text", required=True, metavar="DATE",
+              help="First interval's start (inclusive), e.g. 2026-10-01.")
+@click.option("--end", "end_text", required=True, metavar="DATE",
+              help="Range end (exclusive), e.g. 2026-11-01.")
+@click.option("--tasks", "tasks_text", default=None, metavar="a,b",
+              help="Tasks to backfill (default: all); their dependents are always rerun too.")
+@click.option("--concurrency", default=1, show_default=True, type=click.IntRange(min=1),
+              help="Intervals in flight at once (they start in order).")
+@click.option("--ledger", "ledger_url", default=None, metavar="URL",
+              help="Ledger URL (default: $TWICE_LEDGER or ./twice-ledger.db).")
+@click.option("--force", is_flag=True,
+              help="Rerun intervals even when already verified with the same input and "
+              "transform versions.")
+@click.option("--accept-schema-change", is_flag=True,
+              help="Allow a destination schema to change inside the range. Implies --force: "
+              "every interval of the range is rewritten with the new schema, so the range never "
+              "mixes old and new schemas. Without it a schema change stops the backfill.")
+@click.option("--dry-run", is_flag=True,
+              help="Print the plan (intervals x tasks, what would be skipped and why); change "
+              "nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (no progress bar).")
+def backfill(pipeline_file: str, start_text: str, end_text: str, tasks_text: str | None,
+             concurrency: int, ledger_url: str | None, force: bool, accept_schema_change: bool,
+             dry_run: bool, as_json: bool) -> None:
+    """Backfill PIPELINE_FILE for the intervals in [--start, --end).
+
+    Intervals run in order with bounded concurrency. After each one, every partition written
+    is fingerprinted in its engine and compared with the ledger's previous version (rows
+    before/after, checksum changed or not); the difference is recorded and printed. Dependents
+    of the backfilled tasks are rerun for the same intervals.
+    """
+    from twice.backfill import BackfillError, plan_backfill, run_backfill
+    from twice.destinations import DestinationError
+    from twice.interval import IntervalError
+    from twice.ledger import Ledger, LedgerError
+    from twice.pipeline import PipelineError
+    from twice.pipeline_file import PipelineFileError, load_pipeline
+    from twice.schedule import ScheduleError
+
+    start = parse_point(start_text, "--start")
+    end = parse_point(end_text, "--end")
+    tasks = [t.strip() for t in tasks_text.split(",") if t.strip()] if tasks_text else None
+    try:
+        pipeline = load_pipeline(pipeline_file)
+        intervals = pipeline.schedule.intervals(start, end)
+        if not intervals:
+            raise BackfillError(f"[{start_text}, {end_text}) holds no interval")
+        ledger = Ledger.open(ledger_url)
+    except (PipelineFileError, PipelineError, ScheduleError, IntervalError, BackfillError,
+            LedgerError, ValueError) as exc:
+        fail(str(exc))
+    try:
+        if dry_run:
+            plan = plan_backfill(pipeline, ledger, intervals, tasks=tasks,
+                                 force=force or accept_schema_change)
+            _print_plan(plan, as_json)
+            return
+        if as_json:
+            result = run_backfill(pipeline, ledger, intervals, tasks=tasks,
+                                  concurrency=concurrency, force=force,
+                                  accept_schema_change=accept_schema_change)
+            click.echo(json.dumps(result.to_dict(), sort_keys=True))
+        else:
+            result = run_with_progress(pipeline, ledger, intervals, tasks=tasks,
+                                       concurrency=concurrency, force=force,
+                                       accept_schema_change=accept_schema_change)
+            print_summary(result)
+    except (PipelineError, BackfillError) as exc:
+        fail(str(exc))
+    except DestinationError as exc:
+        fail(str(exc), EXIT_FAILED)
+    finally:
+        ledger.close()
+    if not result.ok:
+        sys.exit(EXIT_FAILED)
+
+
+def _print_plan(plan: BackfillPlan, as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps({"dry_run": True, **plan.to_dict()}, sort_keys=True))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"backfill plan for {plan.pipeline} (dry run: nothing changed)")
+    for column in ("interval", "task", "action", "reason"):
+        table.add_column(column)
+    for item in plan.items:
+        table.add_row(item.interval.start.isoformat(), item.task, item.action, item.reason)
+    console = Console()
+    console.print(table)
+    runs = sum(item.action == "run" for item in plan.items)
+    deps = f"; dependents rerun: {', '.join(plan.dependents)}" if plan.dependents else ""
+    console.print(f"{len(plan.intervals)} intervals x {len(plan.tasks)} tasks: {runs} would run, "
+                  f"{len(plan.items) - runs} would be skipped{deps}")
+
+
+def run_with_progress(pipeline: Any, ledger: Any, intervals: Any, **options: Any
+                      ) -> BackfillResult:
+    """``run_backfill`` under a Rich progress bar; diffs are printed as intervals finish."""
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+    )
+
+    from twice.backfill import run_backfill
+
+    console = Console(stderr=False)
+    state = {"running": 0, "failed": 0}
+    with Progress(TextColumn("intervals"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("running {task.fields[running]}  failed {task.fields[failed]}"),
+                  TextColumn("eta"), TimeRemainingColumn(), console=console,
+                  transient=False) as progress:
+        bar = progress.add_task("backfill", total=len(intervals), running=0, failed=0)
+
+        def emit(kind: str, data: Any) -> None:
+            if kind == "interval-started":
+                state["running"] += 1
+            elif kind == "interval-finished":
+                state["running"] -= 1
+                state["failed"] += bool(data["failed"])
+                progress.advance(bar)
+            elif kind == "attempt-failed":
+                progress.console.print(
+                    f"  {data['interval'][:10]} {data['task']}: attempt {data['attempt']} "
+                    f"failed ({data['error']})"
+                    + ("; transient, retrying" if data["transient"] else "")
+                )
+            elif kind == "reconciled":
+                progress.console.print(
+                    f"  {data['interval'][:10]} {data['task']}: outcome unknown, reconciled job "
+                    f"{data['job_id']} -> {data['state']} (same job id, not resubmitted)"
+                )
+            elif kind == "task-finished":
+                progress.console.print("  " + describe_run(data))
+            progress.update(bar, running=state["running"], failed=state["failed"])
+
+        return run_backfill(pipeline, ledger, intervals, emit=emit, **options)
+
+
+def describe_run(run: dict[str, Any]) -> str:
+    """One line per unit: status, and for a written partition its fingerprint difference."""
+    head = f"{run['interval'][:10]} {run['task']:<10} {run['status']:<9}"
+    diff = run.get("diff")
+    if run["status"] == "skipped":
+        return f"{head} {run['reason']}"
+    if diff is None:
+        return f"{head} {run['reason']}".rstrip()
+    if diff["rows_before"] is None:
+        change = f"v{diff['version']} new: {diff['rows_after']} rows"
+    else:
+        checksum = "CHANGED" if diff["checksum_changed"] else "unchanged"
+        change = (f"v{diff['version']}: rows {diff['rows_before']} -> {diff['rows_after']}, "
+                  f"checksum {checksum}")
+    extra = "; new input version" if run.get("new_input_version") else ""
+    return f"{head} {change}{extra}"
+
+
+def print_summary(result: BackfillResult) -> None:
+    from rich.console import Console
+
+    console = Console()
+    counts = result.counts()
+    diffs = result.diffs
+    changed = [d for d in diffs if d.verdict == "changed"]
+    console.print(
+        f"backfill {result.plan.pipeline}: {len(result.plan.intervals)} intervals, "
+        + ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
+        + f" in {result.elapsed:.1f} s"
+    )
+    console.print(
+        f"partitions verified: {len(diffs)} "
+        f"({sum(d.verdict == 'unchanged' for d in diffs)} unchanged, {len(changed)} changed, "
+        f"{sum(d.verdict == 'new' for d in diffs)} new)"
+    )
+    if result.plan.dependents:
+        dependents = ", ".join(result.plan.dependents)
+        console.print(f"dependents rerun for the same intervals: {dependents}")
+    new_inputs = [r for r in result.runs if r.new_input_version and r.status != "skipped"]
+    for run in new_inputs:
+        console.print(f"source changed: {run.task} {run.interval.start.date()} ran as a new unit "
+                      f"of work (input version {run.input_version})")
+    for run in result.runs:
+        if run.status in ("failed", "refused", "blocked"):
+            console.print(f"[red]{run.status}[/red]: {run.task} {run.interval.start.date()}: "
+                          f"{run.reason}")
+    if result.refusal:
+        console.print(f"[red]refused[/red]: {result.refusal}")

@@ -1,0 +1,87 @@
+"""``twice handover``: a Markdown runbook for the operator taking over (RUN handover).
+
+With ``--pipeline-file`` the runbook also lists what only the definition knows: escalation
+owners, retry policies, acceptance criteria and deadlines. Without it those sections say they are
+not known rather than guessing.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+if TYPE_CHECKING:
+    from twice.ledger.records import UnitRecord
+    from twice.pipeline import Pipeline
+
+EXIT_BAD_INPUT = 2
+
+
+def _fail(message: str) -> None:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(EXIT_BAD_INPUT)
+
+
+def _deadlines(pipeline: Pipeline) -> Callable[[UnitRecord], datetime | None]:
+    """The pipeline's deadline per unit; None where the definition cannot say."""
+    from twice.pipeline import PipelineError
+
+    def deadline_for(unit: UnitRecord) -> datetime | None:
+        try:
+            return pipeline.deadline_for(unit.interval)
+        except PipelineError:
+            return None
+
+    return deadline_for
+
+
+@click.command("handover")
+@click.option("--ledger", "ledger_url", default=None, metavar="URL",
+              help="Ledger URL or SQLite path (default: $TWICE_LEDGER or twice-ledger.db).")
+@click.option("--pipeline-file", "pipeline_file", default=None, metavar="FILE",
+              help="The pipeline's .py file: adds owners, policies and acceptance criteria.")
+@click.option("--pipeline", default=None, metavar="NAME",
+              help="Only this pipeline's units (default: the pipeline file's pipeline).")
+@click.option("--as-of", "as_of", default=None, metavar="INSTANT",
+              help="Evidence as of this ISO-8601 instant (default: now).")
+@click.option("-o", "--output", default=None, metavar="FILE",
+              type=click.Path(dir_okay=False, path_type=Path),
+              help="Write the runbook here instead of standard output.")
+def handover(ledger_url: str | None, pipeline_file: str | None, pipeline: str | None,
+             as_of: str | None, output: Path | None) -> None:
+    """Write a Markdown runbook: identifiers, jobs, sources, errors, limits, owners, examples."""
+    from twice.reports import ReportError, load_evidence, render_handover
+    from twice.reports.source import parse_instant_option
+
+    definition = None
+    if pipeline_file is not None:
+        from twice.pipeline_file import PipelineFileError, load_pipeline
+
+        try:
+            definition = load_pipeline(pipeline_file)
+        except PipelineFileError as exc:
+            _fail(str(exc))
+    name = pipeline if pipeline is not None else (definition.name if definition else None)
+    try:
+        evidence = load_evidence(
+            ledger_url,
+            as_of=parse_instant_option(as_of, "--as-of"),
+            pipeline=name,
+            deadline=_deadlines(definition) if definition is not None else None,
+        )
+    except ReportError as exc:
+        _fail(str(exc))
+    text = render_handover(evidence, definition)
+    if output is None:
+        click.echo(text, nl=False)
+        return
+    try:
+        output.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        _fail(f"cannot write {output}: {exc.strerror or exc}")
+    click.echo(f"wrote {output}: runbook for {len(evidence.units)} units of work")

@@ -1,0 +1,66 @@
+"""``twice report``: one self-contained HTML page of what the ledger recorded.
+
+The page needs no network (inline CSS and SVG, no fonts or scripts), so it can be mailed or
+opened on an isolated operations host. A missing or foreign ledger is refused with exit 2, never
+silently created: an empty report would look like "nothing happened".
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+EXIT_BAD_INPUT = 2
+
+EPILOG = """\b
+Examples:
+  twice report --html report.html
+  twice report --html incident.html --ledger sqlite:///runs/ledger.db --pipeline funds_positions
+  twice report --html at-0530.html --as-of 2026-12-02T05:30:00Z
+
+\b
+--as-of shows what was known then: later evidence is left out and every age is measured from it.
+Each fact is marked decided, executed, verified or assumed (e.g. safeRepeat is an assertion).
+"""
+
+
+def _fail(message: str) -> None:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(EXIT_BAD_INPUT)
+
+
+@click.command("report", epilog=EPILOG)
+@click.option("--html", "html_path", required=True, metavar="FILE",
+              type=click.Path(dir_okay=False, path_type=Path), help="Where to write the page.")
+@click.option("--ledger", "ledger_url", default=None, metavar="URL",
+              help="Ledger URL or SQLite path (default: $TWICE_LEDGER or twice-ledger.db).")
+@click.option("--pipeline", default=None, metavar="NAME", help="Only this pipeline's units.")
+@click.option("--as-of", "as_of", default=None, metavar="INSTANT",
+              help="Report as of this ISO-8601 instant (default: now).")
+@click.option("--deadline", default=None, metavar="INSTANT",
+              help="Deadline for units whose decisions recorded none (marked as given).")
+def report(html_path: Path, ledger_url: str | None, pipeline: str | None, as_of: str | None,
+           deadline: str | None) -> None:
+    """Write a self-contained HTML report of the runs and backfills in the ledger."""
+    from twice.reports import ReportError, load_evidence, render_html
+    from twice.reports.source import parse_instant_option
+
+    try:
+        evidence = load_evidence(
+            ledger_url,
+            as_of=parse_instant_option(as_of, "--as-of"),
+            pipeline=pipeline,
+            deadline=parse_instant_option(deadline, "--deadline"),
+        )
+    except ReportError as exc:
+        _fail(str(exc))
+    page = render_html(evidence)
+    try:
+        html_path.write_text(page, encoding="utf-8")
+    except OSError as exc:
+        _fail(f"cannot write {html_path}: {exc.strerror or exc}")
+    click.echo(f"wrote {html_path}: {len(evidence.units)} units of work, "
+               f"{len(evidence.partitions)} fingerprinted partitions, as of "
+               f"{evidence.as_of.isoformat()}")

@@ -1,0 +1,527 @@
+"""The operator's report: one self-contained HTML page (inline CSS and SVG, nothing fetched).
+
+It is read during an incident, maybe offline, maybe forwarded by mail, so it needs no network,
+no fonts and no scripts. Each fact shows its basis (decided / executed / verified / assumed) as a
+badge, and every recorded time is shown with the age it had at the report's as_of.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from html import escape
+from typing import Any
+
+from twice.ledger.records import FingerprintDiff, FingerprintRecord
+from twice.reports import wording
+from twice.reports.evidence import (
+    BACKOFF_KEYS,
+    BASES,
+    BASIS_MEANING,
+    DEADLINE_KEYS,
+    EARLIEST_START_KEYS,
+    ESTIMATED_FINISH_KEYS,
+    OPEN_STATES,
+    Assumption,
+    Basis,
+    Evidence,
+    PartitionHistory,
+    UnitReport,
+    group_assumptions,
+)
+from twice.reports.timeline_svg import slug, timeline_svg
+
+STATE_ORDER = ("unknown", "running", "failed-permanent", "failed-transient", "not-started",
+               "succeeded", "verified")
+SHOWN_DECISION_KEYS = (*DEADLINE_KEYS, *EARLIEST_START_KEYS, *ESTIMATED_FINISH_KEYS,
+                       *BACKOFF_KEYS)
+DISCLAIMER = (
+    "This page states only what the ledger recorded. Generating it executed no job, proved no "
+    "idempotency, guarantees no completion and approves nothing for production."
+)
+
+CSS = """
+:root { --ok:#2e7d32; --transient:#ef8f00; --permanent:#c62828; --unknown:#6a1b9a;
+  --running:#1565c0; --muted:#5f6368; --line:#dadce0; --bg:#fafafa; }
+* { box-sizing: border-box; }
+body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, Helvetica, Arial, sans-serif;
+  margin: 0 auto; max-width: 1240px; padding: 20px 28px 48px; color: #202124; background: #fff;
+  font-size: 14px; line-height: 1.45; }
+h1 { font-size: 24px; margin: 0 0 4px; } h2 { font-size: 19px; margin: 32px 0 8px;
+  border-bottom: 1px solid var(--line); padding-bottom: 4px; } h3 { font-size: 16px; margin: 0; }
+code, .mono { font-family: ui-monospace, "SFMono-Regular", Menlo, Consolas, monospace;
+  font-size: 12px; }
+.meta { color: var(--muted); margin: 0 0 8px; }
+.disclaimer { background: #fff8e1; border-left: 4px solid var(--transient); padding: 8px 12px;
+  margin: 12px 0; }
+.legend { display: flex; flex-wrap: wrap; gap: 8px 20px; margin: 8px 0; padding: 0;
+  list-style: none; color: var(--muted); }
+.cards { display: flex; flex-wrap: wrap; gap: 10px; margin: 12px 0; }
+.card { border: 1px solid var(--line); border-radius: 6px; padding: 8px 14px; min-width: 120px;
+  background: var(--bg); }
+.card b { display: block; font-size: 22px; }
+table { border-collapse: collapse; width: 100%; margin: 6px 0 12px; }
+th, td { text-align: left; vertical-align: top; padding: 5px 8px;
+  border-bottom: 1px solid var(--line); }
+th { background: var(--bg); font-weight: 600; white-space: nowrap; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+td.interval { white-space: nowrap; } td.outcome { min-width: 240px; }
+td code { overflow-wrap: anywhere; } td.jobs { max-width: 280px; }
+time, td.holder { white-space: nowrap; } details.detail summary { font-weight: normal;
+  color: var(--muted); }
+.basis { display: inline-block; border-radius: 10px; padding: 0 8px; font-size: 11px;
+  font-weight: 600; border: 1px solid; white-space: nowrap; }
+.basis-decided { color: #5e35b1; border-color: #b39ddb; background: #f3effc; }
+.basis-executed { color: #1565c0; border-color: #90caf9; background: #eef5fd; }
+.basis-verified { color: var(--ok); border-color: #a5d6a7; background: #eef7ee; }
+.basis-assumed { color: #8d6e00; border-color: #ffe082; background: #fffbea; }
+.state { font-weight: 600; white-space: nowrap; }
+.state-verified, .state-succeeded { color: var(--ok); }
+.state-failed-transient { color: var(--transient); }
+.state-failed-permanent { color: var(--permanent); }
+.state-unknown { color: var(--unknown); } .state-running { color: var(--running); }
+.state-not-started { color: var(--muted); }
+article.unit { border: 1px solid var(--line); border-radius: 8px; padding: 12px 16px;
+  margin: 14px 0; }
+article.unit > p { margin: 4px 0 8px; color: var(--muted); }
+details { margin: 4px 0; } summary { cursor: pointer; font-weight: 600; }
+.note { color: var(--muted); }
+.stale { color: var(--permanent); font-weight: 600; }
+svg.timeline { display: block; margin: 8px 0; background: #fff; }
+svg .lane-label { font-size: 12px; fill: var(--muted); }
+svg .axis-line { stroke: #9aa0a6; } svg .tick { stroke: #eceff1; }
+svg .tick-label { font-size: 11px; fill: var(--muted); text-anchor: middle; }
+svg .attempt-bar { stroke: rgba(0,0,0,.25); }
+svg .outcome-succeeded { fill: var(--ok); }
+svg .outcome-failed-transient { fill: var(--transient); }
+svg .outcome-failed-permanent { fill: var(--permanent); }
+svg .outcome-unknown { fill: var(--unknown); }
+svg .outcome-running { fill: var(--running); }
+svg .open-ended { stroke-dasharray: 4 3; stroke: #000; }
+svg .hatch-bg { fill: #efe6f5; } svg .hatch-line { stroke: var(--unknown); stroke-width: 2; }
+svg .unknown-span { stroke: var(--unknown); stroke-width: .8; }
+svg .backoff-gap line { stroke: var(--muted); stroke-dasharray: 3 3; stroke-width: 1.5; }
+svg .backoff-gap text { font-size: 11px; fill: var(--muted); text-anchor: middle; }
+svg .not-started-bar { fill: none; stroke: var(--permanent); stroke-dasharray: 5 3;
+  stroke-width: 1.5; }
+svg .observation-marker { fill: #1e88e5; stroke: #fff; stroke-width: 1.5; }
+svg .kind-duplicate { fill: #f9a825; } svg .kind-done-with-error { fill: var(--permanent); }
+svg .kind-validation-failed { fill: var(--permanent); }
+svg .kind-reconcile { fill: var(--unknown); }
+svg .kind-validated { fill: var(--ok); } svg .kind-lease-takeover { fill: #757575; }
+svg .observation-marker.stale { stroke: var(--permanent); stroke-dasharray: 2 2; }
+svg .decision-marker { fill: #7e57c2; stroke: #fff; }
+svg .decision-marker.superseded { fill: #c5b8e3; }
+svg .deadline-line { stroke: var(--permanent); stroke-width: 2; stroke-dasharray: 6 3; }
+svg .deadline-line-label { font-size: 12px; fill: var(--permanent); font-weight: 600; }
+svg .as-of-line { stroke: #202124; stroke-width: 1; stroke-dasharray: 2 2; }
+svg .as-of-line-label { font-size: 12px; fill: #202124; }
+.swatch { display: inline-block; width: 12px; height: 12px; border-radius: 2px;
+  vertical-align: -1px; margin-right: 4px; }
+.checksum-changed { color: var(--permanent); font-weight: 600; }
+.checksum-same { color: var(--ok); }
+footer { margin-top: 36px; color: var(--muted); border-top: 1px solid var(--line);
+  padding-top: 8px; }
+"""
+
+_SWATCHES = (
+    ("succeeded", "var(--ok)"), ("failed-transient", "var(--transient)"),
+    ("failed-permanent", "var(--permanent)"), ("unknown", "var(--unknown)"),
+    ("running", "var(--running)"),
+)
+_MARKERS = (
+    ("observation", "#1e88e5"), ("duplicate", "#f9a825"), ("DONE with error", "var(--permanent)"),
+    ("reconcile", "var(--unknown)"), ("validated", "var(--ok)"), ("decision", "#7e57c2"),
+)
+
+
+def badge(basis: Basis) -> str:
+    return (f'<span class="basis basis-{basis}" title="{escape(BASIS_MEANING[basis])}">'
+            f"{basis}</span>")
+
+
+def _time(value: datetime | None) -> str:
+    if value is None:
+        return '<span class="note">—</span>'
+    return f'<time datetime="{value.isoformat()}">{escape(wording.instant(value))}</time>'
+
+
+def _detail(detail: Mapping[str, Any], shown: Iterable[str] = ()) -> str:
+    """The recorded detail verbatim, minus keys already shown; long ones folded away."""
+    rest = {k: v for k, v in detail.items() if k not in set(shown)}
+    if not rest:
+        return ""
+    text = json.dumps(rest, sort_keys=True, default=str)
+    if len(text) <= 120:
+        return f"<code>{escape(text)}</code>"
+    keys = ", ".join(sorted(rest))
+    return (f'<details class="detail"><summary>{escape(keys)}</summary>'
+            f"<code>{escape(text[:2000])}</code></details>")
+
+
+def _table(css: str, headers: Iterable[str], rows: Iterable[str], table_id: str = "") -> str:
+    head = "".join(f"<th>{escape(h)}</th>" for h in headers)
+    body = "".join(rows)
+    ident = f' id="{table_id}"' if table_id else ""
+    return (f'<table class="{css}"{ident}><thead><tr>{head}</tr></thead><tbody>{body}</tbody>'
+            "</table>")
+
+
+def _state(unit: UnitReport) -> str:
+    status = unit.status
+    return f'<span class="state state-{status.state}">{escape(status.state)}</span>'
+
+
+def _jobs(unit: UnitReport) -> str:
+    if unit.generations:
+        return "<br>".join(
+            f"g{g.generation} <code>{escape(g.job_id)}</code> {escape(g.state)}"
+            for g in unit.generations
+        )
+    ids = sorted({a.job_id for a in unit.attempts if a.job_id})
+    return "<br>".join(f"<code>{escape(i)}</code>" for i in ids) or '<span class="note">none</span>'
+
+
+def _latest_evidence(unit: UnitReport) -> str:
+    latest = unit.latest_observation
+    if latest is None:
+        return '<span class="note">no observation</span>'
+    record = latest.record
+    stale = (' <span class="stale">stale</span>'
+             if latest.stale and unit.status.state in OPEN_STATES else "")
+    return (f"{escape(record.state)} via <code>{escape(record.source)}</code>, "
+            f"{escape(wording.span(latest.age))} old{stale} {badge('verified')}")
+
+
+def _next(unit: UnitReport) -> str:
+    decision = unit.latest_decision
+    if decision is None:
+        return '<span class="note">no decision recorded</span>'
+    record = decision.record
+    note = "" if decision.current else ' <span class="note">(evidence came after it)</span>'
+    return f"<b>{escape(record.decision)}</b>{note} {badge('decided')}"
+
+
+def _units_table(evidence: Evidence) -> str:
+    rows = []
+    for unit in evidence.units:
+        u = unit.unit
+        rows.append(
+            f'<tr class="unit-row unit-state-{unit.status.state}" '
+            f'data-uow="{escape(unit.uow_id)}">'
+            f'<td><a href="#unit-{slug(unit.uow_id)}">{escape(u.pipeline)}.{escape(u.task)}</a>'
+            f'</td><td class="interval">{escape(wording.interval(u.interval))}</td>'
+            f'<td class="outcome">{_state(unit)} {badge(unit.status.basis)}<br>'
+            f'<span class="note">{escape(unit.status.text)}</span></td>'
+            f'<td class="num">{len(unit.attempts)}'
+            + (f" of {unit.max_attempts}" if unit.max_attempts else "")
+            + f'</td><td class="jobs">{_jobs(unit)}</td><td>{_latest_evidence(unit)}</td>'
+            f"<td>{_next(unit)}</td></tr>"
+        )
+    if not rows:
+        return '<p class="note" id="units-table">The ledger records no units of work.</p>'
+    return _table("units", ["Task", "Interval", "Outcome", "Attempts", "Job ids / generations",
+                            "Latest evidence", "Latest decision"], rows, "units-table")
+
+
+def _attempts(unit: UnitReport) -> str:
+    rows = []
+    for a in unit.attempts:
+        ended = a.ended_at
+        duration = "" if ended is None else wording.span(ended - a.started_at)
+        gap = "" if a.gap_before is None else wording.span(a.gap_before)
+        history = ", ".join(f"{c.outcome} at {wording.clock_time(c.at)} ({c.cause})"
+                            for c in a.changes)
+        generation = "" if a.generation is None else f"g{a.generation} "
+        job = "" if a.job_id is None else f"{generation}<code>{escape(a.job_id)}</code>"
+        rows.append(
+            f'<tr class="attempt-row outcome-{a.outcome}"><td class="num">{a.number}</td>'
+            f'<td class="holder">{escape(a.holder)}</td><td>{job}</td>'
+            f"<td>{_time(a.started_at)}</td>"
+            f"<td>{_time(ended)}</td><td>{escape(duration)}</td><td>{escape(gap)}</td>"
+            f'<td><span class="state state-{a.outcome}">{escape(a.outcome)}</span><br>'
+            f'<span class="note">{escape(history)}</span></td><td>{badge(a.basis)}</td></tr>'
+        )
+    if not rows:
+        return '<p class="note">No attempt recorded.</p>'
+    return _table("attempts", ["#", "Holder", "Job", "Started", "Ended", "Ran", "Gap before",
+                               "Outcome", "Basis"], rows)
+
+
+def _observations(unit: UnitReport) -> str:
+    rows = []
+    for o in unit.observations:
+        r = o.record
+        stale = ""
+        if o.stale and unit.status.state in OPEN_STATES:
+            stale = ' <span class="stale">stale</span>'
+        elif o.stale:
+            stale = ' <span class="note">(over the age limit; the job has ended)</span>'
+        elif o.stale is None:
+            stale = ' <span class="note">(no age limit recorded)</span>'
+        kinds = ", ".join(sorted(o.kinds))
+        rows.append(
+            f'<tr class="observation-row" data-seq="{r.seq}"><td>{_time(r.observed_at)}</td>'
+            f"<td>{escape(r.state)}</td><td><code>{escape(r.source)}</code></td>"
+            f"<td>{escape(wording.span(o.age))}{stale}</td>"
+            f"<td>{'' if r.attempt is None else r.attempt}</td><td>{escape(kinds)}</td>"
+            f"<td>{_detail(r.detail)}</td><td>{badge(o.basis)}</td></tr>"
+        )
+    if not rows:
+        return '<p class="note">No observation recorded: no source has reported a status.</p>'
+    return _table("observations", ["Observed", "State", "Source", "Age", "Attempt", "Shows",
+                                   "Detail", "Basis"], rows)
+
+
+def _assumed(what: tuple[str, ...]) -> str:
+    if not what:
+        return ""
+    return (f'<br>{badge("assumed")} <span class="note assumed-items">{escape(", ".join(what))}'
+            "</span>")
+
+
+def _decisions(unit: UnitReport) -> str:
+    rows = []
+    for d in unit.decisions:
+        r = d.record
+        attempt = "" if r.attempt is None else str(r.attempt)
+        if r.not_started:
+            attempt += " (not started)"
+        current = "current" if d.current else "evidence came after it"
+        timing = " · ".join(
+            f"{name} {wording.instant(value)}"
+            for name, value in (("earliest start", d.earliest_start),
+                                ("estimated finish", d.estimated_finish),
+                                ("deadline", d.deadline))
+            if value is not None
+        )
+        if d.backoff is not None:
+            timing = f"backoff {wording.span(d.backoff)}" + (f" · {timing}" if timing else "")
+        rows.append(
+            f'<tr class="decision-row decision-{r.decision}" data-seq="{r.seq}">'
+            f"<td>{_time(r.as_of)}</td><td><b>{escape(r.decision)}</b><br>"
+            f'<span class="note">{escape(current)}</span></td><td>{escape(r.reason)}</td>'
+            f"<td>{escape(attempt)}</td><td>{escape(timing)}</td>"
+            f"<td>{_detail(r.detail, SHOWN_DECISION_KEYS)}</td>"
+            f"<td>{badge(d.basis)}{_assumed(d.assumed)}</td></tr>"
+        )
+    if not rows:
+        return '<p class="note">No decision recorded.</p>'
+    return _table("decisions", ["As of", "Decision", "Reason", "Attempt", "Timing", "Detail",
+                                "Basis"], rows)
+
+
+def _problems(unit: UnitReport) -> str:
+    rows = [
+        f'<tr class="error-row classification-{e.classification}"><td>{_time(e.recorded_at)}</td>'
+        f"<td>{'' if e.attempt is None else e.attempt}</td><td><code>{escape(e.error_class)}"
+        f"</code></td><td><b>{escape(e.classification)}</b></td><td>{escape(e.message)}</td>"
+        f"<td>{_detail(e.detail)}</td></tr>"
+        for e in unit.errors
+    ]
+    rows.extend(
+        f'<tr class="nonfatal-row"><td>{_time(n.recorded_at)}</td>'
+        f"<td>{'' if n.attempt is None else n.attempt}</td><td>non-fatal</td>"
+        f"<td>× {n.count}</td><td>{escape(n.message)}</td><td>{_detail(n.detail)}</td></tr>"
+        for n in unit.nonfatal_errors
+    )
+    if not rows:
+        return ""
+    table = _table("errors", ["Recorded", "Attempt", "Error", "Classification", "Message",
+                              "Detail"], rows)
+    return f"<details open><summary>Errors ({len(rows)})</summary>{table}</details>"
+
+
+def _generations(unit: UnitReport) -> str:
+    if not unit.generations:
+        return ""
+    rows = [
+        f'<tr class="generation-row generation-{g.state}"><td class="num">{g.generation}</td>'
+        f"<td><code>{escape(g.job_id)}</code></td><td>{escape(g.state)}</td>"
+        f"<td>{_time(g.taken_at)}</td><td>{_time(g.state_at)}</td></tr>"
+        for g in unit.generations
+    ]
+    table = _table("generations", ["Generation", "Job id", "State", "Taken", "State since"],
+                   rows)
+    return f"<details open><summary>Job generations</summary>{table}</details>"
+
+
+def _unit_article(unit: UnitReport, as_of: datetime) -> str:
+    u = unit.unit
+    deadline = ""
+    if unit.deadline is not None:
+        deadline = (f" · deadline {_time(unit.deadline.at)} ({escape(unit.deadline.origin)}) "
+                    f"{badge(unit.deadline.basis)}")
+    identity = (
+        f"<code>{escape(u.uow_id)}</code> · destination <code>{escape(u.destination)}</code> · "
+        f"input <code>{escape(u.input_partition or '—')}</code> version "
+        f"<code>{escape(u.input_version or '—')}</code> · transform "
+        f"<code>{escape(u.transform_version)}</code>{deadline}"
+    )
+    return (
+        f'<article class="unit unit-state-{unit.status.state}" id="unit-{slug(unit.uow_id)}" '
+        f'data-uow="{escape(unit.uow_id)}">'
+        f"<h3>{escape(unit.label)} — {_state(unit)} {badge(unit.status.basis)}</h3>"
+        f"<p>{identity}</p>"
+        f'<p class="status-text">{escape(unit.status.text)}</p>'
+        f"{timeline_svg(unit, as_of)}"
+        f"<details open><summary>Attempts ({len(unit.attempts)})</summary>"
+        f"{_attempts(unit)}</details>"
+        f"<details open><summary>Observations ({len(unit.observations)})</summary>"
+        f"{_observations(unit)}</details>"
+        f"<details open><summary>Decisions ({len(unit.decisions)})</summary>"
+        f"{_decisions(unit)}</details>"
+        f"{_problems(unit)}{_generations(unit)}</article>"
+    )
+
+
+def _fingerprint_row(record: FingerprintRecord) -> str:
+    columns = ", ".join(record.columns) if record.columns else "—"
+    made_by = ""
+    if record.uow_id:
+        made_by = f"<code>{escape(record.uow_id)}</code>"
+        if record.attempt:
+            made_by += f" attempt {record.attempt}"
+    return (
+        f'<tr class="fingerprint-version" data-version="{record.version}">'
+        f'<td class="num">v{record.version}</td><td class="num">{record.row_count}</td>'
+        f"<td><code>{escape(record.checksum)}</code></td><td>{escape(columns)}</td>"
+        f"<td>{escape(record.algorithm or '—')}</td><td>{_time(record.recorded_at)}</td>"
+        f"<td>{made_by}</td><td>{badge('verified')}</td></tr>"
+    )
+
+
+def _diff_row(diff: FingerprintDiff) -> str:
+    before = diff.before
+    if before is None:
+        return ""
+    after = diff.after
+    delta = diff.row_delta or 0
+    changed = bool(diff.checksum_changed)
+    css = "checksum-changed" if changed else "checksum-same"
+    if not diff.comparable:
+        verdict = "not comparable"
+    elif diff.identical:
+        verdict = "identical"
+    else:
+        verdict = "changed" if changed or delta else "same rows, schema changed"
+    notes = []
+    if not diff.comparable:
+        notes.append("checksums not comparable (different key columns or algorithm)")
+    if diff.schema_changed:
+        notes.append("schema changed")
+    return (
+        f'<tr class="fingerprint-diff diff-{"changed" if changed else "same"}" '
+        f'data-from="{before.version}" '
+        f'data-to="{after.version}"><td>v{before.version} → v{after.version}</td>'
+        f'<td class="num">{before.row_count}</td><td class="num">{after.row_count}</td>'
+        f'<td class="num">{delta:+d}</td><td class="{css}">{"yes" if changed else "no"}</td>'
+        f"<td>{escape(verdict)}</td><td>{escape('; '.join(notes))}</td></tr>"
+    )
+
+
+def _fingerprints(partitions: tuple[PartitionHistory, ...]) -> str:
+    if not partitions:
+        return '<p class="note">No fingerprint recorded.</p>'
+    parts = []
+    for history in partitions:
+        versions = _table(
+            "fingerprint-versions",
+            ["Version", "Rows", "Checksum", "Key columns", "Algorithm", "Recorded", "By",
+             "Basis"],
+            (_fingerprint_row(v) for v in history.versions),
+        )
+        diffs = [row for row in (_diff_row(d) for d in history.diffs) if row]
+        diff_table = (
+            _table("fingerprint-diffs", ["Versions", "Rows before", "Rows after", "Δ rows",
+                                         "Checksum changed", "Verdict", "Notes"], diffs)
+            if diffs else '<p class="note">Only one version: nothing to compare yet.</p>'
+        )
+        parts.append(
+            f'<div class="partition" data-destination="{escape(history.destination)}" '
+            f'data-partition="{escape(history.partition)}"><h3><code>'
+            f"{escape(history.destination)}</code> / <code>{escape(history.partition)}</code> "
+            f"({len(history.versions)} version{'s' if len(history.versions) != 1 else ''})</h3>"
+            f"{versions}{diff_table}</div>"
+        )
+    return "".join(parts)
+
+
+def _assumption_list(items: tuple[Assumption, ...], css: str, empty: str) -> str:
+    if not items:
+        return f'<p class="note">{escape(empty)}</p>'
+    rows = "".join(
+        f'<li class="{css}"><b>{escape(", ".join(subjects))}</b>: {escape(text)} '
+        f'<span class="note">({escape(origin)})</span></li>'
+        for text, subjects, origin in group_assumptions(items)
+    )
+    return f"<ul>{rows}</ul>"
+
+
+def _summary(evidence: Evidence) -> str:
+    counts = Counter(unit.status.state for unit in evidence.units)
+    cards = "".join(
+        f'<div class="card state-{state}" data-state="{state}"><b>{counts[state]}</b>'
+        f"{escape(state)}</div>"
+        for state in STATE_ORDER if counts[state]
+    )
+    return f'<div class="cards" id="summary">{cards}</div>'
+
+
+def _legend() -> str:
+    bases = "".join(f"<li>{badge(b)} {escape(BASIS_MEANING[b])}</li>" for b in BASES)
+    swatches = "".join(
+        f'<li><span class="swatch" style="background:{color}"></span>attempt {escape(name)}</li>'
+        for name, color in _SWATCHES
+    )
+    markers = "".join(
+        f'<li><span class="swatch" style="background:{color};border-radius:6px"></span>'
+        f"{escape(name)}</li>"
+        for name, color in _MARKERS
+    )
+    return (f'<ul class="legend" id="basis-legend">{bases}</ul>'
+            f'<ul class="legend" id="timeline-legend">{swatches}{markers}'
+            '<li>hatched: outcome unknown</li><li>dashed outline: attempt not started</li>'
+            '<li>red dashed line: deadline</li></ul>')
+
+
+def _left_out(evidence: Evidence) -> str:
+    if not evidence.left_out:
+        return ""
+    return (f' · <span class="left-out">{evidence.left_out} later records left out (after '
+            "the as-of time)</span>")
+
+
+def render_html(evidence: Evidence) -> str:
+    """The whole report page as one string (UTF-8, no external resources)."""
+    scope = f"pipeline {evidence.pipeline}" if evidence.pipeline else "all pipelines"
+    title = f"twice report — {scope}, as of {wording.instant(evidence.as_of)}"
+    units = "".join(_unit_article(unit, evidence.as_of) for unit in evidence.units)
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{escape(title)}</title><style>{CSS}</style></head><body>"
+        f"<header><h1>twice report</h1><p class=\"meta\">Ledger <code>{escape(evidence.ledger)}"
+        f"</code> · {escape(scope)} · as of {_time(evidence.as_of)} · "
+        f"{len(evidence.units)} units of work · {len(evidence.partitions)} fingerprinted "
+        f"partitions{_left_out(evidence)}</p>"
+        f'<p class="disclaimer">{escape(DISCLAIMER)}</p>{_legend()}</header>'
+        f'<section id="units"><h2>Units of work</h2>{_summary(evidence)}'
+        f"{_units_table(evidence)}</section>"
+        f'<section id="timelines"><h2>Timelines and evidence</h2>{units or ""}</section>'
+        f'<section id="fingerprints"><h2>Fingerprints</h2><p class="note">Row count and '
+        "order-independent checksum of each partition, computed inside the database "
+        f"(verified); each version is compared with the one before it.</p>"
+        f"{_fingerprints(evidence.partitions)}</section>"
+        '<section id="assumptions"><h2>Assumed, not verified</h2>'
+        + _assumption_list(evidence.assumptions, "assumption",
+                           "No caller assertion or estimate was recorded.")
+        + '</section><section id="open-questions"><h2>Open questions</h2>'
+        + _assumption_list(evidence.open_questions, "open-question",
+                           "The evidence leaves no open question listed here.")
+        + f"</section><footer>{escape(DISCLAIMER)} jobsExecuted: false · idempotencyProven: "
+        "false · completionGuaranteed: false · productionApproval: false (for this report)."
+        "</footer></body></html>\n"
+    )

@@ -1,0 +1,143 @@
+"""Backfill behaviour on the real example: DuckDB warehouse, SQLite ledger, no mocks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from tests.backfill import helpers
+
+from twice.backfill import plan_backfill, run_backfill
+from twice.ledger import Ledger
+
+
+@pytest.fixture
+def setup(tmp_path: Path):
+    root = helpers.make_workdir(tmp_path / "wh")
+    ledger = Ledger.open(f"sqlite:///{tmp_path / 'ledger.db'}")
+    pipeline = helpers.example().build_pipeline(root)
+    yield root, ledger, pipeline
+    ledger.close()
+
+
+def test_backfill_twice_gives_identical_fingerprints_and_no_duplicates(setup) -> None:
+    root, ledger, pipeline = setup
+    spans = helpers.intervals(3)
+    first = run_backfill(pipeline, ledger, spans, concurrency=2)
+    assert first.ok and first.counts() == {"succeeded": 12}
+    before, rows_before = helpers.fingerprints(root, spans), helpers.contents(root)
+    second = run_backfill(pipeline, ledger, spans, concurrency=3, force=True)
+    assert second.ok and second.counts() == {"succeeded": 12}
+    assert helpers.fingerprints(root, spans) == before
+    assert helpers.contents(root) == rows_before
+    assert helpers.duplicates(root) == 0
+    assert {d.verdict for d in second.diffs} == {"unchanged"}
+    assert all(d.version == 2 and d.rows_before == d.rows_after for d in second.diffs)
+    diff = ledger.fingerprint_diff(pipeline.get_task("load").destination, spans[0].label)
+    assert diff is not None and diff.checksum_changed is False and diff.row_delta == 0
+
+
+def test_dependents_rerun_for_the_same_intervals(setup) -> None:
+    _, ledger, pipeline = setup
+    spans = helpers.intervals(2)
+    run_backfill(pipeline, ledger, spans)
+    result = run_backfill(pipeline, ledger, spans, tasks=["transform"], force=True)
+    assert result.plan.dependents == ("load", "aggregate")
+    ran = {(r.task, r.interval) for r in result.runs if r.status == "succeeded"}
+    assert ran == {(t, s) for t in ("transform", "load", "aggregate") for s in spans}
+    assert not any(r.task == "extract" for r in result.runs)
+
+
+def test_resume_skips_verified_intervals_and_force_reruns(setup) -> None:
+    root, ledger, pipeline = setup
+    spans = helpers.intervals(3)
+    run_backfill(pipeline, ledger, spans)
+    again = run_backfill(pipeline, ledger, spans)
+    assert again.counts() == {"skipped": 12}
+    # tamper with one partition behind twice's back: only that interval and its dependents rerun
+    import duckdb
+
+    con = duckdb.connect(str(root / "warehouse.duckdb"))
+    con.execute("DELETE FROM positions WHERE day = DATE '2026-11-24' AND fund_id = 'FUND_A'")
+    con.close()
+    resumed = run_backfill(pipeline, ledger, spans)
+    ran = sorted((r.interval.start.day, r.task) for r in resumed.runs if r.status == "succeeded")
+    assert ran == [(24, "aggregate"), (24, "load")]
+    forced = run_backfill(pipeline, ledger, spans, force=True)
+    assert forced.counts() == {"succeeded": 12}
+
+
+def test_dry_run_plan_changes_nothing(setup) -> None:
+    root, ledger, pipeline = setup
+    spans = helpers.intervals(2)
+    plan = plan_backfill(pipeline, ledger, spans)
+    assert [i.action for i in plan.items] == ["run"] * 8
+    assert ledger.units() == [] and not (root / "warehouse.duckdb").exists()
+
+
+def test_source_change_is_a_new_input_version(setup) -> None:
+    root, ledger, pipeline = setup
+    spans = helpers.intervals(3)
+    run_backfill(pipeline, ledger, spans)
+    old = pipeline.unit_of_work("extract", spans[1])
+    helpers.example().source.write_day(root / "source", spans[1].start.date(), revision=1)
+    new = pipeline.unit_of_work("extract", spans[1])
+    assert new.input_version != old.input_version and new.uow_id != old.uow_id
+    plan = plan_backfill(pipeline, ledger, spans)
+    changed = [i for i in plan.items if i.action == "run"]
+    assert changed[0].task == "extract" and changed[0].new_input_version
+    assert "source changed" in changed[0].reason
+    result = run_backfill(pipeline, ledger, spans)
+    assert result.to_dict()["new_input_versions"] == [new.uow_id]
+    assert ledger.unit(new.uow_id) is not None and ledger.unit(old.uow_id) is not None
+    extract = next(r for r in result.runs if r.task == "extract" and r.status == "succeeded")
+    assert extract.diff is not None and extract.diff.checksum_changed
+    assert sum(r.status == "succeeded" for r in result.runs) == 4
+
+
+def test_schema_change_is_refused(setup) -> None:
+    root, ledger, pipeline = setup
+    spans = helpers.intervals(3)
+    run_backfill(pipeline, ledger, spans)
+    before = helpers.contents(root)
+    v2 = helpers.example().build_pipeline(root, transform_version="2")
+    result = run_backfill(v2, ledger, spans)
+    assert not result.ok and result.refusal is not None
+    assert "schema" in result.refusal and "--accept-schema-change" in result.refusal
+    assert helpers.contents(root) == before  # the destination refused atomically
+    assert [r.status for r in result.runs if r.interval != spans[0]] == ["blocked"] * 8
+
+
+def test_faults_are_retried_and_reconciled_without_duplicates(setup) -> None:
+    root, ledger, _ = setup
+    faults = helpers.example().FaultPlan(
+        transient_extract={helpers.START: 2}, lost_ack_load={helpers.START})
+    pipeline = helpers.example().build_pipeline(root, faults)
+    result = run_backfill(pipeline, ledger, helpers.intervals(2))
+    assert result.ok
+    extract = next(r for r in result.runs if r.task == "extract")
+    assert [o for _, o in extract.attempts] == ["failed-transient"] * 2 + ["succeeded"]
+    load = next(r for r in result.runs if r.task == "load")
+    assert load.reconciled and load.reconciled[0].endswith("succeeded")
+    assert len(load.attempts) == 1 and helpers.duplicates(root) == 0
+
+
+def test_migrated_schema_needs_accept_and_then_rewrites_every_interval(setup) -> None:
+    import duckdb
+
+    root, ledger, pipeline = setup
+    spans = helpers.intervals(3)
+    run_backfill(pipeline, ledger, spans)
+    con = duckdb.connect(str(root / "warehouse.duckdb"))
+    for table in ("positions_stage", "positions"):
+        con.execute(f"ALTER TABLE {table} ADD COLUMN currency VARCHAR")
+    con.close()
+    v2 = helpers.example().build_pipeline(root, transform_version="2")
+    refused = run_backfill(v2, ledger, spans[1:])
+    assert not refused.ok and "schema differs across the backfill range" in str(refused.refusal)
+    assert {r.status for r in refused.runs} == {"blocked"}
+    accepted = run_backfill(v2, ledger, spans, accept_schema_change=True)
+    assert accepted.ok, accepted.to_dict()
+    changed = {(d.task, d.partition) for d in accepted.diffs if d.schema_changed}
+    assert changed == {(t, s.label) for t in ("transform", "load") for s in spans}
+    assert {r[-1] for r in helpers.contents(root)["positions"]} == {"EUR"}

@@ -1,0 +1,65 @@
+"""``twice backfill`` / ``twice verify`` from the command line: exit codes and messages."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from tests.backfill import helpers
+
+from twice.cli.app import cli
+
+
+@pytest.fixture
+def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, str]:
+    root = helpers.make_workdir(tmp_path / "wh", days=2)
+    monkeypatch.setenv("TWICE_FUNDS_WORKDIR", str(root))
+    return root, f"sqlite:///{tmp_path / 'ledger.db'}"
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+
+
+def test_backfill_json_then_dry_run_skips_and_verify_matches(env) -> None:
+    root, ledger = env
+    base = ["backfill", str(helpers.EXAMPLE), "--start", "2026-11-23", "--end", "2026-11-25",
+            "--ledger", ledger]
+    first = invoke(*base, "--json", "--concurrency", "2")
+    assert first.exit_code == 0, first.output
+    assert json.loads(first.output)["counts"] == {"succeeded": 8}
+    dry = invoke(*base, "--dry-run", "--json")
+    assert dry.exit_code == 0
+    assert {i["action"] for i in json.loads(dry.output)["items"]} == {"skip"}
+    text = invoke(*base, "--force", "--tasks", "load")
+    assert text.exit_code == 0, text.output
+    assert "checksum unchanged" in text.output and "dependents rerun" in text.output
+    assert invoke("verify", "--ledger", ledger).exit_code == 0
+    import duckdb
+
+    con = duckdb.connect(str(root / "warehouse.duckdb"))
+    con.execute("INSERT INTO positions SELECT * FROM positions WHERE day = DATE '2026-11-23' "
+                "LIMIT 1")
+    con.close()
+    bad = invoke("verify", "--ledger", ledger)
+    assert bad.exit_code == 1 and "MISMATCH: row count 20 -> 21" in bad.output
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["missing.py", "--start", "2026-11-23", "--end", "2026-11-24"], "missing.py"),
+        ([str(helpers.EXAMPLE), "--start", "2026-13-01", "--end", "2026-11-24"], "--start"),
+        ([str(helpers.EXAMPLE), "--start", "2026-11-23", "--end", "2026-11-24", "--tasks",
+          "lod"], "did you mean 'load'"),
+        ([str(helpers.EXAMPLE), "--start", "2026-11-25", "--end", "2026-11-23"], "error"),
+    ],
+)
+def test_bad_input_exits_2_without_traceback(env, args: list[str], message: str) -> None:
+    _, ledger = env
+    result = CliRunner().invoke(cli, ["backfill", *args, "--ledger", ledger])
+    assert result.exit_code == 2, result.output
+    assert message in result.output and "Traceback" not in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)

@@ -1,0 +1,27 @@
+"""``twice demo`` end to end, as a user runs it: a subprocess that must exit 0."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+
+def test_demo_exits_0_and_all_fingerprints_equal(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "twice", "demo", "--workdir", str(tmp_path / "demo"),
+         "--days", "3"],
+        capture_output=True, text=True, timeout=120, env={"COLUMNS": "120", "PATH": ""},
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "fingerprints: 12/12 equal to a clean run; duplicate rows: 0" in proc.stdout
+    assert "reconciled job" in proc.stdout and "transient -> retry" in proc.stdout
+    assert "Traceback" not in proc.stderr
+
+
+def test_demo_refuses_a_foreign_workdir(tmp_path: Path) -> None:
+    (tmp_path / "mine.txt").write_text("keep me")
+    proc = subprocess.run([sys.executable, "-m", "twice", "demo", "--workdir", str(tmp_path)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "not empty" in proc.stderr
+    assert (tmp_path / "mine.txt").read_text() == "keep me"

@@ -1,0 +1,168 @@
+"""``twice report``, ``twice update`` and ``twice handover`` on the command line.
+
+Bad input (a missing, unreadable or foreign ledger, an unknown pipeline, a bad time) is answered
+with one message naming it and exit 2, never a traceback, and never by creating a ledger.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+from tests.reports.dom import parse
+from tests.reports.story import StoryLedger
+
+from twice.cli import cli
+
+AS_OF = "2026-12-02T05:30:00Z"
+
+
+def run(*args: str, env: dict[str, str] | None = None) -> Result:
+    return CliRunner().invoke(cli, list(args), env=env, catch_exceptions=False)
+
+
+def refused(result: Result, *fragments: str) -> None:
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    assert result.stderr.startswith("error: ")
+    for fragment in fragments:
+        assert fragment in result.stderr
+
+
+@pytest.fixture(autouse=True)
+def _no_ledger_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TWICE_LEDGER", raising=False)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+
+
+def test_report_writes_the_page(story: StoryLedger, tmp_path: Path) -> None:
+    out = tmp_path / "report.html"
+    result = run("report", "--html", str(out), "--ledger", story.url, "--as-of", AS_OF)
+    assert result.exit_code == 0, result.output
+    assert "7 units of work, 3 fingerprinted partitions" in result.output
+    dom = parse(out.read_text(encoding="utf-8"))
+    assert len(dom.find_all("rect", "attempt-bar")) == 11
+
+
+def test_report_pipeline_filter_and_deadline_option(story: StoryLedger, tmp_path: Path) -> None:
+    out = tmp_path / "report.html"
+    result = run("report", "--html", str(out), "--ledger", str(story.path), "--pipeline",
+                 "funds_positions", "--as-of", AS_OF, "--deadline", "2026-12-02T07:00:00Z")
+    assert result.exit_code == 0, result.output
+    assert "pipeline funds_positions" in out.read_text(encoding="utf-8")
+
+
+def test_update_prints_a_few_lines(story: StoryLedger) -> None:
+    result = run("update", "--ledger", story.url, "--as-of", AS_OF)
+    assert result.exit_code == 0, result.output
+    assert 4 <= len(result.output.splitlines()) <= 8
+    assert "Outcome still unknown: publish attempt 1" in result.output
+
+
+def test_update_reads_twice_ledger_from_the_environment(story: StoryLedger) -> None:
+    result = run("update", "--as-of", AS_OF, env={"TWICE_LEDGER": story.url})
+    assert result.exit_code == 0, result.output
+    assert story.url in result.output
+
+
+def test_handover_to_file_and_stdout(story: StoryLedger, tmp_path: Path) -> None:
+    out = tmp_path / "runbook.md"
+    result = run("handover", "--ledger", story.url, "--as-of", AS_OF, "-o", str(out))
+    assert result.exit_code == 0, result.output
+    assert out.read_text(encoding="utf-8").startswith("# RUN handover")
+    printed = run("handover", "--ledger", story.url, "--as-of", AS_OF)
+    assert printed.output == out.read_text(encoding="utf-8")
+
+
+def test_handover_with_pipeline_file(story: StoryLedger, tmp_path: Path) -> None:
+    path = tmp_path / "funds.py"
+    path.write_text(textwrap.dedent("""\
+        from twice.pipeline import Pipeline
+        from twice.schedule import Schedule
+        pipeline = Pipeline("funds_positions", schedule=Schedule.daily("UTC"),
+                            owners={"escalation": "ops-oncall@example.com"})
+        @pipeline.task
+        def extract(ctx):
+            return None
+        """))
+    result = run("handover", "--ledger", story.url, "--as-of", AS_OF, "--pipeline-file",
+                 str(path))
+    assert result.exit_code == 0, result.output
+    assert "| escalation | ops-oncall@example.com |" in result.output
+
+
+@pytest.mark.parametrize("command", ["report", "update", "handover"])
+def test_missing_ledger_is_refused_not_created(command: str, tmp_path: Path) -> None:
+    missing = tmp_path / "nope.db"
+    extra = ["--html", str(tmp_path / "r.html")] if command == "report" else []
+    refused(run(command, *extra, "--ledger", str(missing)), "ledger not found", str(missing))
+    assert not missing.exists()
+
+
+def test_default_ledger_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    refused(run("update"), "twice-ledger.db (the default; set --ledger or $TWICE_LEDGER)")
+    assert not (tmp_path / "twice-ledger.db").exists()
+
+
+def test_env_ledger_is_named(tmp_path: Path) -> None:
+    missing = str(tmp_path / "env.db")
+    refused(run("update", env={"TWICE_LEDGER": missing}), f"{missing} (from $TWICE_LEDGER)")
+
+
+def test_garbage_file_is_refused(tmp_path: Path) -> None:
+    garbage = tmp_path / "garbage.db"
+    garbage.write_text("this is not a database " * 100)
+    refused(run("update", "--ledger", str(garbage)), "cannot read ledger", "not a database")
+
+
+def test_foreign_sqlite_database_is_refused_untouched(tmp_path: Path) -> None:
+    foreign = tmp_path / "other.db"
+    with sqlite3.connect(foreign) as conn:
+        conn.execute("CREATE TABLE customers (id INTEGER)")
+    refused(run("handover", "--ledger", str(foreign)), "is not a twice ledger")
+    with sqlite3.connect(foreign) as conn:
+        tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+    assert tables == {"customers"}
+
+
+def test_unsupported_url_is_refused(tmp_path: Path) -> None:
+    refused(run("update", "--ledger", "mysql://x/y"), "unsupported ledger URL")
+
+
+def test_unknown_pipeline_is_refused(story: StoryLedger) -> None:
+    refused(run("update", "--ledger", story.url, "--pipeline", "fund_positions"),
+            "no units of work for pipeline 'fund_positions'", "funds_positions")
+
+
+def test_bad_times_are_refused(story: StoryLedger, tmp_path: Path) -> None:
+    refused(run("update", "--ledger", story.url, "--as-of", "yesterday"), "--as-of")
+    refused(run("update", "--ledger", story.url, "--as-of", "2026-12-02T05:30:00"),
+            "no UTC offset")
+    refused(run("report", "--html", str(tmp_path / "r.html"), "--ledger", story.url,
+                "--deadline", "soon"), "--deadline")
+
+
+def test_unwritable_output_is_refused(story: StoryLedger, tmp_path: Path) -> None:
+    target = tmp_path / "missing-folder" / "r.html"
+    refused(run("report", "--html", str(target), "--ledger", story.url), "cannot write")
+    refused(run("handover", "--ledger", story.url, "-o", str(target)), "cannot write")
+
+
+def test_missing_pipeline_file_is_refused(story: StoryLedger, tmp_path: Path) -> None:
+    refused(run("handover", "--ledger", story.url, "--pipeline-file", str(tmp_path / "x.py")),
+            "pipeline file not found")
+
+
+def test_commands_import_heavy_modules_lazily() -> None:
+    code = ("import sys, twice.cli.report_cmd, twice.cli.update_cmd, twice.cli.handover_cmd; "
+            "print(sorted(m for m in ('sqlalchemy', 'twice.reports', 'twice.ledger') "
+            "if m in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            check=True)
+    assert result.stdout.strip() == "[]"

@@ -1,0 +1,173 @@
+"""The report model: what each unit's evidence says, how it is known, and as of when."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from tests.reports.story import AS_OF, DEADLINE, StoryClock, StoryLedger, at, unit_for
+
+from twice.ledger import Ledger
+from twice.reports import Evidence, ReportError, UnitReport, gather, load_evidence
+
+
+def unit(evidence: Evidence, story: StoryLedger, task: str) -> UnitReport:
+    return evidence.unit(story.uow[task])
+
+
+def test_states_of_the_story(evidence: Evidence, story: StoryLedger) -> None:
+    states = {task: evidence.unit(uow).status.state for task, uow in story.uow.items()}
+    assert states == {
+        "extract": "verified",
+        "load": "succeeded",
+        "publish": "unknown",
+        "report_file": "failed-permanent",
+        "archive": "not-started",
+        "transform": "failed-transient",
+        "monitor": "running",
+    }
+
+
+def test_bases_follow_the_truthfulness_rule(evidence: Evidence, story: StoryLedger) -> None:
+    # Validation evidence makes "verified"; a clean finish is only "executed"; a withheld
+    # attempt is "decided".
+    assert unit(evidence, story, "extract").status.basis == "verified"
+    assert unit(evidence, story, "load").status.basis == "executed"
+    assert "not validated" in unit(evidence, story, "load").status.text
+    assert unit(evidence, story, "archive").status.basis == "decided"
+    for report in evidence.units:
+        assert {a.basis for a in report.attempts} <= {"executed"}
+        assert {o.basis for o in report.observations} <= {"verified"}
+        assert {d.basis for d in report.decisions} <= {"decided"}
+
+
+def test_attempts_have_start_finish_and_backoff_gap(evidence: Evidence,
+                                                     story: StoryLedger) -> None:
+    first, second = unit(evidence, story, "extract").attempts
+    assert (first.started_at, first.ended_at, first.outcome) == (
+        at(5, 0), at(5, 1), "failed-transient")
+    assert (second.started_at, second.ended_at, second.outcome) == (
+        at(5, 5), at(5, 9), "succeeded")
+    assert first.gap_before is None
+    assert second.gap_before == timedelta(minutes=4)
+
+
+def test_lost_acknowledgement_story(evidence: Evidence, story: StoryLedger) -> None:
+    load = unit(evidence, story, "load")
+    first, second = load.attempts
+    assert first.outcome == "unknown" and first.unknown_since == at(5, 12)
+    assert first.job_id == second.job_id == load.generations[0].job_id
+    kinds = [sorted(o.kinds) for o in load.observations]
+    assert kinds == [["reconcile"], ["duplicate"], []]
+    assert load.generations[0].state == "succeeded"
+
+
+def test_done_with_error_is_recognised(evidence: Evidence, story: StoryLedger) -> None:
+    (observation,) = unit(evidence, story, "report_file").observations
+    assert "done-with-error" in observation.kinds
+    (clean_done,) = [o for o in unit(evidence, story, "load").observations
+                     if o.record.state == "DONE"]
+    assert "done-with-error" not in clean_done.kinds
+
+
+def test_observation_age_and_staleness(evidence: Evidence, story: StoryLedger) -> None:
+    monitor = unit(evidence, story, "monitor")
+    latest = monitor.latest_observation
+    assert latest is not None
+    assert latest.age == timedelta(minutes=15)
+    assert latest.stale is True and latest.stale_at == at(5, 25)
+    assert monitor.max_observation_age == timedelta(minutes=10)
+
+
+def test_decisions_carry_their_times_and_currency(evidence: Evidence,
+                                                  story: StoryLedger) -> None:
+    transform = unit(evidence, story, "transform")
+    decision = transform.current_decision
+    assert decision is not None and decision.record.decision == "wait-backoff"
+    assert decision.earliest_start == at(5, 35)
+    assert decision.estimated_finish == at(5, 50)
+    assert decision.backoff == timedelta(minutes=8)
+    extract = unit(evidence, story, "extract")
+    assert extract.latest_decision is not None and extract.current_decision is None
+
+
+def test_deadline_recorded_wins_over_given(story: StoryLedger) -> None:
+    given = datetime(2026, 12, 2, 7, 0, tzinfo=UTC)
+    evidence = load_evidence(story.url, as_of=AS_OF, deadline=given)
+    archive = evidence.unit(story.uow["archive"])
+    assert archive.deadline is not None
+    assert (archive.deadline.at, archive.deadline.basis) == (DEADLINE, "decided")
+
+
+def test_given_deadline_is_marked_assumed(tmp_path: Path) -> None:
+    clock = StoryClock()
+    with Ledger.open(tmp_path / "l.db", clock=clock) as ledger:
+        uow = ledger.record_unit(unit_for("extract")).uow_id
+        given = datetime(2026, 12, 2, 7, 0, tzinfo=UTC)
+        evidence = gather(ledger, deadline=given)
+    (report,) = evidence.units
+    assert report.deadline is not None and report.deadline.basis == "assumed"
+    assert report.uow_id == uow
+    assert any("given by the caller" in a.text for a in evidence.assumptions)
+    assert report.status.state == "not-started" and report.status.text == "no attempt recorded"
+
+
+def test_safe_repeat_and_estimates_are_assumptions(evidence: Evidence) -> None:
+    texts = [a.text for a in evidence.assumptions]
+    assert any("safeRepeat was asserted by the caller" in t for t in texts)
+    assert any("rests on estimated durations" in t for t in texts)
+    questions = " ".join(q.text for q in evidence.open_questions)
+    assert "remote outcome is unknown" in questions
+    assert "has not been validated" in questions
+
+
+def test_fingerprint_versions_and_diffs(evidence: Evidence) -> None:
+    by_partition = {(p.destination, p.partition): p for p in evidence.partitions}
+    changed = by_partition[("warehouse.positions", "2026-11-30")]
+    assert [v.version for v in changed.versions] == [1, 2]
+    first, second = changed.diffs
+    assert first.before is None
+    assert (second.row_delta, second.checksum_changed, second.comparable) == (-2, True, True)
+    same = by_partition[("warehouse.positions", "2026-11-29")].diffs[-1]
+    assert same.identical
+
+
+def test_as_of_shows_only_what_was_known_then(story: StoryLedger) -> None:
+    earlier = load_evidence(story.url, as_of=at(5, 12, 45))
+    load = earlier.unit(story.uow["load"])
+    assert [a.number for a in load.attempts] == [1]
+    assert load.status.state == "unknown"
+    assert [o.record.state for o in load.observations] == ["running"]
+    assert load.observations[0].age == timedelta(seconds=15)
+    changed = {(p.destination, p.partition): p for p in earlier.partitions}[
+        ("warehouse.positions", "2026-11-30")]
+    assert len(changed.versions) == 1
+    assert earlier.left_out > 0
+    # Units not yet recorded at as_of are left out too.
+    assert load_evidence(story.url, as_of=at(4, 30)).units == ()
+
+
+def test_pipeline_filter(story: StoryLedger) -> None:
+    evidence = load_evidence(story.url, as_of=AS_OF, pipeline="funds_positions")
+    assert len(evidence.units) == 7
+    with pytest.raises(ReportError, match="no units of work for pipeline 'fund_positions'"):
+        load_evidence(story.url, pipeline="fund_positions")
+
+
+def test_lease_takeover_makes_an_attempt_unknown(tmp_path: Path) -> None:
+    clock = StoryClock()
+    clock.current = at(5, 0)
+    with Ledger.open(tmp_path / "l.db", clock=clock) as ledger:
+        uow = ledger.record_unit(unit_for("load")).uow_id
+        ledger.acquire_lease(uow, "worker-1", ttl_seconds=60)
+        ledger.begin_attempt(uow, holder="worker-1")
+        clock.current = at(5, 5)
+        ledger.acquire_lease(uow, "worker-2", ttl_seconds=60)
+        evidence = gather(ledger)
+    (report,) = evidence.units
+    (attempt,) = report.attempts
+    assert attempt.outcome == "unknown" and attempt.unknown_since == at(5, 5)
+    assert attempt.changes[0].cause == "lease taken over"
+    assert "lease-takeover" in report.observations[0].kinds
+    assert report.status.state == "unknown"
