@@ -42,6 +42,7 @@ import pyarrow.compute as pc
 from twice.destinations.columns import FINGERPRINT_KINDS, ColumnType, Schema, canonical_text
 from twice.destinations.errors import DestinationError
 from twice.destinations.identifiers import validate_identifiers
+from twice.destinations.slices import Slice
 
 if TYPE_CHECKING:
     from twice.destinations.base import Destination, SqlDialect
@@ -170,8 +171,6 @@ def verify(destination: Destination, partition: PartitionSpec, recorded: Fingerp
 
 
 def _label(destination: Destination, schema: Schema, partition: PartitionSpec) -> str:
-    from twice.destinations.slices import Slice
-
     column = destination.partition_column
     if partition is None or column is None or column not in schema:
         return "all rows" if partition is None else str(partition)

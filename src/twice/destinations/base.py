@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, runtime_checkable
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qsl, unquote
 
 import pyarrow as pa
 
@@ -114,8 +114,6 @@ class DestinationSpec:
 
     def file_path(self) -> str:
         """The local path of a file destination: ``scheme:///abs/path`` or ``scheme:rel/path``."""
-        from urllib.parse import unquote
-
         location = self.location
         if location.startswith("//"):
             host, slash, path = location[2:].partition("/")

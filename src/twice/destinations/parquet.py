@@ -164,7 +164,7 @@ class ParquetDestination:
             if existing is None:
                 self._write_schema(table, column)
             receiving = self._split(table, column, schema[column])
-            current = self._partitions(slc) if mode == "static" else {}
+            current = self._partitions(slc, schema[column]) if mode == "static" else {}
             deleted = 0
             for name, part in receiving.items():
                 deleted += self._commit(name, part.drop_columns([column]))
@@ -297,7 +297,7 @@ class ParquetDestination:
         file_columns = [n for n in names if n != column]
         file_schema = pa.schema([arrow_schema.field(n) for n in file_columns])
         pieces = []
-        for name, value in sorted(self._partitions(slc).items()):
+        for name, value in sorted(self._partitions(slc, schema[column]).items()):
             for path in sorted((self.root / name).glob("*.parquet")):
                 piece = pq.read_table(path, columns=file_columns, schema=file_schema)
                 if column in names:
@@ -326,7 +326,7 @@ class ParquetDestination:
             raise DestinationError(f"{self.spec}: no twice dataset here ({SCHEMA_FILE} missing)")
         column = self._require_partition_column(schema)
         slc = None if partition is None else Slice.of(column, schema[column], partition)
-        return sum(_count_rows(self.root / name) for name in self._partitions(slc))
+        return sum(_count_rows(self.root / name) for name in self._partitions(slc, schema[column]))
 
     def null_counts(self, partition: PartitionSpec, columns: Sequence[str]) -> dict[str, int]:
         table = self.read_partition(partition, columns)
@@ -363,15 +363,10 @@ class ParquetDestination:
         text = value.isoformat() if isinstance(value, date) else str(value)
         return f"{column}={validate_path_value(text, f'partition value of {column!r}')}"
 
-    def _partitions(self, slc: Slice | None) -> dict[str, Any]:
+    def _partitions(self, slc: Slice | None, ctype: ColumnType) -> dict[str, Any]:
         """Existing partition directories (name -> typed value) inside ``slc`` (all if None)."""
-        column = self.partition_column
-        schema = self.schema() or {}
-        ctype = schema.get(column or "")
         found: dict[str, Any] = {}
-        if column is None or ctype is None or not self.root.is_dir():
-            return found
-        prefix = f"{column}="
+        prefix = f"{self.partition_column}="
         for entry in self.root.iterdir():
             if not entry.is_dir() or not entry.name.startswith(prefix):
                 continue

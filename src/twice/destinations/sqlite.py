@@ -23,7 +23,13 @@ from typing import Any, ClassVar
 import pyarrow as pa
 
 from twice.destinations.base import DestinationSpec, SqlDestination, SqlDialect, split_table_name
-from twice.destinations.columns import ColumnType, Schema, canonical_text, from_canonical_text
+from twice.destinations.columns import (
+    ColumnType,
+    Schema,
+    canonical_text,
+    from_canonical_text,
+    schema_of,
+)
 from twice.destinations.errors import DestinationError, DestinationUnavailableError
 from twice.fingerprint import hash60
 
@@ -175,8 +181,6 @@ class SQLiteDestination(SqlDestination):
 
 def _python_rows(table: pa.Table) -> Iterator[tuple[Any, ...]]:
     """Rows as tuples of SQLite-storable values (text-stored kinds as canonical text)."""
-    from twice.destinations.columns import schema_of
-
     columns = []
     for (_, ctype), column in zip(schema_of(table).items(), table.columns, strict=True):
         values = canonical_text(column, ctype) if ctype.kind in _TEXT_STORED else column
