@@ -85,7 +85,7 @@ class JobStatus:
         return tuple(error for error in self.errors if error != self.error_result)
 
     def remote_state(self) -> RemoteState:
-        """The executor's vocabulary: PENDING/RUNNING are running; DONE is decided by errorResult."""
+        """For the executor: PENDING/RUNNING are running; a DONE job is judged by errorResult."""
         if not self.done:
             return RemoteState.RUNNING
         return RemoteState.FAILED if self.error_result is not None else RemoteState.SUCCEEDED
@@ -147,7 +147,7 @@ class BackendError(RemoteServiceError):
         self.status = status
 
 
-class OutcomeUnknown(Exception):  # noqa: N818 - it names a state, not a failure
+class OutcomeUnknown(Exception):
     """The request may have reached the service: the outcome is unknown, not failed.
 
     The executor never retries these blindly (whatever the policy lists as transient); it
