@@ -26,13 +26,13 @@ from twice.policy import RetryPolicy
 from twice.retry_fixture import (
     INPUT_LIMIT,
     POLICY_FIELDS,
-    STATES,
     TASK_FIELDS,
     UNCONFIRMED,
     FixtureError,
     json_type,
     parse_json,
     require_fields,
+    require_identity,
 )
 from twice.timescale import (
     MICROS,
@@ -143,15 +143,8 @@ def _task(raw: object, index: int, as_of: int | float, read: _Reader,
           seen: dict[str, int]) -> TaskEvidence:
     where = f"tasks[{index}]"
     task = require_fields(raw, TASK_FIELDS, where)
-    identifier = task["id"]
-    if type(identifier) is not str or TASK_ID.fullmatch(identifier) is None:
-        raise FixtureError(f"{where}.id must be 1-256 of A-Z a-z 0-9 _ . : -")
-    if identifier in seen:
-        raise FixtureError(f"{where}.id {identifier!r} duplicates tasks[{seen[identifier]}].id")
-    seen[identifier] = index
-    state = task["state"]
-    if type(state) is not str or state not in _STATE:
-        raise FixtureError(f"{where}.state must be one of {', '.join(STATES)}")
+    identifier, state = require_identity(task, index, TASK_ID, "1-256 of A-Z a-z 0-9 _ . : -",
+                                         seen)
     if type(task["safeRepeat"]) is not bool:
         raise FixtureError(f"{where}.safeRepeat must be a boolean")
     attempts = _integer(task["attempts"], 1, MAX_ATTEMPTS, f"{where}.attempts")

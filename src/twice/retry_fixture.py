@@ -117,15 +117,15 @@ def parse_fixture(payload: object) -> tuple[DecisionWindow, list[TaskEvidence]]:
     return DecisionWindow(as_of, deadline, max_age, policy), tasks
 
 
-def parse_task(raw: object, index: int, as_of: int, seen: dict[str, int]) -> TaskEvidence:
-    """Validate ``tasks[index]``; ``seen`` maps ids already read to their index."""
+def require_identity(task: dict[str, Any], index: int, pattern: re.Pattern[str], rule: str,
+                     seen: dict[str, int]) -> tuple[str, str]:
+    """A task's id (matching ``pattern``, unique so far) and its state (one of the five)."""
     where = f"tasks[{index}]"
-    task = require_fields(raw, TASK_FIELDS, where)
     identifier = task["id"]
     if type(identifier) is not str:
         raise FixtureError(f"{where}.id must be a string, got {json_type(identifier)}")
-    if TASK_ID.fullmatch(identifier) is None:
-        raise FixtureError(f"{where}.id {identifier!r} must be 1-48 of A-Z a-z 0-9 _ -")
+    if pattern.fullmatch(identifier) is None:
+        raise FixtureError(f"{where}.id {identifier!r} must be {rule}")
     if identifier in seen:
         raise FixtureError(f"{where}.id {identifier!r} duplicates tasks[{seen[identifier]}].id")
     seen[identifier] = index
@@ -133,6 +133,14 @@ def parse_task(raw: object, index: int, as_of: int, seen: dict[str, int]) -> Tas
     if type(state) is not str or state not in STATES:
         shown = repr(state) if type(state) is str else json_type(state)
         raise FixtureError(f"{where}.state {shown} must be one of {', '.join(STATES)}")
+    return identifier, state
+
+
+def parse_task(raw: object, index: int, as_of: int, seen: dict[str, int]) -> TaskEvidence:
+    """Validate ``tasks[index]``; ``seen`` maps ids already read to their index."""
+    where = f"tasks[{index}]"
+    task = require_fields(raw, TASK_FIELDS, where)
+    identifier, state = require_identity(task, index, TASK_ID, "1-48 of A-Z a-z 0-9 _ -", seen)
     if type(task["safeRepeat"]) is not bool:
         raise FixtureError(
             f"{where}.safeRepeat must be a boolean, got {json_type(task['safeRepeat'])}"

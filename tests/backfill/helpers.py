@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from datetime import date, timedelta
 from pathlib import Path
 from types import ModuleType
@@ -17,14 +15,10 @@ START = date(2026, 11, 23)
 
 
 def example() -> ModuleType:
-    name = "twice_example_funds_positions"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, EXAMPLE)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+    """The example module, loaded once the way ``twice demo`` loads it."""
+    from twice.cli.demo_cmd import load_example
+
+    return load_example()
 
 
 def make_workdir(root: Path, days: int = 3) -> Path:
