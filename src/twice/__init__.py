@@ -19,6 +19,19 @@ _EXPORTS: dict[str, str] = {
     "TaskEvidence": "twice.decision",
     "DecisionResult": "twice.decision",
     "decide": "twice.decision",
+    "Interval": "twice.interval",
+    "UnitOfWork": "twice.unit_of_work",
+    "Schedule": "twice.schedule",
+    "Pipeline": "twice.pipeline",
+    "TaskContext": "twice.pipeline",
+    "RemoteState": "twice.pipeline",
+    "load_pipeline": "twice.pipeline_file",
+    "Ledger": "twice.ledger",
+    "Executor": "twice.executor",
+    "open_destination": "twice.destinations",
+    "fingerprint": "twice.fingerprint",
+    "AcceptanceCriteria": "twice.acceptance",
+    "run_backfill": "twice.backfill",
 }
 
 

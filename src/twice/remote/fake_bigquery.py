@@ -23,7 +23,7 @@ from __future__ import annotations
 import threading
 from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
@@ -123,7 +123,6 @@ class _Arrival:
     job_id: str
     config: Mapping[str, Any]
     at: datetime
-    plan: JobPlan = field(default_factory=JobPlan)
 
 
 def _utc_now() -> datetime:

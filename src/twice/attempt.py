@@ -1,0 +1,110 @@
+"""Run one attempt of a task and say what kind of ending it had.
+
+The only judgement made here is the classification, and it is deliberately narrow:
+
+- **unknown**: the attempt timed out (``AttemptTimeout``), its process died (``AttemptCrashed``),
+  or it raised an error whose ``outcome`` attribute is ``"unknown"`` (``twice.remote``'s lost
+  acknowledgements, 5xx answers to a submit, waits that gave up while the job ran). The remote
+  side may have done the work, so this is never a failure and never blindly retried, even when
+  the error's class (say ``ConnectionError``) is listed as transient.
+- **transient**: the error's class is listed in ``RetryPolicy.transient``.
+- **permanent**: everything else.
+
+Isolation. ``thread`` (the default) runs the task in a daemon thread via
+``twice.timeouts.run_with_timeout``: on timeout the thread is NOT stopped, its side effects may
+still happen and remote work it started continues, which is exactly why the outcome is unknown.
+``process`` uses ``run_in_process`` (spawned child, terminated on timeout): local work stops,
+remote work it submitted may still complete, so the outcome is still unknown.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from twice.pipeline import NonFatal, Task, TaskContext
+from twice.policy import RetryPolicy
+from twice.remote.jobs import JobFailed, JobStatus, JobStillRunning
+from twice.timeouts import AttemptCrashed, AttemptTimeout, run_in_process, run_with_timeout
+
+Isolation = Literal["thread", "process"]
+Ending = Literal["succeeded", "transient", "permanent", "unknown"]
+# run_in_process needs a finite timeout; an attempt without one gets this (about ten years).
+_UNBOUNDED = 10 * 365 * 86_400.0
+
+
+@dataclass(frozen=True)
+class AttemptReport:
+    """How an attempt ended. ``nonfatals`` come back only from a child process (a thread
+    records them as they happen); ``remote`` is a ``JobStatus`` the task returned."""
+
+    ending: Ending
+    value: Any = None
+    error: BaseException | None = None
+    nonfatals: tuple[NonFatal, ...] = ()
+    remote: JobStatus | None = None
+
+    @property
+    def error_text(self) -> str | None:
+        if self.error is None:
+            return None
+        return f"{type(self.error).__name__}: {self.error}"
+
+
+def is_unknown(error: BaseException) -> bool:
+    """Whether ``error`` leaves the outcome unknown (see the module docstring)."""
+    if isinstance(error, AttemptTimeout | AttemptCrashed):
+        return True
+    return getattr(error, "outcome", None) == "unknown"
+
+
+def classify(error: BaseException, policy: RetryPolicy) -> Ending:
+    """unknown before transient before permanent: an unknown outcome is never 'just retried'."""
+    if is_unknown(error):
+        return "unknown"
+    if policy.is_transient(error):
+        return "transient"
+    return "permanent"
+
+
+def call_attempt(
+    task: Task,
+    ctx: TaskContext,
+    *,
+    timeout: float | None,
+    isolation: Isolation = "thread",
+    source_file: Path | None = None,
+) -> AttemptReport:
+    """Call the task once within ``timeout`` seconds and classify the ending.
+
+    A returned ``JobStatus`` is judged like the job it describes: DONE with ``errorResult`` is a
+    ``JobFailed``, not DONE yet is an unknown outcome (the job is still running).
+    """
+    nonfatals: tuple[NonFatal, ...] = ()
+    try:
+        if isolation == "process":
+            if source_file is None:
+                raise ValueError("process isolation needs a pipeline loaded from a file")
+            from twice.pipeline_file import call_task
+
+            result = run_in_process(
+                call_task, timeout or _UNBOUNDED, str(source_file), task.name, ctx
+            )
+            value, nonfatals = result.value, tuple(result.nonfatals)
+        elif timeout is None:
+            value = task.fn(ctx)
+        else:
+            value = run_with_timeout(task.fn, timeout, ctx)
+    except Exception as exc:
+        return AttemptReport(classify(exc, task.retry), error=exc)
+    remote = value if isinstance(value, JobStatus) else None
+    if remote is not None and remote.failed:
+        error: Exception = JobFailed(remote)
+        return AttemptReport(
+            classify(error, task.retry), value, error, nonfatals, remote
+        )
+    if remote is not None and not remote.done:
+        error = JobStillRunning(remote.job_id, 0.0, remote.state)
+        return AttemptReport("unknown", value, error, nonfatals, remote)
+    return AttemptReport("succeeded", value, None, nonfatals, remote)

@@ -1,0 +1,74 @@
+"""``twice explain UOW_ID``: the full recorded timeline of one unit of work, in order.
+
+Each line is one ledger event at its own time (attempts at their start and finish, observations
+at their observation time), so an operator can retell what happened without the author.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import sys
+from typing import Any
+
+import click
+
+
+@click.command()
+@click.argument("uow_id")
+@click.option("--ledger", "ledger_url", default=None, metavar="URL",
+              help="Ledger URL or SQLite path (default: $TWICE_LEDGER or twice-ledger.db).")
+@click.option("--json", "as_json", is_flag=True, help="JSON output.")
+def explain(uow_id: str, ledger_url: str | None, as_json: bool) -> None:
+    """Full recorded timeline of one unit of work."""
+    from twice.cli.ledger_decide import CliInputError, open_existing_ledger
+    from twice.evidence import iso
+
+    try:
+        ledger = open_existing_ledger(ledger_url)
+    except CliInputError as exc:
+        click.echo(f"twice explain: {exc}", err=True)
+        sys.exit(2)
+    with ledger:
+        unit = ledger.unit(uow_id)
+        if unit is None:
+            known = [record.uow_id for record in ledger.units()]
+            starting = [name for name in known if name.startswith(uow_id)]
+            if len(starting) == 1:
+                unit = ledger.unit(starting[0])
+            else:
+                close = starting or difflib.get_close_matches(uow_id, known, n=3, cutoff=0.5)
+                hint = f"; did you mean {', '.join(close)}?" if close else ""
+                click.echo(f"twice explain: unknown unit of work {uow_id!r}{hint}", err=True)
+                sys.exit(2)
+        assert unit is not None
+        events = ledger.timeline(unit.uow_id)
+    rows: list[dict[str, Any]] = [
+        {
+            "seq": event.seq,
+            "at": iso(event.at),
+            "kind": event.kind,
+            "attempt": event.attempt,
+            "summary": event.summary,
+            "detail": dict(event.detail),
+        }
+        for event in events
+    ]
+    if as_json:
+        click.echo(json.dumps({"uow_id": unit.uow_id, "identity": unit.to_unit_of_work()
+                               .identity(), "events": rows}, sort_keys=True, default=str))
+        return
+    from rich.console import Console
+    from rich.markup import escape
+
+    console = Console(width=160)
+    console.print(f"[bold]{unit.uow_id}[/]  {unit.pipeline}.{unit.task}  {unit.interval}")
+    console.print(
+        f"  input {unit.input_partition or '-'} version {unit.input_version or '-'}, "
+        f"transform {unit.transform_version}, destination {unit.destination or '-'}"
+    )
+    for row in rows:
+        attempt = f" #{row['attempt']}" if row["attempt"] is not None else ""
+        console.print(
+            f"{row['at']}  [cyan]{row['kind']:<17}[/]{attempt:<4} {escape(row['summary'])}"
+        )

@@ -1,0 +1,184 @@
+"""``twice decide --ledger URL``: the planner over every unit of work a ledger recorded.
+
+Evidence is read as of ``--as-of`` (default: now); records made after it are ignored, so the
+question "what would the planner have said at 05:40?" has an answer. Policies and deadlines come
+from what each unit's latest run recorded (``twice.evidence.PlanSettings``); the workflow
+deadline of that run is not applied, since a new run gets a fresh one.
+
+Also home to the helpers ``twice status`` shares: opening an *existing* ledger (a status command
+must not create an empty database at a mistyped path) and building one row per unit.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import Counter
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, TextIO
+
+if TYPE_CHECKING:
+    from twice.evidence import PlanSettings
+    from twice.ledger import Ledger, UnitRecord
+
+SCHEMA = "twice.decide-ledger/v1"
+SettingsFor = Callable[["UnitRecord"], "PlanSettings | None"]
+
+
+class CliInputError(ValueError):
+    """Bad input on the command line (exit 2); the message names the thing."""
+
+
+def parse_as_of(text: str | None) -> datetime | None:
+    from twice.timescale import TimeValueError, parse_instant
+
+    if text is None:
+        return None
+    try:
+        return parse_instant(text).astimezone(UTC)
+    except TimeValueError as exc:
+        raise CliInputError(f"--as-of: {exc}") from None
+
+
+def open_existing_ledger(url: str | None) -> Ledger:
+    """Open a ledger that must already exist (SQLite: the file must be there)."""
+    from twice.ledger import Ledger, LedgerError
+    from twice.ledger.engine import mask_url, resolve_url
+
+    try:
+        resolved = resolve_url(url)
+    except LedgerError as exc:
+        raise CliInputError(str(exc)) from None
+    if resolved.get_backend_name() == "sqlite":
+        database = resolved.database or ""
+        if database in ("", ":memory:"):
+            raise CliInputError("an in-memory ledger holds nothing to report; give a file")
+        from pathlib import Path
+
+        if not Path(database).is_file():
+            raise CliInputError(
+                f"no ledger at {database}: run `twice run` first, or point --ledger "
+                "(or $TWICE_LEDGER) at an existing ledger"
+            )
+    try:
+        return Ledger.open(url)
+    except LedgerError as exc:
+        raise CliInputError(f"cannot use ledger {mask_url(resolved)}: {exc}") from None
+
+
+def unit_rows(
+    ledger: Ledger, as_of: datetime | None, settings_for: SettingsFor | None = None
+) -> tuple[datetime, list[dict[str, Any]]]:
+    """One row per unit: its latest attempt, freshest evidence and the planner's decision."""
+    from twice.evidence import age_text, gather_evidence, iso, plan_unit
+    from twice.timescale import format_duration, micros_to_instant
+
+    at = ledger.now() if as_of is None else as_of
+    rows = []
+    for unit in ledger.units():
+        settings = settings_for(unit) if settings_for is not None else None
+        evidence = gather_evidence(ledger, unit.uow_id, as_of=at, settings=settings)
+        result = plan_unit(evidence)
+        latest = evidence.latest
+        observed = evidence.observed_at
+        deadline = evidence.deadline
+        row: dict[str, Any] = {
+            "id": unit.uow_id,
+            "pipeline": unit.pipeline,
+            "task": unit.task,
+            "interval": unit.interval.label,
+            "intervalStart": iso(unit.interval_start),
+            "attempt": None if latest is None else latest.number,
+            "outcome": None if latest is None else latest.outcome,
+            "attemptsInRun": evidence.attempts_in_run,
+            "state": None if evidence.state is None else evidence.state.value,
+            "jobId": None if latest is None else latest.job_id,
+            "generation": None if latest is None else latest.generation,
+            "observedAt": iso(observed),
+            "source": evidence.source,
+            "age": None if observed is None else (at - observed).total_seconds(),
+            "ageText": "-" if observed is None else age_text((at - observed).total_seconds()),
+            "deadline": iso(deadline),
+            "deadlinePassed": deadline is not None and at > deadline,
+            "policySource": evidence.settings_source,
+            "note": None,
+            "decision": None,
+            "reason": "no policy recorded for this unit: pass the pipeline file",
+            "backoff": None,
+            "earliestStart": None,
+            "estimatedFinish": None,
+        }
+        if evidence.observation is not None and evidence.observation.state == "blocked":
+            row["note"] = f"blocked: {evidence.observation.detail.get('reason', '')}"
+        if evidence.not_started is not None:
+            row["note"] = (
+                f"attempt {evidence.not_started.attempt} not started: "
+                f"{evidence.not_started.decision}"
+            )
+        if result is not None:
+            row.update(
+                decision=result.decision.value,
+                reason=result.reason,
+                backoff=None if result.backoff is None else format_duration(result.backoff),
+                earliestStart=None if result.earliest_start is None
+                else iso(micros_to_instant(result.earliest_start)),
+                estimatedFinish=None if result.estimated_finish is None
+                else iso(micros_to_instant(result.estimated_finish)),
+            )
+        rows.append(row)
+    return at, rows
+
+
+def _report(ledger: Ledger, at: datetime, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    from twice.evidence import iso
+
+    return {
+        "schema": SCHEMA,
+        "ledger": ledger.url,
+        "asOf": iso(at),
+        "tasks": rows,
+        "summary": dict(sorted(Counter(str(r["decision"]) for r in rows).items())),
+        "jobsExecuted": False,
+        "idempotencyProven": False,
+        "completionGuaranteed": False,
+        "productionApproval": False,
+    }
+
+
+def _table(report: dict[str, Any], stream: TextIO) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(file=stream, width=160)
+    table = Table(title=f"Decisions over {report['ledger']} as of {report['asOf']}")
+    for column in ("unit of work", "state", "attempts", "evidence", "decision", "reason"):
+        table.add_column(column, overflow="fold")
+    for row in report["tasks"]:
+        evidence = "-" if row["source"] is None else f"{row['source']}, {row['ageText']} old"
+        attempts = "-" if row["attempt"] is None else f"{row['attemptsInRun']} ({row['attempt']})"
+        table.add_row(row["id"], row["state"] or "-", attempts, evidence,
+                      row["decision"] or "-", row["reason"])
+    console.print(table)
+    console.print(
+        "attempts: this run's (all recorded). Decided only: no job was executed, idempotency is "
+        "not proven (safeRepeat is the caller's assertion), completion is not guaranteed."
+    )
+
+
+def decide_over_ledger(ledger_url: str, as_of: str | None, output_format: str) -> int:
+    """Print the planner's decision for every unit in the ledger; 0, or 2 for bad input."""
+    try:
+        at = parse_as_of(as_of)
+        ledger = open_existing_ledger(ledger_url)
+    except CliInputError as exc:
+        print(f"twice decide: {exc}", file=sys.stderr)
+        return 2
+    with ledger:
+        at, rows = unit_rows(ledger, at)
+        report = _report(ledger, at, rows)
+    if output_format == "table":
+        _table(report, sys.stdout)
+    else:
+        print(json.dumps(report, sort_keys=True))
+    return 0

@@ -1,0 +1,95 @@
+"""``twice status``: every unit of work, its latest attempt, how fresh that is, what to do now.
+
+The decision column is the planner's (``decide_task``) over the ledger's evidence as of now (or
+``--as-of``). Policies come from ``--pipeline FILE`` when given (for that pipeline's tasks), else
+from what each unit's latest run recorded; a unit with neither shows no decision.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import TYPE_CHECKING, Any
+
+import click
+
+if TYPE_CHECKING:
+    from twice.evidence import PlanSettings
+    from twice.ledger import UnitRecord
+    from twice.pipeline import Pipeline
+
+
+def _settings_from(pipeline: Pipeline) -> Any:
+    from twice.evidence import PlanSettings
+
+    def settings_for(unit: UnitRecord) -> PlanSettings | None:
+        if unit.pipeline != pipeline.name or unit.task not in pipeline:
+            return None
+        return PlanSettings.for_task(pipeline, pipeline.get_task(unit.task), unit.interval)
+
+    return settings_for
+
+
+@click.command()
+@click.option("--ledger", "ledger_url", default=None, metavar="URL",
+              help="Ledger URL or SQLite path (default: $TWICE_LEDGER or twice-ledger.db).")
+@click.option("--pipeline", "--pipeline-file", "pipeline_file", default=None, metavar="FILE",
+              help="Pipeline file whose policies and deadlines to plan with.")
+@click.option("--as-of", "as_of", default=None, metavar="INSTANT",
+              help="Judge the evidence as of this ISO-8601 instant (default: now).")
+@click.option("--json", "as_json", is_flag=True, help="JSON output.")
+def status(ledger_url: str | None, pipeline_file: str | None, as_of: str | None,
+           as_json: bool) -> None:
+    """Table of units of work and what the planner would do now."""
+    from twice.cli.ledger_decide import CliInputError, open_existing_ledger, parse_as_of, unit_rows
+
+    settings_for = None
+    try:
+        at = parse_as_of(as_of)
+        if pipeline_file is not None:
+            from twice.pipeline_file import PipelineFileError, load_pipeline
+
+            try:
+                settings_for = _settings_from(load_pipeline(pipeline_file))
+            except PipelineFileError as exc:
+                raise CliInputError(str(exc)) from None
+        ledger = open_existing_ledger(ledger_url)
+    except CliInputError as exc:
+        click.echo(f"twice status: {exc}", err=True)
+        sys.exit(2)
+    with ledger:
+        at, rows = unit_rows(ledger, at, settings_for)
+        label = ledger.url
+    if as_json:
+        from twice.evidence import iso
+
+        click.echo(json.dumps({"ledger": label, "asOf": iso(at), "units": rows}, sort_keys=True))
+        return
+    _print(label, at, rows)
+
+
+def _print(label: str, at: Any, rows: list[dict[str, Any]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from twice.evidence import iso
+
+    console = Console(width=170)
+    if not rows:
+        console.print(f"{label}: no units of work recorded yet")
+        return
+    table = Table(title=f"Units of work in {label} as of {iso(at)}")
+    for column in ("task", "interval", "attempt", "evidence (age)", "job id", "decision now"):
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        attempt = "-" if row["attempt"] is None else f"#{row['attempt']} {row['outcome']}"
+        evidence = "-" if row["source"] is None else f"{row['source']} ({row['ageText']})"
+        decision = row["decision"] or "-"
+        if row["note"]:
+            decision += f"\n[dim]{row['note']}[/]"
+        table.add_row(
+            f"{row['pipeline']}.{row['task']}", (row["intervalStart"] or "")[:16],
+            attempt, evidence, row["jobId"] or "-", decision,
+        )
+    console.print(table)
+    console.print("Decisions are the planner's over recorded evidence; nothing was executed.")

@@ -1,0 +1,866 @@
+"""The executor: run a pipeline's tasks for intervals, recording every step in the ledger.
+
+For each interval (in the order given) the tasks run in dependency order; independent tasks run
+concurrently on a thread pool of ``max_workers``, but only as far as their pools allow: a task
+holds ``slots`` of its pool for each attempt, so a 2-slot task in a 2-slot pool keeps every light
+task of that pool waiting, however many workers are idle. A task whose dependency did not
+succeed is not run (``blocked``, with the reason).
+
+Per unit of work, in order: record the unit, take its lease (another holder's unexpired lease
+means ``leased-elsewhere``: we say who and until when, and do nothing), open a run (a
+``run-started`` observation holding the planning numbers, see ``twice.evidence``), then loop:
+
+1. Build evidence FROM THE LEDGER and ask the planner (``decide_task``). Before a retry that
+   gives ``retry-eligible``/``wait-backoff`` (then wait the policy delay with jitter, which only
+   ever shortens it), ``deadline-infeasible`` (the attempt is not started and that is recorded),
+   ``attempts-exhausted``, ``reconcile-effects`` (repeat not asserted safe), ``repair-cause``
+   (permanent error) or ``reconcile-remote`` (unknown outcome). Each decision acted on is
+   recorded. No attempt starts after the workflow deadline either.
+2. Take the job generation (tasks with a ``reconcile`` function talk to a remote service under
+   client-selected job ids): the current one is reused until it is confirmed failed, so a
+   resubmission finds the existing job ("duplicate") instead of creating a second one.
+3. Hold the pool slots, begin the attempt, run it within its timeout (thread by default; see
+   ``twice.attempt``), finish it with its outcome, its error and an observation.
+4. Unknown outcomes are reconciled with the SAME job id (``twice.reconcile``): succeeded -> done
+   without resubmitting; failed -> generation confirmed failed, a new one for the next attempt;
+   not found -> the same job id may be resubmitted; still running -> stop and say so. A task
+   without ``reconcile`` stops at ``reconcile-remote``.
+
+Budgets are per run: each run of a unit may make ``max_attempts`` attempts and its backoff
+restarts, while attempt numbers keep growing in the ledger. A unit whose latest attempt
+succeeded is not run again (the planner's next step for it is ``validate-output``); a unit left
+with an unknown outcome by an earlier run is reconciled before anything else.
+
+Acceptance criteria (``task.acceptance``) are not checked yet: success means "finished without
+error", and the result says the output is not verified.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Literal
+
+from twice.attempt import AttemptReport, Isolation, call_attempt
+from twice.backoff import jittered_delay
+from twice.decision import Decision, DecisionResult
+from twice.evidence import (
+    EXECUTOR_SOURCE,
+    RUN_STARTED,
+    PlanSettings,
+    UnitEvidence,
+    gather_evidence,
+    iso,
+    plan_unit,
+)
+from twice.interval import Interval
+from twice.pipeline import NonFatal, Pipeline, RemoteState, Task, TaskContext
+from twice.pool import LedgerPool, Pool, PoolTimeout, SlotPool
+from twice.reconcile import reconcile_attempt
+from twice.remote.jobs import JobFailed, JobStatus
+from twice.timeouts import Deadline, WorkflowTimeout
+from twice.timescale import format_duration, micros_to_instant
+from twice.unit_of_work import UnitOfWork
+
+if TYPE_CHECKING:
+    from twice.ledger import AttemptRecord, Ledger
+
+UnitOutcome = Literal[
+    "succeeded",
+    "failed-permanent",
+    "attempts-exhausted",
+    "deadline-infeasible",
+    "unknown-needs-reconcile",
+    "reconcile-effects",
+    "blocked",
+    "leased-elsewhere",
+]
+UNIT_OUTCOMES: tuple[UnitOutcome, ...] = (
+    "succeeded",
+    "failed-permanent",
+    "attempts-exhausted",
+    "deadline-infeasible",
+    "unknown-needs-reconcile",
+    "reconcile-effects",
+    "blocked",
+    "leased-elsewhere",
+)
+Clock = Callable[[], datetime]
+Sleep = Callable[[float], None]
+ACCEPTANCE_NOTE = (
+    "acceptance criteria declared but not checked by the executor yet: the output is not verified"
+)
+
+
+@dataclass(frozen=True)
+class UnitResult:
+    """What happened to one unit of work in this run, and what the planner says now.
+
+    ``attempts`` counts attempts started in this run, ``total_attempts`` all recorded ones.
+    ``next_decision`` is the planner's decision over the ledger when the run left the unit.
+    """
+
+    task: str
+    interval: Interval
+    outcome: UnitOutcome
+    reason: str
+    uow_id: str | None = None
+    attempts: int = 0
+    total_attempts: int = 0
+    job_id: str | None = None
+    generation: int | None = None
+    next_decision: str | None = None
+    error: str | None = None
+    holder: str | None = None
+    lease_expires_at: datetime | None = None
+    notes: tuple[str, ...] = ()
+    value: Any = field(default=None, compare=False, repr=False)
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome == "succeeded"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "task": self.task,
+            "interval": self.interval.label,
+            "uow_id": self.uow_id,
+            "outcome": self.outcome,
+            "reason": self.reason,
+            "attempts": self.attempts,
+            "total_attempts": self.total_attempts,
+            "job_id": self.job_id,
+            "generation": self.generation,
+            "next_decision": self.next_decision,
+            "error": self.error,
+            "holder": self.holder,
+            "lease_expires_at": iso(self.lease_expires_at),
+            "notes": list(self.notes),
+        }
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """Every unit of one ``Executor.run``; ``ok`` only if all of them succeeded."""
+
+    pipeline: str
+    holder: str
+    units: tuple[UnitResult, ...]
+    started_at: datetime
+    finished_at: datetime
+
+    @property
+    def ok(self) -> bool:
+        return all(unit.ok for unit in self.units)
+
+    def unit(self, task: str, interval: Interval | None = None) -> UnitResult:
+        """The result of ``task`` (for ``interval``; the only one if omitted)."""
+        found = [u for u in self.units if u.task == task and interval in (None, u.interval)]
+        if len(found) != 1:
+            raise KeyError(f"{len(found)} results for task {task!r} (interval {interval})")
+        return found[0]
+
+    def counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for unit in self.units:
+            counts[unit.outcome] = counts.get(unit.outcome, 0) + 1
+        return dict(sorted(counts.items()))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "pipeline": self.pipeline,
+            "holder": self.holder,
+            "ok": self.ok,
+            "started_at": iso(self.started_at),
+            "finished_at": iso(self.finished_at),
+            "counts": self.counts(),
+            "units": [unit.to_dict() for unit in self.units],
+            # Truthfulness: what this run did and did not establish.
+            "jobsExecuted": any(unit.attempts for unit in self.units),
+            "outputsVerified": False,
+            "idempotencyProven": False,
+        }
+
+
+def default_holder() -> str:
+    """A holder id unique across hosts, processes and executors."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+class _LeaseKeeper:
+    """Renews a unit's lease every ``ttl / 3`` seconds while it runs (attempts can outlive it)."""
+
+    def __init__(self, ledger: Ledger, uow_id: str, holder: str, ttl: float) -> None:
+        self._ledger, self._uow_id, self._holder, self._ttl = ledger, uow_id, holder, ttl
+        self._done = threading.Event()
+        self.lost = False
+        self._thread = threading.Thread(target=self._renew, daemon=True, name="twice-lease")
+
+    def __enter__(self) -> _LeaseKeeper:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._done.set()
+        self._thread.join()
+        with contextlib.suppress(Exception):  # releasing is a courtesy; expiry also frees it
+            self._ledger.release_lease(self._uow_id, self._holder)
+
+    def _renew(self) -> None:
+        while not self._done.wait(self._ttl / 3):
+            try:
+                renewed = self._ledger.renew_lease(self._uow_id, self._holder, self._ttl)
+            except Exception:
+                continue
+            if not renewed.acquired:
+                self.lost = True
+                return
+
+
+class Executor:
+    """Runs a pipeline's units of work against a ledger (see the module docstring).
+
+    ``clock`` returns the aware "now" for planning (default: the ledger's clock; an injected
+    clock must not run ahead of the ledger's, which refuses evidence from the future).
+    ``sleep`` waits backoff and reconcile polls (inject a fake in tests); ``rng`` draws the
+    jitter. ``shared_pools`` (default True) holds pool slots in the ledger as well as in
+    process, so every process using the same ledger shares the capacity (SQLite on one host,
+    PostgreSQL across hosts); False keeps pools local to this executor.
+    """
+
+    def __init__(
+        self,
+        pipeline: Pipeline,
+        ledger: Ledger,
+        *,
+        clock: Clock | None = None,
+        sleep: Sleep | None = None,
+        rng: random.Random | None = None,
+        holder: str | None = None,
+        max_workers: int = 4,
+        lease_ttl: float = 300.0,
+        isolation: Isolation = "thread",
+        shared_pools: bool = True,
+        pool_ttl: float = 60.0,
+        pool_poll_interval: float = 0.05,
+        poll_interval: float = 1.0,
+        observe_timeout: float = 60.0,
+        max_observation_age: float = 600.0,
+        params: Mapping[str, Any] | None = None,
+    ) -> None:
+        if isinstance(max_workers, bool) or not isinstance(max_workers, int) or max_workers < 1:
+            raise ValueError(f"max_workers must be an integer >= 1, got {max_workers!r}")
+        for name, value in (("lease_ttl", lease_ttl), ("poll_interval", poll_interval),
+                            ("observe_timeout", observe_timeout),
+                            ("max_observation_age", max_observation_age)):
+            if not value > 0:
+                raise ValueError(f"{name} must be > 0 seconds, got {value!r}")
+        if isolation not in ("thread", "process"):
+            raise ValueError(f"isolation must be 'thread' or 'process', got {isolation!r}")
+        if isolation == "process" and pipeline.source_file is None:
+            raise ValueError("isolation='process' needs a pipeline loaded with load_pipeline")
+        self.pipeline = pipeline
+        self.ledger = ledger
+        self.holder = holder or default_holder()
+        self._clock: Clock = clock or ledger.now
+        self._injected_clock = clock is not None
+        self._sleep: Sleep = sleep or time.sleep
+        self._rng = rng or random.Random()
+        self._rng_lock = threading.Lock()
+        self.max_workers = max_workers
+        self.lease_ttl = lease_ttl
+        self.isolation: Isolation = isolation
+        self.shared_pools = shared_pools
+        self.pool_ttl = pool_ttl
+        self.pool_poll_interval = pool_poll_interval
+        self.poll_interval = poll_interval
+        self.observe_timeout = observe_timeout
+        self.max_observation_age = max_observation_age
+        self.params = dict(params or {})
+        self._pools: dict[str, SlotPool] = {}
+        self._pools_lock = threading.Lock()
+
+    # -- public -------------------------------------------------------------------------------
+
+    def now(self) -> datetime:
+        return self._clock()
+
+    def run(
+        self, intervals: Interval | Iterable[Interval], tasks: Iterable[str] | str | None = None
+    ) -> RunResult:
+        """Run ``tasks`` (default: all) for each interval, in order; see the module docstring.
+
+        With ``tasks``, only those run; their dependencies outside the selection must have a
+        succeeded latest attempt in the ledger for the same interval, or they are blocked.
+        Bad input (unknown task, an interval off the schedule's grid) raises before anything runs.
+        """
+        spans = [intervals] if isinstance(intervals, Interval) else list(intervals)
+        canonical = [self.pipeline.schedule.canonical(span) for span in spans]
+        plan = self.pipeline
+        if tasks is not None:
+            names = [tasks] if isinstance(tasks, str) else list(tasks)
+            plan = self.pipeline.subset(names, with_dependents=False)
+        order = plan.topological_order()
+        started = self.now()
+        results: list[UnitResult] = []
+        for interval in canonical:
+            results.extend(self._run_interval(plan, order, interval))
+        return RunResult(self.pipeline.name, self.holder, tuple(results), started, self.now())
+
+    # -- scheduling ---------------------------------------------------------------------------
+
+    def _workflow_deadline(self) -> tuple[Deadline | None, datetime | None]:
+        timeout = self.pipeline.workflow_timeout
+        if timeout is None:
+            return None, None
+        if self._injected_clock:
+            deadline = Deadline(timeout, clock=lambda: self._clock().timestamp())
+        else:
+            deadline = Deadline(timeout)
+        return deadline, self.now() + timedelta(seconds=timeout)
+
+    def _run_interval(
+        self, plan: Pipeline, order: list[str], interval: Interval
+    ) -> list[UnitResult]:
+        deadline, wall_deadline = self._workflow_deadline()
+        done: dict[str, UnitResult] = {}
+        pending = list(order)
+        running: dict[Future[UnitResult], str] = {}
+        with ThreadPoolExecutor(self.max_workers, thread_name_prefix="twice-unit") as workers:
+            while pending or running:
+                progressed = True
+                while progressed:
+                    progressed = False
+                    for name in list(pending):
+                        task = plan.get_task(name)
+                        internal = [d for d in task.depends_on if d in plan]
+                        if any(dep not in done for dep in internal):
+                            continue
+                        pending.remove(name)
+                        progressed = True
+                        blocked = self._blocked_reason(task, internal, done, interval)
+                        if blocked is not None:
+                            done[name] = self._blocked(task, interval, blocked)
+                            continue
+                        upstream = {dep: done[dep].value for dep in internal}
+                        future = workers.submit(
+                            self._run_unit, task, interval, upstream, deadline, wall_deadline
+                        )
+                        running[future] = name
+                if not running:
+                    continue
+                finished, _ = wait(running, return_when=FIRST_COMPLETED)
+                for future in finished:
+                    done[running.pop(future)] = future.result()
+        return [done[name] for name in order]
+
+    def _blocked_reason(
+        self, task: Task, internal: list[str], done: Mapping[str, UnitResult], interval: Interval
+    ) -> str | None:
+        failed = [dep for dep in internal if not done[dep].ok]
+        if failed:
+            details = ", ".join(f"{dep} ({done[dep].outcome})" for dep in failed)
+            return f"dependency did not succeed in this run: {details}"
+        for dep in task.depends_on:
+            if dep in internal or dep not in self.pipeline:
+                continue  # declared external to this pipeline: satisfied by earlier runs
+            try:
+                unit = self.pipeline.unit_of_work(dep, interval)
+            except Exception as exc:
+                return f"dependency {dep}: cannot identify its unit of work ({exc})"
+            latest = self.ledger.latest_attempt(unit.uow_id)
+            if latest is None or latest.outcome != "succeeded":
+                seen = "no attempt" if latest is None else f"latest attempt {latest.outcome}"
+                return (
+                    f"dependency {dep} was not selected to run and the ledger shows {seen} "
+                    f"for {interval}"
+                )
+        return None
+
+    def _blocked(self, task: Task, interval: Interval, reason: str) -> UnitResult:
+        try:
+            unit = self.pipeline.unit_of_work(task.name, interval)
+        except Exception as exc:
+            return UnitResult(task.name, interval, "blocked", f"{reason}; {exc}")
+        self.ledger.record_unit(unit)
+        self.ledger.record_observation(
+            unit.uow_id, "blocked", source=EXECUTOR_SOURCE, detail={"reason": reason}
+        )
+        latest = self.ledger.latest_attempt(unit.uow_id)
+        return UnitResult(
+            task.name, interval, "blocked", reason, uow_id=unit.uow_id,
+            total_attempts=0 if latest is None else latest.number,
+        )
+
+    def _run_unit(
+        self,
+        task: Task,
+        interval: Interval,
+        upstream: Mapping[str, Any],
+        deadline: Deadline | None,
+        wall_deadline: datetime | None,
+    ) -> UnitResult:
+        try:
+            unit = self.pipeline.unit_of_work(task.name, interval)
+        except Exception as exc:
+            return UnitResult(
+                task.name, interval, "blocked",
+                f"cannot identify the unit of work: {type(exc).__name__}: {exc}",
+                error=f"{type(exc).__name__}: {exc}",
+            )
+        self.ledger.record_unit(unit)
+        try:
+            settings = PlanSettings.for_task(
+                self.pipeline, task, unit.interval,
+                max_observation_age=self.max_observation_age, workflow_deadline=wall_deadline,
+            )
+        except Exception as exc:  # e.g. a deadline function that fails for this interval
+            reason = f"cannot plan it: {type(exc).__name__}: {exc}"
+            self.ledger.record_observation(
+                unit.uow_id, "blocked", source=EXECUTOR_SOURCE, detail={"reason": reason}
+            )
+            return UnitResult(task.name, interval, "blocked", reason, uow_id=unit.uow_id,
+                              error=f"{type(exc).__name__}: {exc}")
+        lease = self.ledger.acquire_lease(unit.uow_id, self.holder, self.lease_ttl)
+        if not lease.acquired:
+            latest = self.ledger.latest_attempt(unit.uow_id)
+            return UnitResult(
+                task.name, interval, "leased-elsewhere",
+                f"leased by {lease.holder} until {iso(lease.expires_at)}; not run",
+                uow_id=unit.uow_id, holder=lease.holder, lease_expires_at=lease.expires_at,
+                total_attempts=0 if latest is None else latest.number,
+            )
+        with _LeaseKeeper(self.ledger, unit.uow_id, self.holder, self.lease_ttl) as keeper:
+            result = _UnitRun(self, task, unit, upstream, deadline, settings).drive()
+        if keeper.lost:
+            note = "the lease could not be renewed while running: another holder may have run it"
+            result = _with_notes(result, note)
+        return result
+
+    # -- pools and helpers used by _UnitRun ---------------------------------------------------
+
+    def pool_for(self, task: Task) -> SlotPool | None:
+        if task.pool is None:
+            return None
+        with self._pools_lock:
+            pool = self._pools.get(task.pool)
+            if pool is None:
+                capacity = self.pipeline.pools[task.pool]
+                pool = (
+                    LedgerPool(task.pool, capacity, self.ledger, ttl=self.pool_ttl,
+                               poll_interval=self.pool_poll_interval)
+                    if self.shared_pools
+                    else Pool(task.pool, capacity)
+                )
+                self._pools[task.pool] = pool
+            return pool
+
+    def jitter(self, task: Task, attempts: int) -> float:
+        with self._rng_lock:
+            return jittered_delay(task.retry, attempts, self._rng)
+
+    def sleep(self, seconds: float) -> None:
+        if seconds > 0:
+            self._sleep(seconds)
+
+
+def _with_notes(result: UnitResult, *notes: str) -> UnitResult:
+    return replace(result, notes=(*result.notes, *notes))
+
+
+_STOPS: dict[Decision, UnitOutcome] = {
+    Decision.REPAIR_CAUSE: "failed-permanent",
+    Decision.ATTEMPTS_EXHAUSTED: "attempts-exhausted",
+    Decision.RECONCILE_EFFECTS: "reconcile-effects",
+    Decision.DEADLINE_INFEASIBLE: "deadline-infeasible",
+}
+
+
+class _UnitRun:
+    """One run of one unit of work under our lease: the decide/attempt/reconcile loop."""
+
+    def __init__(
+        self,
+        executor: Executor,
+        task: Task,
+        unit: UnitOfWork,
+        upstream: Mapping[str, Any],
+        deadline: Deadline | None,
+        settings: PlanSettings,
+    ) -> None:
+        self.x = executor
+        self.ledger = executor.ledger
+        self.task = task
+        self.unit = unit
+        self.uow_id = unit.uow_id
+        self.upstream = upstream
+        self.deadline = deadline
+        self.settings = settings
+        self.attempts = 0
+        self.notes: list[str] = []
+        self.error: str | None = None
+        self.value: Any = None
+
+    # -- the loop -----------------------------------------------------------------------------
+
+    def drive(self) -> UnitResult:
+        prior = self.ledger.latest_attempt(self.uow_id)
+        if prior is not None and prior.outcome == "succeeded":
+            self.notes.append(
+                f"already succeeded in attempt {prior.number}; not run again "
+                "(a new input or transform version is a new unit of work)"
+            )
+            return self._result("succeeded", "latest attempt succeeded in an earlier run")
+        if prior is not None and prior.outcome in ("unknown", "running"):
+            evidence = self._evidence()
+            decision = plan_unit(evidence)
+            assert decision is not None
+            stop = self._resolve_unknown(prior, decision, evidence)
+            if stop is not None:
+                return stop
+            resolved = self.ledger.latest_attempt(self.uow_id)
+            if resolved is not None and resolved.outcome == "succeeded":
+                return self._result("succeeded", "reconcile found the earlier attempt's job "
+                                    "succeeded; nothing resubmitted")
+        self._open_run()
+        refreshes = 0
+        while True:
+            evidence = self._evidence()
+            decision = plan_unit(evidence)
+            assert decision is not None
+            kind = decision.decision
+            latest = evidence.latest
+            if kind is Decision.VALIDATE_OUTPUT:
+                return self._result("succeeded", "finished without error", decision)
+            if kind in _STOPS:
+                self._record(decision, evidence)
+                return self._result(_STOPS[kind], decision.reason, decision)
+            if kind in (Decision.RECONCILE_REMOTE, Decision.OBSERVE_RUNNING):
+                assert latest is not None
+                stop = self._resolve_unknown(latest, decision, evidence)
+                if stop is not None:
+                    return stop
+                continue
+            if kind is Decision.REFRESH_OBSERVATION:
+                refreshes += 1
+                if refreshes > 2:  # our own evidence cannot be this old: the clock is odd
+                    return self._result("unknown-needs-reconcile", decision.reason, decision)
+                self.ledger.record_observation(
+                    self.uow_id, "refreshed", source=EXECUTOR_SOURCE,
+                    attempt=None if latest is None else latest.number,
+                    detail={"state": None if latest is None else latest.outcome},
+                )
+                continue
+            # retry-eligible or wait-backoff: attempt 1 of the run, or a retry
+            if evidence.attempts_in_run > 0:
+                self._wait_backoff(decision, evidence)
+            stop = self._attempt(evidence)
+            if stop is not None:
+                return stop
+
+    # -- steps --------------------------------------------------------------------------------
+
+    def _evidence(self) -> UnitEvidence:
+        return gather_evidence(
+            self.ledger, self.uow_id, as_of=self.x.now(), settings=self.settings,
+            include_workflow_deadline=True,
+        )
+
+    def _open_run(self) -> None:
+        latest = self.ledger.latest_attempt(self.uow_id)
+        self.ledger.record_observation(
+            self.uow_id, RUN_STARTED, source=EXECUTOR_SOURCE,
+            detail={
+                "holder": self.x.holder,
+                "first_attempt": (0 if latest is None else latest.number) + 1,
+                "settings": self.settings.to_detail(),
+            },
+        )
+
+    def _record(
+        self, decision: DecisionResult, evidence: UnitEvidence, **extra: Any
+    ) -> None:
+        """Record a decision the executor acts on, with the numbers behind it."""
+        detail: dict[str, Any] = {
+            "evidence": {
+                "state": None if evidence.state is None else evidence.state.value,
+                "attempts_in_run": evidence.attempts_in_run,
+                "observed_at": iso(evidence.observed_at),
+                "source": evidence.source,
+                "deadline": iso(evidence.deadline),
+            },
+            **extra,
+        }
+        if decision.backoff is not None:
+            detail["backoff"] = decision.backoff / 1_000_000
+        if decision.earliest_start is not None:
+            detail["earliest_start"] = iso(micros_to_instant(decision.earliest_start))
+        if decision.estimated_finish is not None:
+            detail["estimated_finish"] = iso(micros_to_instant(decision.estimated_finish))
+        latest = evidence.latest
+        if decision.decision is Decision.DEADLINE_INFEASIBLE:
+            self.ledger.record_attempt_not_started(
+                self.uow_id, reason=decision.reason, decision="deadline-infeasible",
+                as_of=evidence.as_of, detail=detail,
+            )
+        else:
+            self.ledger.record_decision(
+                self.uow_id, decision.decision.value, reason=decision.reason,
+                as_of=evidence.as_of, attempt=None if latest is None else latest.number,
+                detail=detail,
+            )
+
+    def _not_started(self, reason: str, cause: str) -> UnitResult:
+        self.ledger.record_attempt_not_started(
+            self.uow_id, reason=reason, decision="deadline-infeasible", as_of=self.x.now(),
+            detail={"cause": cause},
+        )
+        return self._result("deadline-infeasible", reason, decision_name="deadline-infeasible")
+
+    def _wait_backoff(self, decision: DecisionResult, evidence: UnitEvidence) -> None:
+        attempts = evidence.attempts_in_run
+        jittered = self.x.jitter(self.task, attempts)
+        finished = evidence.last_finished_at or evidence.as_of
+        wait_for = (finished + timedelta(seconds=jittered) - evidence.as_of).total_seconds()
+        self._record(
+            decision, evidence,
+            next_attempt=(evidence.latest.number if evidence.latest else 0) + 1,
+            jitter=self.task.retry.jitter, jittered_delay=jittered, waits=max(0.0, wait_for),
+        )
+        self.x.sleep(wait_for)
+
+    def _generation(self) -> tuple[int | None, str | None]:
+        """Remote tasks reuse the current job generation until it is confirmed failed."""
+        if self.task.reconcile is None:
+            return None, None
+        current = self.ledger.current_generation(self.uow_id)
+        if current is None:
+            record = self.ledger.record_job_generation(self.uow_id, 1)
+        elif current.state == "confirmed-failed":
+            record = self.ledger.record_job_generation(self.uow_id)
+        else:
+            record = current
+        return record.generation, record.job_id
+
+    def _attempt(self, evidence: UnitEvidence) -> UnitResult | None:
+        """Start, run and finish one attempt; a UnitResult if the unit stops right here."""
+        needed = evidence.duration_seconds()
+        if self.deadline is not None:
+            try:
+                self.deadline.check(needed)
+            except WorkflowTimeout as exc:
+                return self._not_started(f"not started: {exc}", "workflow-timeout")
+        generation, job_id = self._generation()
+        pool = self.x.pool_for(self.task)
+        with contextlib.ExitStack() as slots:
+            if pool is not None:
+                wait_limit = None if self.deadline is None else self.deadline.remaining()
+                try:
+                    slots.enter_context(pool.acquire(self.task.slots, wait_limit))
+                except PoolTimeout as exc:
+                    return self._not_started(
+                        f"not started: pool {pool.name!r} had no {self.task.slots} free slot(s) "
+                        f"before the workflow deadline ({exc})", "pool-capacity",
+                    )
+            try:
+                timeout = (
+                    self.task.timeout if self.deadline is None
+                    else self.deadline.cap(self.task.timeout)
+                )
+            except WorkflowTimeout as exc:
+                return self._not_started(f"not started: {exc}", "workflow-timeout")
+            record = self.ledger.begin_attempt(
+                self.uow_id, holder=self.x.holder, generation=generation, job_id=job_id
+            )
+            self.attempts += 1
+            ctx = self._context(record, generation)
+            report = call_attempt(
+                self.task, ctx, timeout=timeout, isolation=self.x.isolation,
+                source_file=self.x.pipeline.source_file,
+            )
+        self._finish(record, report)
+        return None
+
+    def _context(self, record: AttemptRecord, generation: int | None) -> TaskContext:
+        number = record.number
+        recorder = None
+        if self.x.isolation == "thread":
+            def recorder(event: NonFatal) -> None:
+                self.ledger.record_nonfatal(
+                    self.uow_id, event.message, count=event.count, attempt=number
+                )
+        return self.x.pipeline.context(
+            self.task.name, self.unit.interval, attempt=number, generation=generation or 1,
+            upstream=self.upstream, params=self.x.params, recorder=recorder, unit=self.unit,
+        )
+
+    def _finish(self, record: AttemptRecord, report: AttemptReport) -> None:
+        number = record.number
+        for event in report.nonfatals:
+            self.ledger.record_nonfatal(self.uow_id, event.message, count=event.count,
+                                        attempt=number)
+        if report.remote is not None:
+            self._record_remote(report.remote, number)
+        outcome = {
+            "succeeded": "succeeded",
+            "transient": "failed-transient",
+            "permanent": "failed-permanent",
+            "unknown": "unknown",
+        }[report.ending]
+        self.ledger.finish_attempt(self.uow_id, number, outcome)  # type: ignore[arg-type]
+        if report.error is not None:
+            self.error = report.error_text
+            classification = "unknown" if report.ending == "succeeded" else report.ending
+            self.ledger.record_exception(
+                self.uow_id, report.error, classification=classification,
+                attempt=number, detail={"job_id": record.job_id},
+            )
+            failed = report.error
+            if (
+                isinstance(failed, JobFailed) and record.generation is not None
+                and failed.job_id == record.job_id
+            ):
+                self.ledger.mark_generation(self.uow_id, record.generation, "confirmed-failed")
+        detail: dict[str, Any] = {"job_id": record.job_id, "generation": record.generation}
+        if report.ending == "succeeded":
+            self.value = report.value
+            if record.generation is not None:
+                self.ledger.mark_generation(self.uow_id, record.generation, "succeeded")
+            if self.task.acceptance is not None:
+                detail["acceptance"] = "not checked"
+                if ACCEPTANCE_NOTE not in self.notes:
+                    self.notes.append(ACCEPTANCE_NOTE)
+        if report.ending == "unknown":
+            detail["why"] = (
+                "the attempt timed out or lost its acknowledgement; remote work may continue "
+                "(a timed-out thread is not stopped), so the outcome is unknown, not failed"
+            )
+        self.ledger.record_observation(
+            self.uow_id, outcome, source=EXECUTOR_SOURCE, attempt=number, detail=detail
+        )
+
+    def _record_remote(self, status: JobStatus, attempt: int) -> None:
+        """A JobStatus the task returned is evidence from the service, with its own time."""
+        from twice.ledger import LedgerError
+
+        source = f"remote:{status.service}"
+        detail = {"job_id": status.job_id, "state": status.state.value}
+        try:
+            self.ledger.record_observation(
+                self.uow_id, status.remote_state().value, source=source,
+                observed_at=status.observed_at, attempt=attempt, detail=detail,
+            )
+        except LedgerError:  # the service's clock is ahead of ours: keep its time as detail
+            self.ledger.record_observation(
+                self.uow_id, status.remote_state().value, source=source, attempt=attempt,
+                detail={**detail, "remote_observed_at": iso(status.observed_at)},
+            )
+        for error in status.nonfatal_errors:
+            self.ledger.record_nonfatal(
+                self.uow_id, f"{error.reason}: {error.message}", attempt=attempt,
+                detail={"source": source, "job_id": status.job_id, "reason": error.reason},
+            )
+
+    def _resolve_unknown(
+        self, attempt: AttemptRecord, decision: DecisionResult, evidence: UnitEvidence
+    ) -> UnitResult | None:
+        """Reconcile an unknown/running attempt by its job id; a UnitResult if we must stop."""
+        self._record(decision, evidence, job_id=attempt.job_id)
+        if self.task.reconcile is None or attempt.job_id is None:
+            what = f"job {attempt.job_id}" if attempt.job_id else "its effects"
+            reason = (
+                f"attempt {attempt.number} outcome unknown and the task has no reconcile "
+                f"function: inspect {what} before any retry; not retried"
+            )
+            return self._result("unknown-needs-reconcile", reason, decision)
+        ctx = self._context(attempt, attempt.generation)
+        polls = max(1, int(self.x.observe_timeout / self.x.poll_interval))
+        report = reconcile_attempt(
+            self.task, attempt.job_id, ctx, ledger=self.ledger, attempt=attempt.number,
+            poll_interval=self.x.poll_interval, max_polls=polls, sleep=self.x.sleep,
+            deadline=self.deadline,
+        )
+        number, generation = attempt.number, attempt.generation
+        if report.state is RemoteState.SUCCEEDED:
+            self.ledger.finish_attempt(self.uow_id, number, "succeeded")
+            if generation is not None:
+                self.ledger.mark_generation(self.uow_id, generation, "succeeded")
+            self.notes.append(
+                f"reconcile found job {attempt.job_id} succeeded: not resubmitted"
+            )
+            if self.task.acceptance is not None and ACCEPTANCE_NOTE not in self.notes:
+                self.notes.append(ACCEPTANCE_NOTE)
+            return None
+        if report.state is RemoteState.FAILED:
+            self.ledger.finish_attempt(self.uow_id, number, "failed-transient")
+            self.ledger.record_error(
+                self.uow_id, error_class="twice.reconcile.RemoteJobFailed",
+                message=f"reconcile found job {attempt.job_id} finished with an error",
+                classification="transient", attempt=number,
+                detail={"source": "reconcile", "job_id": attempt.job_id,
+                        "basis": "confirmed failed: a new generation may be taken"},
+            )
+            if generation is not None:
+                self.ledger.mark_generation(self.uow_id, generation, "confirmed-failed")
+            return None
+        if report.state is RemoteState.NOT_FOUND:
+            self.ledger.finish_attempt(self.uow_id, number, "failed-transient")
+            self.ledger.record_error(
+                self.uow_id, error_class="twice.reconcile.RequestNeverArrived",
+                message=f"no job {attempt.job_id}: the request never reached the service",
+                classification="transient", attempt=number,
+                detail={"source": "reconcile", "job_id": attempt.job_id,
+                        "basis": "the same job id may be resubmitted (same generation)"},
+            )
+            return None
+        waited = format_duration(round(report.polls * self.x.poll_interval * 1_000_000))
+        reason = (
+            f"job {attempt.job_id} still {report.state.value} after {report.polls} look(s) "
+            f"over about {waited}: observe it; nothing resubmitted"
+        )
+        if report.error:
+            reason += f" (last reconcile error: {report.error})"
+        return self._result("unknown-needs-reconcile", reason)
+
+    # -- result -------------------------------------------------------------------------------
+
+    def _result(
+        self,
+        outcome: UnitOutcome,
+        reason: str,
+        decision: DecisionResult | None = None,
+        *,
+        decision_name: str | None = None,
+    ) -> UnitResult:
+        latest = self.ledger.latest_attempt(self.uow_id)
+        final = plan_unit(gather_evidence(
+            self.ledger, self.uow_id, as_of=self.x.now(), settings=self.settings,
+            include_workflow_deadline=True,
+        ))
+        next_decision = final.decision.value if final is not None else (
+            decision_name or (decision.decision.value if decision else None)
+        )
+        return UnitResult(
+            task=self.task.name,
+            interval=self.unit.interval,
+            outcome=outcome,
+            reason=reason,
+            uow_id=self.uow_id,
+            attempts=self.attempts,
+            total_attempts=0 if latest is None else latest.number,
+            job_id=None if latest is None else latest.job_id,
+            generation=None if latest is None else latest.generation,
+            next_decision=next_decision,
+            error=self.error,
+            notes=tuple(self.notes),
+            value=self.value,
+        )

@@ -1,0 +1,197 @@
+"""A timeout leaves the outcome unknown (not failed); a retry that cannot finish by the deadline
+is not started, and that is recorded; no attempt starts after the workflow deadline."""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from tests.executor.helpers import ManualClock, day, decisions, no_sleep, outcomes
+from tests.executor.helpers import planner_decisions as planner
+
+from twice.executor import Executor
+from twice.ledger import Ledger
+from twice.pipeline import Pipeline
+from twice.policy import RetryPolicy
+from twice.remote import reconcile_job, submit_or_inspect, wait_for_job
+from twice.remote.fake_bigquery import FakeBigQuery
+from twice.schedule import Schedule
+
+
+def test_timeout_is_unknown_not_failed_and_the_thread_keeps_running(
+    real_ledger: Ledger, ledger_url: str
+) -> None:
+    finished = threading.Event()
+    pipeline = Pipeline("funds", schedule=Schedule.daily("UTC"))
+
+    @pipeline.task(retry=RetryPolicy(max_attempts=3, transient=(TimeoutError,)),
+                   safe_repeat=True, timeout=0.2)
+    def extract(ctx):  # type: ignore[no-untyped-def]
+        time.sleep(0.6)
+        finished.set()  # the side effect still happens after the timeout
+
+    started = time.monotonic()
+    unit = Executor(pipeline, real_ledger, sleep=no_sleep).run(day()).unit("extract")
+    assert time.monotonic() - started < 0.55  # the executor stopped waiting at the timeout
+    # TimeoutError is listed transient, yet an unknown outcome is never retried blindly.
+    assert unit.outcome == "unknown-needs-reconcile" and unit.attempts == 1
+    assert outcomes(real_ledger, unit.uow_id) == ["unknown"]
+    [error] = real_ledger.errors(unit.uow_id)
+    assert error.classification == "unknown" and error.error_class.endswith("AttemptTimeout")
+    assert "may still be running" in error.message
+    assert decisions(real_ledger, unit.uow_id) == ["reconcile-remote"]
+    assert planner(ledger_url)["extract"]["decision"] == "reconcile-remote"
+    assert finished.wait(2), "the timed-out thread was not stopped: its work continued"
+
+
+def test_timeout_while_the_remote_job_runs_then_reconcile_finds_it(
+    real_ledger: Ledger, ledger_url: str
+) -> None:
+    bq = FakeBigQuery(duration=0.4)  # real time
+    pipeline = Pipeline("funds", schedule=Schedule.daily("UTC"))
+
+    @pipeline.task(retry=RetryPolicy(max_attempts=2, transient=(ConnectionError,)),
+                   safe_repeat=True, timeout=0.1,
+                   reconcile=lambda job_id, ctx: reconcile_job(bq, job_id))
+    def load(ctx):  # type: ignore[no-untyped-def]
+        submit_or_inspect(bq, ctx.job_id, {})
+        return wait_for_job(bq, ctx.job_id, poll_interval=0.02)
+
+    executor = Executor(pipeline, real_ledger, poll_interval=0.05, observe_timeout=5)
+    unit = executor.run(day()).unit("load")
+    assert unit.outcome == "succeeded" and unit.attempts == 1
+    assert len(bq.jobs) == 1 and bq.answers("submit") == ["created"]
+    assert outcomes(real_ledger, unit.uow_id) == ["succeeded"]
+    states = [o.state for o in real_ledger.observations(unit.uow_id) if o.source == "reconcile"]
+    assert states[0] == "running" and states[-1] == "succeeded"
+    assert planner(ledger_url)["load"]["decision"] == "validate-output"
+
+
+def deadline_pipeline(calls: list[int]) -> Pipeline:
+    # The 2026-11-30 delivery is due at 2026-12-01T06:00Z.
+    pipeline = Pipeline("funds", schedule=Schedule.daily("UTC"), deadline=timedelta(hours=6))
+
+    @pipeline.task(
+        retry=RetryPolicy(max_attempts=4, initial_delay=40, jitter="none",
+                          transient=(ConnectionError,)),
+        safe_repeat=True, timeout=60, estimated_duration=30, validation_duration=5,
+    )
+    def load(ctx):  # type: ignore[no-untyped-def]
+        calls.append(ctx.attempt)
+        raise ConnectionError("warehouse unavailable")
+
+    return pipeline
+
+
+def test_retry_that_misses_the_deadline_is_not_started(ledger_url: str) -> None:
+    clock = ManualClock(datetime(2026, 12, 1, 5, 58, 50, tzinfo=UTC))
+    calls: list[int] = []
+    with Ledger.open(ledger_url, clock=clock) as ledger:
+        unit = Executor(deadline_pipeline(calls), ledger, clock=clock,
+                        sleep=clock.sleep).run(day()).unit("load")
+        # attempt 1 fits (05:58:50 + 35 s); attempt 2 could start 05:59:30, finish 06:00:05.
+        assert unit.outcome == "deadline-infeasible"
+        assert calls == [1] and unit.attempts == 1 and clock.sleeps == []
+        assert outcomes(ledger, unit.uow_id) == ["failed-transient"]
+        [record] = ledger.decisions(unit.uow_id)
+        assert record.decision == "deadline-infeasible" and record.not_started
+        assert record.attempt == 2  # the withheld attempt, never begun
+        assert record.detail["estimated_finish"] == "2026-12-01T06:00:05Z"
+        assert "after the deadline 2026-12-01T06:00:00Z" in record.reason
+    assert planner(ledger_url, clock())["load"]["decision"] == "deadline-infeasible"
+
+
+def test_retry_finishing_exactly_at_the_deadline_is_started(ledger_url: str) -> None:
+    """The lab's boundary: a finish (validation included) at the deadline still fits."""
+    clock = ManualClock(datetime(2026, 12, 1, 5, 58, 45, tzinfo=UTC))
+    calls: list[int] = []
+    with Ledger.open(ledger_url, clock=clock) as ledger:
+        unit = Executor(deadline_pipeline(calls), ledger, clock=clock,
+                        sleep=clock.sleep).run(day()).unit("load")
+        # attempt 2: start 05:59:25, finish 06:00:00 (= deadline); attempt 3 cannot fit.
+        assert calls == [1, 2] and clock.sleeps == [40.0]
+        assert decisions(ledger, unit.uow_id) == ["wait-backoff", "deadline-infeasible"]
+        first = ledger.decisions(unit.uow_id)[0]
+        assert first.detail["estimated_finish"] == "2026-12-01T06:00:00Z"
+    assert unit.outcome == "deadline-infeasible"
+
+
+def test_first_attempt_that_cannot_finish_by_the_deadline_is_not_started(
+    ledger_url: str,
+) -> None:
+    clock = ManualClock(datetime(2026, 12, 1, 5, 59, 30, tzinfo=UTC))
+    calls: list[int] = []
+    with Ledger.open(ledger_url, clock=clock) as ledger:
+        unit = Executor(deadline_pipeline(calls), ledger, clock=clock,
+                        sleep=clock.sleep).run(day()).unit("load")
+        assert unit.outcome == "deadline-infeasible" and calls == []
+        assert ledger.attempts(unit.uow_id) == []
+        [record] = ledger.decisions(unit.uow_id)
+        assert record.not_started and record.attempt == 1
+    assert planner(ledger_url, clock())["load"]["decision"] == "deadline-infeasible"
+
+
+def test_no_attempt_starts_after_the_workflow_deadline(ledger: Ledger, clock: ManualClock,
+                                                       ledger_url: str) -> None:
+    pipeline = Pipeline("funds", schedule=Schedule.daily("UTC"), workflow_timeout=10)
+    calls: list[int] = []
+
+    @pipeline.task(retry=RetryPolicy(max_attempts=5, initial_delay=4, jitter="none",
+                                     transient=(ConnectionError,)),
+                   safe_repeat=True, timeout=5)
+    def extract(ctx):  # type: ignore[no-untyped-def]
+        calls.append(ctx.attempt)
+        clock.advance(2)  # each attempt takes 2 s of (manual) time
+        raise ConnectionError("flaky")
+
+    unit = Executor(pipeline, ledger, clock=clock, sleep=clock.sleep).run(day()).unit("extract")
+    # 0-2 attempt 1, wait 4, 6-8 attempt 2, then a retry would start at 16 > 10: refused.
+    assert calls == [1, 2] and unit.outcome == "deadline-infeasible"
+    not_started = [d for d in ledger.decisions(unit.uow_id) if d.not_started]
+    assert len(not_started) == 1 and not_started[0].attempt == 3
+    assert not_started[0].detail["evidence"]["deadline"] == "2026-12-01T05:00:10Z"
+    # Offline, a new run would get a fresh workflow budget: the planner would retry later.
+    assert planner(ledger_url, clock())["extract"]["decision"] in ("wait-backoff",
+                                                                  "retry-eligible")
+
+
+PROCESS_PIPELINE = """\
+import time
+from twice.pipeline import Pipeline
+from twice.schedule import Schedule
+
+pipeline = Pipeline("funds", schedule=Schedule.daily("UTC"))
+
+@pipeline.task(timeout=20)
+def extract(ctx):
+    ctx.nonfatal("1 duplicate key dropped")
+    return 3
+
+@pipeline.task(timeout=0.5)
+def hang(ctx):
+    time.sleep(30)
+"""
+
+
+def test_process_isolation_terminates_and_still_reports_unknown(
+    real_ledger: Ledger, tmp_path: Path
+) -> None:
+    from twice.pipeline_file import load_pipeline
+
+    path = tmp_path / "proc.py"
+    path.write_text(PROCESS_PIPELINE)
+    pipeline = load_pipeline(path)
+    started = time.monotonic()
+    result = Executor(pipeline, real_ledger, isolation="process", sleep=no_sleep,
+                      max_workers=2).run(day())
+    assert time.monotonic() - started < 15
+    extract, hang = result.unit("extract"), result.unit("hang")
+    assert extract.outcome == "succeeded" and extract.value == 3
+    [nonfatal] = real_ledger.nonfatal_errors(extract.uow_id)  # carried back from the child
+    assert nonfatal.message == "1 duplicate key dropped" and nonfatal.attempt == 1
+    assert hang.outcome == "unknown-needs-reconcile"
+    assert outcomes(real_ledger, hang.uow_id) == ["unknown"]
+    [error] = real_ledger.errors(hang.uow_id)
+    assert "child process was terminated" in error.message  # local work stopped; remote may not
