@@ -92,10 +92,14 @@ def _task_names(pipeline: Pipeline, tasks: str | None) -> list[str] | None:
 @click.option("--max-workers", default=4, show_default=True, type=click.IntRange(1, 256),
               help="Concurrent units (pools still bound their dependencies).")
 @click.option("--seed", default=None, type=int, help="Seed the retry jitter (reproducible).")
+@click.option("--deadline", "deadline", default=None, metavar="INSTANT|none",
+              help="Override the pipeline's delivery deadline for this run (ISO-8601 instant "
+                   "with offset), e.g. a rerun of a past interval with a newly agreed deadline; "
+                   "'none' runs without one. The planner still refuses attempts past it.")
 @click.option("--json", "as_json", is_flag=True, help="JSON output.")
 def run(pipeline_file: str, interval: str | None, start: str | None, end: str | None,
         tasks: str | None, ledger_url: str | None, max_workers: int, seed: int | None,
-        as_json: bool) -> None:
+        deadline: str | None, as_json: bool) -> None:
     """Run a pipeline for one interval or a range."""
     from twice.executor import Executor
     from twice.ledger import Ledger, LedgerError
@@ -107,6 +111,8 @@ def run(pipeline_file: str, interval: str | None, start: str | None, end: str | 
         pipeline = load_pipeline(pipeline_file)
     except PipelineFileError as exc:
         _fail(str(exc))
+    if deadline is not None:
+        pipeline.deadline = _deadline_override(deadline)
     try:
         spans = _intervals(pipeline, interval, start, end)
         names = _task_names(pipeline, tasks)
@@ -134,6 +140,19 @@ def run(pipeline_file: str, interval: str | None, start: str | None, end: str | 
     else:
         _summary(result, label)
     sys.exit(0 if result.ok else 1)
+
+
+def _deadline_override(text: str) -> object:
+    """``--deadline``: None for 'none', else a function giving that instant for every interval."""
+    if text.strip().lower() == "none":
+        return None
+    from twice.timescale import TimeValueError, parse_instant
+
+    try:
+        due = parse_instant(text)
+    except TimeValueError as exc:
+        _fail(f"--deadline: {exc}")
+    return lambda _interval: due
 
 
 def _summary(result: RunResult, label: str) -> None:
