@@ -770,6 +770,15 @@ class _UnitRun:
                 detail={"source": source, "job_id": status.job_id, "reason": error.reason},
             )
 
+    def _close_reconciled(self, number: int, job_id: str | None, error_class: str, message: str,
+                          basis: str) -> None:
+        """An unknown attempt that reconcile showed did not succeed: close it as transient."""
+        self.ledger.finish_attempt(self.uow_id, number, "failed-transient")
+        self.ledger.record_error(
+            self.uow_id, error_class=error_class, message=message, classification="transient",
+            attempt=number, detail={"source": "reconcile", "job_id": job_id, "basis": basis},
+        )
+
     def _resolve_unknown(
         self, attempt: AttemptRecord, decision: DecisionResult, evidence: UnitEvidence
     ) -> UnitResult | None:
@@ -801,25 +810,19 @@ class _UnitRun:
                 self.notes.append(ACCEPTANCE_NOTE)
             return None
         if report.state is RemoteState.FAILED:
-            self.ledger.finish_attempt(self.uow_id, number, "failed-transient")
-            self.ledger.record_error(
-                self.uow_id, error_class="twice.reconcile.RemoteJobFailed",
-                message=f"reconcile found job {attempt.job_id} finished with an error",
-                classification="transient", attempt=number,
-                detail={"source": "reconcile", "job_id": attempt.job_id,
-                        "basis": "confirmed failed: a new generation may be taken"},
+            self._close_reconciled(
+                number, attempt.job_id, "twice.reconcile.RemoteJobFailed",
+                f"reconcile found job {attempt.job_id} finished with an error",
+                "confirmed failed: a new generation may be taken",
             )
             if generation is not None:
                 self.ledger.mark_generation(self.uow_id, generation, "confirmed-failed")
             return None
         if report.state is RemoteState.NOT_FOUND:
-            self.ledger.finish_attempt(self.uow_id, number, "failed-transient")
-            self.ledger.record_error(
-                self.uow_id, error_class="twice.reconcile.RequestNeverArrived",
-                message=f"no job {attempt.job_id}: the request never reached the service",
-                classification="transient", attempt=number,
-                detail={"source": "reconcile", "job_id": attempt.job_id,
-                        "basis": "the same job id may be resubmitted (same generation)"},
+            self._close_reconciled(
+                number, attempt.job_id, "twice.reconcile.RequestNeverArrived",
+                f"no job {attempt.job_id}: the request never reached the service",
+                "the same job id may be resubmitted (same generation)",
             )
             return None
         waited = format_duration(round(report.polls * self.x.poll_interval * 1_000_000))
