@@ -51,11 +51,11 @@ def startup(command: list[str], stdin: bytes, repeat: int) -> float:
     return statistics.median(times)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=100_000)
     parser.add_argument("--repeat", type=int, default=5)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     raw = payload(args.tasks)
     window, tasks, _clock = parse_extended(json.loads(raw))

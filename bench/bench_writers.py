@@ -1,6 +1,6 @@
 """Writers and fingerprints against the engines' own bulk paths, as side-by-side ratios.
 
-    python bench/bench_writers.py [--rows N] [--postgres URL]
+    python bench/bench_writers.py [--rows N] [--fingerprint-rows M] [--postgres URL]
 
 For each engine (SQLite, DuckDB, PostgreSQL when reachable) it times, on the same N-row Arrow
 table of one day:
@@ -9,10 +9,15 @@ table of one day:
   before the clock starts, DuckDB Arrow scan, PostgreSQL ``COPY`` of Arrow-written CSV), no
   validation, no delete, no index: the floor;
 * ``replace_partition`` into an empty table, and a rerun that deletes and re-inserts N rows;
+* ``upsert`` by key (id, day) into an empty table, and again over the same N keys (every row
+  updated);
 * pandas ``DataFrame.to_sql`` (SQLite via sqlite3, PostgreSQL via SQLAlchemy + psycopg; DuckDB
   has no SQLAlchemy dialect installed here, so n/a);
 * ``fingerprint`` of the partition (in-database) against ``count(*)`` and against pulling the
-  key columns into Python and hashing there.
+  key columns into Python and hashing there;
+* at scale: ``fingerprint`` of an M-row partition (default 10,000,000; the rows are generated
+  inside the engine, in a table twice created) against ``count(*)`` of the same partition.
+  ``--fingerprint-rows 0`` skips it.
 
 Nothing is asserted: the output is a table to read. Timings are wall-clock, single run.
 """
@@ -100,6 +105,8 @@ def bench_sqlite(table: pa.Table, workdir: Path) -> dict[str, float | None]:
     dest = open_destination(f"sqlite://{path}?partition_column=day#positions")
     results["replace (first run)"] = timed(lambda: dest.replace_partition(table, DAY))
     results["replace (rerun)"] = timed(lambda: dest.replace_partition(table, DAY))
+    bench_upsert(results, f"sqlite://{path}?partition_column=day&key_columns=id,day#upserted",
+                 table)
     results["count(*)"] = timed(lambda: dest.row_count(DAY))
     results["fingerprint"] = timed(lambda: fingerprint(dest, DAY, KEYS))
     results["pull + hash in Python"] = timed(lambda: python_pull_and_hash(
@@ -108,6 +115,91 @@ def bench_sqlite(table: pa.Table, workdir: Path) -> dict[str, float | None]:
     dest.close()
     conn.close()
     return results
+
+
+def bench_upsert(results: dict[str, float | None], spec: str, table: pa.Table) -> None:
+    """Upsert N rows into an empty keyed table, then the same N keys again (all updates)."""
+    dest = open_destination(spec)
+    results["upsert (insert)"] = timed(lambda: dest.upsert(table, partition=DAY))
+    results["upsert (update all)"] = timed(lambda: dest.upsert(table, partition=DAY))
+    dest.close()
+
+
+def generated_partition(spec: str, rows: int, fill: Callable[[int], None]) -> Any:
+    """A twice-created table holding ``rows`` rows of DAY: one sample row written by twice,
+    the rest generated inside the engine by ``fill(rows)`` copying the sample's stored day
+    value, so the 10M-row case never builds 10M rows in Python. Returns it reopened."""
+    dest = open_destination(spec)
+    dest.replace_partition(pa.table({
+        "id": pa.array([0], pa.int64()),
+        "day": pa.array([DAY], pa.date32()),
+        "fund": pa.array(["fund-0"], pa.string()),
+    }), DAY)
+    dest.close()  # DuckDB allows one writer per file: fill through a connection of its own
+    fill(rows)
+    return open_destination(spec)
+
+
+def fingerprint_at_scale(dest: Any) -> dict[str, float | None]:
+    results: dict[str, float | None] = {"rows": float(dest.row_count(DAY))}
+    results["count(*)"] = timed(lambda: dest.row_count(DAY))
+    results["fingerprint"] = timed(lambda: fingerprint(dest, DAY, KEYS))
+    dest.close()
+    return results
+
+
+def scale_sqlite(rows: int, workdir: Path) -> dict[str, float | None]:
+    path = workdir / "scale.db"
+
+    def fill(count: int) -> None:
+        conn = sqlite3.connect(path, isolation_level=None)
+        conn.execute("BEGIN")
+        conn.execute(
+            "WITH RECURSIVE g(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM g WHERE x < ?) "
+            "INSERT INTO fp SELECT x, d.day, 'fund-' || (x % 256) "
+            "FROM g, (SELECT day FROM fp LIMIT 1) AS d", [count - 1])
+        conn.execute("COMMIT")
+        conn.close()
+
+    return fingerprint_at_scale(
+        generated_partition(f"sqlite://{path}?partition_column=day#fp", rows, fill))
+
+
+def scale_duckdb(rows: int, workdir: Path) -> dict[str, float | None]:
+    path = workdir / "scale.duckdb"
+
+    def fill(count: int) -> None:
+        conn = duckdb.connect(str(path))
+        conn.execute("INSERT INTO fp SELECT range, d.day, 'fund-' || (range % 256) "
+                     "FROM range(1, ?), (SELECT day FROM fp LIMIT 1) AS d", [count])
+        conn.close()
+
+    return fingerprint_at_scale(
+        generated_partition(f"duckdb://{path}?partition_column=day#fp", rows, fill))
+
+
+def scale_postgres(rows: int, url: str) -> dict[str, float | None]:
+    import psycopg
+
+    admin = psycopg.connect(url, autocommit=True, connect_timeout=3)
+    name = f"twice_bench_fp_{os.getpid()}"
+    admin.execute(f'CREATE DATABASE "{name}"')
+    db_url = f"{url.rsplit('/', 1)[0]}/{name}"
+
+    def fill(count: int) -> None:
+        with psycopg.connect(db_url, autocommit=True) as conn:
+            conn.execute(
+                "INSERT INTO public.fp SELECT g, d.day, 'fund-' || (g %% 256) "
+                "FROM generate_series(1, %s) AS g, (SELECT day FROM public.fp LIMIT 1) AS d",
+                [count - 1])
+            conn.execute("ANALYZE public.fp")
+
+    try:
+        return fingerprint_at_scale(
+            generated_partition(f"{db_url}?partition_column=day#public.fp", rows, fill))
+    finally:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.close()
 
 
 def bench_duckdb(table: pa.Table, workdir: Path) -> dict[str, float | None]:
@@ -125,6 +217,8 @@ def bench_duckdb(table: pa.Table, workdir: Path) -> dict[str, float | None]:
     dest = open_destination(f"duckdb://{path}?partition_column=day#positions")
     results["replace (first run)"] = timed(lambda: dest.replace_partition(table, DAY))
     results["replace (rerun)"] = timed(lambda: dest.replace_partition(table, DAY))
+    bench_upsert(results, f"duckdb://{path}?partition_column=day&key_columns=id,day#upserted",
+                 table)
     results["count(*)"] = timed(lambda: dest.row_count(DAY))
     results["fingerprint"] = timed(lambda: fingerprint(dest, DAY, KEYS))
     results["pull + hash in Python"] = timed(lambda: python_pull_and_hash(
@@ -166,6 +260,8 @@ def bench_postgres(table: pa.Table, url: str) -> dict[str, float | None]:
         dest = open_destination(f"{db_url}?partition_column=day#public.positions")
         results["replace (first run)"] = timed(lambda: dest.replace_partition(table, DAY))
         results["replace (rerun)"] = timed(lambda: dest.replace_partition(table, DAY))
+        bench_upsert(results,
+                     f"{db_url}?partition_column=day&key_columns=id,day#public.upserted", table)
         results["count(*)"] = timed(lambda: dest.row_count(DAY))
         results["fingerprint"] = timed(lambda: fingerprint(dest, DAY, KEYS))
         results["pull + hash in Python"] = timed(lambda: python_pull_and_hash(
@@ -182,7 +278,10 @@ def bench_postgres(table: pa.Table, url: str) -> dict[str, float | None]:
 RATIOS = [
     ("replace (first run) / raw bulk insert", "replace (first run)", "raw bulk insert"),
     ("replace (rerun) / raw bulk insert", "replace (rerun)", "raw bulk insert"),
+    ("upsert (insert) / raw bulk insert", "upsert (insert)", "raw bulk insert"),
+    ("upsert (update all) / raw bulk insert", "upsert (update all)", "raw bulk insert"),
     ("pandas to_sql / replace (first run)", "pandas to_sql", "replace (first run)"),
+    ("pandas to_sql / upsert (insert)", "pandas to_sql", "upsert (insert)"),
     ("fingerprint / count(*)", "fingerprint", "count(*)"),
     ("pull + hash in Python / fingerprint", "pull + hash in Python", "fingerprint"),
 ]
@@ -220,28 +319,77 @@ def _cell(column: dict[str, float | None] | str, measure: str) -> str:
     return ("n/a" if value is None else f"{value:.3f}").rjust(14)
 
 
-def main() -> None:
+SCALE_RATIOS = [("fingerprint / count(*)", "fingerprint", "count(*)")]
+
+
+def report_scale(rows: int, columns: dict[str, dict[str, float | None] | str]) -> None:
+    print(f"\nfingerprint at scale: {rows:,} rows, one partition; seconds (one run)\n")
+    width = 40
+    print("".ljust(width) + "".join(n.rjust(14) for n in columns))
+    for measure in ("count(*)", "fingerprint"):
+        print(measure.ljust(width) + "".join(_cell(c, measure) for c in columns.values()))
+    for label, top, bottom in SCALE_RATIOS:
+        cells = []
+        for column in columns.values():
+            if isinstance(column, str):
+                cells.append("skipped".rjust(14))
+                continue
+            a, b = column.get(top), column.get(bottom)
+            cells.append(("n/a" if a is None or not b else f"{a / b:.2f}").rjust(14))
+        print(label.ljust(width) + "".join(cells))
+    for name, column in columns.items():
+        if isinstance(column, dict) and column.get("rows") != rows:
+            print(f"{name}: partition holds {column.get('rows'):,.0f} rows, expected {rows:,}")
+        elif isinstance(column, str):
+            print(f"\n{name}: {column}")
+
+
+def _postgres_column(run: Callable[[], dict[str, float | None]],
+                     url: str | None) -> dict[str, float | None] | str:
+    if not url:
+        return "no --postgres URL, TWICE_BENCH_POSTGRES_URL and TWICE_TEST_POSTGRES_URL unset"
+    try:
+        return run()
+    except Exception as exc:  # report it, keep the other columns
+        import psycopg
+
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
+        why = ("unreachable" if isinstance(exc, psycopg.OperationalError)
+               else f"failed ({type(exc).__name__})")
+        return f"{why}: {first}"
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
-    parser.add_argument("--postgres", default=os.environ.get("TWICE_BENCH_POSTGRES_URL"),
+    parser.add_argument("--fingerprint-rows", type=int, default=10_000_000,
+                        help="rows of the at-scale fingerprint partition (0 skips it)")
+    parser.add_argument("--postgres", default=os.environ.get(
+        "TWICE_BENCH_POSTGRES_URL", os.environ.get("TWICE_TEST_POSTGRES_URL")),
                         help="admin URL of a PostgreSQL server (a scratch database is created)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    if args.rows < 1:
+        parser.error("--rows must be >= 1")
+    if args.fingerprint_rows < 0:
+        parser.error("--fingerprint-rows must be >= 0")
     table = make_table(args.rows)
     workdir = Path(tempfile.mkdtemp(prefix="twice-bench-"))
     columns: dict[str, dict[str, float | None] | str] = {}
+    scale: dict[str, dict[str, float | None] | str] = {}
     try:
         columns["sqlite"] = bench_sqlite(table, workdir)
         columns["duckdb"] = bench_duckdb(table, workdir)
-        if not args.postgres:
-            columns["postgresql"] = "no --postgres URL and TWICE_BENCH_POSTGRES_URL unset"
-        else:
-            try:
-                columns["postgresql"] = bench_postgres(table, args.postgres)
-            except Exception as exc:  # unreachable server: report, keep the other columns
-                columns["postgresql"] = f"unreachable: {str(exc).strip().splitlines()[0]}"
+        columns["postgresql"] = _postgres_column(
+            lambda: bench_postgres(table, args.postgres), args.postgres)
+        report(args.rows, columns)
+        if args.fingerprint_rows:
+            scale["sqlite"] = scale_sqlite(args.fingerprint_rows, workdir)
+            scale["duckdb"] = scale_duckdb(args.fingerprint_rows, workdir)
+            scale["postgresql"] = _postgres_column(
+                lambda: scale_postgres(args.fingerprint_rows, args.postgres), args.postgres)
+            report_scale(args.fingerprint_rows, scale)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    report(args.rows, columns)
 
 
 if __name__ == "__main__":

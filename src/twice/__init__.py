@@ -32,6 +32,7 @@ _EXPORTS: dict[str, str] = {
     "fingerprint": "twice.fingerprint",
     "AcceptanceCriteria": "twice.acceptance",
     "run_backfill": "twice.backfill",
+    "retry": "twice.retrying",
 }
 
 

@@ -29,7 +29,11 @@ means ``leased-elsewhere``: we say who and until when, and do nothing), open a r
 Budgets are per run: each run of a unit may make ``max_attempts`` attempts and its backoff
 restarts, while attempt numbers keep growing in the ledger. A unit whose latest attempt
 succeeded is not run again (the planner's next step for it is ``validate-output``); a unit left
-with an unknown outcome by an earlier run is reconciled before anything else.
+with an unknown outcome by an earlier run is reconciled before anything else. A crashed holder
+leaves an attempt ``running`` and a lease that expires: whoever takes the lease over finds the
+attempt recorded ``unknown`` (by the ledger, with the takeover observation saying whose lease
+expired when) and reconciles it; a ``running`` attempt found under a lease obtained without a
+takeover (released, or the same holder name restarted) is recorded ``unknown`` here, with why.
 
 Acceptance criteria (``task.acceptance``) are not checked yet: success means "finished without
 error", and the result says the output is not verified.
@@ -235,6 +239,11 @@ class Executor:
     jitter. ``shared_pools`` (default True) holds pool slots in the ledger as well as in
     process, so every process using the same ledger shares the capacity (SQLite on one host,
     PostgreSQL across hosts); False keeps pools local to this executor.
+
+    For a caller that owns the retry loop (``twice.airflow``): ``attempts_per_call`` stops a
+    unit after that many attempts in one ``run`` call, recording the planner's next step (it is
+    the result's ``next_decision``); ``continue_run`` continues the unit's latest run instead of
+    opening a new one, so the budget, backoff and safe-repeat rules span the caller's tries.
     """
 
     def __init__(
@@ -256,6 +265,8 @@ class Executor:
         observe_timeout: float = 60.0,
         max_observation_age: float = 600.0,
         params: Mapping[str, Any] | None = None,
+        attempts_per_call: int | None = None,
+        continue_run: bool = False,
     ) -> None:
         if isinstance(max_workers, bool) or not isinstance(max_workers, int) or max_workers < 1:
             raise ValueError(f"max_workers must be an integer >= 1, got {max_workers!r}")
@@ -286,6 +297,15 @@ class Executor:
         self.observe_timeout = observe_timeout
         self.max_observation_age = max_observation_age
         self.params = dict(params or {})
+        if attempts_per_call is not None and (
+            isinstance(attempts_per_call, bool) or not isinstance(attempts_per_call, int)
+            or attempts_per_call < 1
+        ):
+            raise ValueError(
+                f"attempts_per_call must be an integer >= 1, got {attempts_per_call!r}"
+            )
+        self.attempts_per_call = attempts_per_call
+        self.continue_run = continue_run
         self._pools: dict[str, SlotPool] = {}
         self._pools_lock = threading.Lock()
 
@@ -441,10 +461,33 @@ class Executor:
             )
         with _LeaseKeeper(self.ledger, unit.uow_id, self.holder, self.lease_ttl) as keeper:
             result = _UnitRun(self, task, unit, upstream, deadline, settings).drive()
+        if lease.taken_over_from is not None:
+            note = self._takeover_note(unit.uow_id, lease.taken_over_from, result)
+            result = _with_notes(result, note)
         if keeper.lost:
             note = "the lease could not be renewed while running: another holder may have run it"
             result = _with_notes(result, note)
         return result
+
+    def _takeover_note(self, uow_id: str, previous: str, result: UnitResult) -> str:
+        """Say in the result what the ledger recorded when we took an expired lease over."""
+        from twice.ledger import LEASE_TAKEOVER_STATE
+
+        takeovers = [
+            o for o in self.ledger.observations(uow_id) if o.state == LEASE_TAKEOVER_STATE
+        ]
+        unknown = takeovers[-1].detail.get("attempts_now_unknown") if takeovers else None
+        note = f"took over the expired lease of {previous}"
+        if unknown:
+            handled = (
+                "left for reconciliation" if result.outcome == "unknown-needs-reconcile"
+                else "reconciled before anything else"
+            )
+            note += (
+                f"; attempt {', '.join(map(str, unknown))} was still running under it: recorded "
+                f"unknown and {handled}, not blindly retried"
+            )
+        return note
 
     # -- pools and helpers used by _UnitRun ---------------------------------------------------
 
@@ -520,6 +563,8 @@ class _UnitRun:
                 "(a new input or transform version is a new unit of work)"
             )
             return self._result("succeeded", "latest attempt succeeded in an earlier run")
+        if prior is not None and prior.outcome == "running":
+            prior = self._orphaned(prior)
         if prior is not None and prior.outcome in ("unknown", "running"):
             evidence = self._evidence()
             decision = plan_unit(evidence)
@@ -531,7 +576,8 @@ class _UnitRun:
             if resolved is not None and resolved.outcome == "succeeded":
                 return self._result("succeeded", "reconcile found the earlier attempt's job "
                                     "succeeded; nothing resubmitted")
-        self._open_run()
+        if not (self.x.continue_run and self._has_run()):
+            self._open_run()
         refreshes = 0
         while True:
             evidence = self._evidence()
@@ -561,6 +607,15 @@ class _UnitRun:
                 )
                 continue
             # retry-eligible or wait-backoff: attempt 1 of the run, or a retry
+            budget = self.x.attempts_per_call
+            if budget is not None and self.attempts >= budget:
+                self._record(decision, evidence, retry_owner="caller")
+                return self._result(
+                    "attempts-exhausted",
+                    f"this call's budget of {budget} attempt(s) is used; the planner's next step "
+                    f"is {kind.value} ({decision.reason}); the caller owns the retry loop",
+                    decision,
+                )
             if evidence.attempts_in_run > 0:
                 self._wait_backoff(decision, evidence)
             stop = self._attempt(evidence)
@@ -569,11 +624,46 @@ class _UnitRun:
 
     # -- steps --------------------------------------------------------------------------------
 
+    def _orphaned(self, prior: AttemptRecord) -> AttemptRecord:
+        """A ``running`` attempt found while WE hold the lease has lost its process.
+
+        This run has started nothing yet, and the holder that began the attempt no longer
+        holds the lease: it crashed after the lease was released, or it is this holder's name
+        restarted after a crash (taking over someone else's expired lease is handled by the
+        ledger, which already recorded the attempt as unknown). Its work may have happened,
+        so the outcome is unknown, not failed: record that and why, then reconcile.
+        """
+        if prior.holder == self.x.holder:
+            how = (
+                f"holder {prior.holder} (this worker's name, restarted) began it and no "
+                "process of that name is running it now"
+            )
+        else:
+            how = f"holder {prior.holder} began it and gave up the lease without finishing it"
+        why = (
+            f"attempt {prior.number} was still recorded running when {self.x.holder} got the "
+            f"lease: {how}; its effects may exist, so the outcome is unknown (not failed) and "
+            "is reconciled before anything else, never blindly retried"
+        )
+        record = self.ledger.finish_attempt(self.uow_id, prior.number, "unknown")
+        self.ledger.record_observation(
+            self.uow_id, "unknown", source=EXECUTOR_SOURCE, attempt=prior.number,
+            detail={
+                "why": why, "previous_holder": prior.holder, "job_id": prior.job_id,
+                "started_at": iso(prior.started_at),
+            },
+        )
+        self.notes.append(why)
+        return record
+
     def _evidence(self) -> UnitEvidence:
         return gather_evidence(
             self.ledger, self.uow_id, as_of=self.x.now(), settings=self.settings,
             include_workflow_deadline=True,
         )
+
+    def _has_run(self) -> bool:
+        return any(o.state == RUN_STARTED for o in self.ledger.observations(self.uow_id))
 
     def _open_run(self) -> None:
         latest = self.ledger.latest_attempt(self.uow_id)
@@ -638,6 +728,24 @@ class _UnitRun:
         )
         self.x.sleep(wait_for)
 
+    def _cost_refusal(self) -> UnitResult | None:
+        """The cost guard (``twice.cost.guard_task``): an estimate over the task's
+        ``maximum_bytes_billed`` refuses the attempt before anything is submitted. The limit is
+        the task's own, so every retry or rerun is checked against the same number."""
+        from twice.cost import guard_task
+
+        check = guard_task(self.task, self.unit.interval)
+        if check is None:
+            return None
+        if check.allowed:
+            self.notes.append(check.reason)
+            return None
+        self.ledger.record_attempt_not_started(
+            self.uow_id, reason=check.reason, decision="repair-cause", as_of=self.x.now(),
+            detail=check.to_detail(),
+        )
+        return self._result("failed-permanent", check.reason, decision_name="repair-cause")
+
     def _generation(self) -> tuple[int | None, str | None]:
         """Remote tasks reuse the current job generation until it is confirmed failed."""
         if self.task.reconcile is None:
@@ -659,6 +767,9 @@ class _UnitRun:
                 self.deadline.check(needed)
             except WorkflowTimeout as exc:
                 return self._not_started(f"not started: {exc}", "workflow-timeout")
+        refused = self._cost_refusal()
+        if refused is not None:
+            return refused
         generation, job_id = self._generation()
         pool = self.x.pool_for(self.task)
         with contextlib.ExitStack() as slots:

@@ -169,6 +169,10 @@ class Task:
     - ``reconcile(job_id, ctx)``: asks the remote service what happened to ``job_id`` after a
       timeout or lost acknowledgement; returns a ``RemoteState``.
     - ``acceptance``: checks from ``twice.acceptance``, opaque here.
+    - ``maximum_bytes_billed``/``cost_estimate``: the cost guard (``twice.cost``): before each
+      attempt the executor calls ``cost_estimate(interval)`` (a ``twice.remote.Estimate``) and
+      refuses the attempt when it is over the limit; the limit is never raised on retry. Pass the
+      same limit to the remote service (BigQuery ``maximumBytesBilled``) in the task.
     - ``safe_repeat``: the author's *assertion* that running the task again for the same interval
       has no extra effect beyond what twice's own replace/upsert destination write undoes (no
       emails sent twice, no remote jobs submitted without a client-chosen id). Reports show it as
@@ -190,6 +194,8 @@ class Task:
     reconcile: Reconciler | None = None
     acceptance: Any = None
     safe_repeat: bool = False
+    maximum_bytes_billed: int | None = None
+    cost_estimate: Callable[[Interval], Any] | None = None
     metadata: Mapping[str, Any] = field(default_factory=dict)
     description: str = ""
 
@@ -227,6 +233,14 @@ class Task:
         object.__setattr__(self, "validation_duration", val)
         if not isinstance(self.safe_repeat, bool):
             raise PipelineError(f"{where}: safe_repeat must be True or False")
+        limit = self.maximum_bytes_billed
+        bad_limit = isinstance(limit, bool) or not isinstance(limit, int) or limit < 1
+        if limit is not None and bad_limit:
+            raise PipelineError(
+                f"{where}: maximum_bytes_billed must be a positive integer (bytes), got {limit!r}"
+            )
+        if self.cost_estimate is not None and not callable(self.cost_estimate):
+            raise PipelineError(f"{where}: cost_estimate must be callable(interval) or None")
         if not isinstance(self.metadata, Mapping):
             raise PipelineError(f"{where}: metadata must be a mapping")
         object.__setattr__(self, "metadata", MappingProxyType(dict(self.metadata)))

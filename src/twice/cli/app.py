@@ -49,6 +49,21 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "handover",
         "Markdown runbook for the operator taking over.",
     ),
+    "airflow": (
+        "twice.cli.airflow_cmd",
+        "airflow",
+        "Run pipelines under Apache Airflow (describe the DAG translation).",
+    ),
+    "worker": (
+        "twice.cli.worker_cmd",
+        "worker",
+        "Work on a pipeline's units alongside other workers sharing the ledger.",
+    ),
+    "intermediates": (
+        "twice.cli.intermediates_cmd",
+        "intermediates",
+        "Catalog of materialized intermediates: reuse, integrity, retention, trade-off.",
+    ),
 }
 
 

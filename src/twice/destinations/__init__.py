@@ -11,6 +11,8 @@ Spec strings, one engine module each (``twice.destinations.<scheme>``):
 * ``postgresql://user@host:5432/db#schema.table`` (password from PGPASSWORD / .pgpass; a
   password in the string is used but never echoed back in ``spec``)
 * ``parquet:///abs/dir`` (Hive layout ``key=value/``; ``?overwrite=static|dynamic``)
+* ``spark:///abs/warehouse#table`` (or ``?table=``; ``?overwrite=static|dynamic``,
+  ``?master=local[2]``; needs ``twice[spark]`` and Java 17)
 
 The query options ``partition_column=NAME`` and ``key_columns=a,b`` are understood by every
 engine, so one string names a destination completely for the ledger and the CLI. A new engine
@@ -36,7 +38,7 @@ from twice.destinations.slices import PartitionError, RowsOutsidePartitionError
 
 # scheme -> module name under twice.destinations, where they differ
 _ALIASES = {"postgresql": "postgres", "postgres": "postgres"}
-_ENGINES = ("sqlite", "duckdb", "postgres", "parquet")
+_ENGINES = ("sqlite", "duckdb", "postgres", "parquet", "spark")
 
 
 def open_destination(
@@ -51,8 +53,8 @@ def open_destination(
     module_name = _ALIASES.get(parsed.scheme, parsed.scheme)
     if module_name not in _ENGINES:
         raise DestinationError(
-            f"unknown destination scheme {parsed.scheme!r}: use sqlite, duckdb, postgresql or "
-            "parquet"
+            f"unknown destination scheme {parsed.scheme!r}: use sqlite, duckdb, postgresql, "
+            "parquet or spark"
         )
     if partition_column is not None:
         validate_identifier(partition_column, "partition_column")

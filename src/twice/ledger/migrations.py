@@ -9,7 +9,8 @@ a schema it does not understand could lose or misread evidence.
 To change the schema: append a ``Migration(version=N + 1, ...)`` whose step alters existing
 databases, and change ``schema.py`` to match. Step 1 builds the version-1 tables from
 ``schema.py``; before a later step alters one of them, copy that table's version-1 definition
-into step 1 so fresh databases still replay every step (the tests migrate from empty).
+into step 1 so fresh databases still replay every step (the tests migrate from empty). A
+table added by a later step is listed in ``schema.INTRODUCED_IN`` so step 1 leaves it alone.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import func, insert, inspect, select, text
+from sqlalchemy import Table, func, insert, inspect, select, text
 from sqlalchemy.engine import Connection
 
 from twice.ledger import schema
@@ -38,11 +39,22 @@ class Migration:
     apply: Callable[[Connection], None]
 
 
-def _create_version_1(conn: Connection) -> None:
-    tables = [
-        table for table in schema.metadata.sorted_tables if table is not schema.schema_versions
+def _tables_of(version: int) -> list[Table]:
+    """The tables ``schema.py`` describes that step ``version`` creates (dependency order)."""
+    return [
+        table
+        for table in schema.metadata.sorted_tables
+        if table is not schema.schema_versions
+        and schema.INTRODUCED_IN.get(table.name, 1) == version
     ]
-    schema.metadata.create_all(conn, tables=tables)
+
+
+def _create_version_1(conn: Connection) -> None:
+    schema.metadata.create_all(conn, tables=_tables_of(1))
+
+
+def _create_intermediates_catalog(conn: Connection) -> None:
+    schema.metadata.create_all(conn, tables=_tables_of(2))
 
 
 MIGRATIONS: tuple[Migration, ...] = (
@@ -51,6 +63,11 @@ MIGRATIONS: tuple[Migration, ...] = (
         "units of work, attempts, observations, errors, job generations, fingerprints, "
         "decisions, leases, pool holdings, event journal",
         _create_version_1,
+    ),
+    Migration(
+        2,
+        "catalog of materialized intermediates and their history",
+        _create_intermediates_catalog,
     ),
 )
 LATEST_VERSION: int = MIGRATIONS[-1].version

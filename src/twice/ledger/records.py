@@ -89,6 +89,24 @@ EVENT_KINDS: tuple[EventKind, ...] = (
     "decision",
 )
 
+IntermediateStatus = Literal["active", "superseded", "expired"]
+#: ``active``: stored and reusable while its fingerprint matches and retention lasts;
+#: ``superseded``: its slice was overwritten by another version; ``expired``: past retention,
+#: its data garbage-collected.
+INTERMEDIATE_STATUSES: tuple[IntermediateStatus, ...] = ("active", "superseded", "expired")
+
+IntermediateAction = Literal[
+    "materialized", "recomputed", "reused", "refused", "superseded", "expired"
+]
+INTERMEDIATE_ACTIONS: tuple[IntermediateAction, ...] = (
+    "materialized",
+    "recomputed",
+    "reused",
+    "refused",
+    "superseded",
+    "expired",
+)
+
 #: ``source`` of the observation written when an expired lease is taken over.
 LEASE_SOURCE = "twice.ledger.lease"
 #: ``state`` of that observation: the previous holder's attempt outcome is now unknown.
@@ -368,3 +386,56 @@ class TimelineEvent:
     attempt: int | None = None
     detail: Mapping[str, Any] = _detail()
     record: object | None = field(default=None, hash=False, compare=False)
+
+
+@dataclass(frozen=True)
+class IntermediateRecord:
+    """One version of a materialized intermediate in the catalog (see ``twice.intermediates``).
+
+    ``row_count``/``checksum`` over ``columns`` is the fingerprint taken right after the write;
+    a reuse is allowed only while a freshly computed fingerprint equals it. ``compute_seconds``
+    and ``bytes_scanned`` are what the latest materialization measured (``bytes_scanned`` is
+    None when nothing was measured); ``verify_seconds`` sums every integrity check so far.
+    """
+
+    name: str
+    version: str
+    uow_id: str
+    owner: str
+    retention: timedelta
+    location: str
+    partition: str
+    identity: Mapping[str, Any]
+    columns: tuple[str, ...]
+    algorithm: str
+    row_count: int
+    checksum: str
+    bytes_stored: int
+    compute_seconds: float
+    bytes_scanned: int | None
+    verify_seconds: float
+    materializations: int
+    reuse_count: int
+    created_at: datetime
+    expires_at: datetime
+    last_reused_at: datetime | None
+    status: IntermediateStatus
+    status_reason: str
+    status_at: datetime
+
+    def expired(self, now: datetime) -> bool:
+        """Past retention at ``now`` (retention counts from the latest materialization)."""
+        return now >= self.expires_at
+
+
+@dataclass(frozen=True)
+class IntermediateEvent:
+    """Something that happened to one intermediate version, with the reason and evidence."""
+
+    seq: int
+    name: str
+    version: str
+    action: IntermediateAction
+    reason: str
+    at: datetime
+    detail: Mapping[str, Any] = _detail()

@@ -23,6 +23,7 @@ from sqlalchemy import (
     CheckConstraint,
     Column,
     DateTime,
+    Float,
     ForeignKey,
     ForeignKeyConstraint,
     Index,
@@ -43,6 +44,8 @@ from twice.ledger.records import (
     ERROR_CLASSIFICATIONS,
     EVENT_KINDS,
     GENERATION_STATES,
+    INTERMEDIATE_ACTIONS,
+    INTERMEDIATE_STATUSES,
 )
 
 
@@ -296,3 +299,70 @@ locks = Table(
     Column("name", Text, nullable=False),
     PrimaryKeyConstraint("kind", "name", name="pk_twice_locks"),
 )
+
+# -- version 2: the catalog of materialized intermediates (twice.intermediates) ---------------
+
+# One row per (name, version): where the result is stored, who owns it, how long it is kept,
+# the fingerprint it had when written and what computing it cost (measured). Rows are kept
+# after they are superseded or expired, as evidence of what was stored when.
+intermediates = Table(
+    "twice_intermediates",
+    metadata,
+    Column("name", String(200), nullable=False),
+    Column("version", String(64), nullable=False),
+    Column("uow_id", String(400), ForeignKey("twice_units_of_work.uow_id"), nullable=False),
+    Column("owner", String(200), nullable=False),
+    Column("retention_seconds", BigInteger, nullable=False),
+    Column("location", Text, nullable=False),
+    Column("partition", Text, nullable=False),
+    Column("identity", Text, nullable=False),
+    Column("columns", Text, nullable=False),
+    Column("algorithm", String(64), nullable=False),
+    Column("row_count", BigInteger, nullable=False),
+    Column("checksum", Text, nullable=False),
+    Column("bytes_stored", BigInteger, nullable=False),
+    Column("compute_seconds", Float, nullable=False),
+    Column("bytes_scanned", BigInteger, nullable=True),
+    Column("verify_seconds", Float, nullable=False, default=0.0),
+    Column("materializations", Integer, nullable=False, default=1),
+    Column("reuse_count", Integer, nullable=False, default=0),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("expires_at", UTCDateTime, nullable=False),
+    Column("last_reused_at", UTCDateTime, nullable=True),
+    Column("status", String(16), nullable=False),
+    Column("status_reason", Text, nullable=False),
+    Column("status_at", UTCDateTime, nullable=False),
+    PrimaryKeyConstraint("name", "version", name="pk_twice_intermediates"),
+    CheckConstraint("owner <> ''", name="ck_twice_intermediates_owner"),
+    CheckConstraint("retention_seconds >= 1", name="ck_twice_intermediates_retention"),
+    CheckConstraint("row_count >= 0", name="ck_twice_intermediates_row_count"),
+    CheckConstraint("bytes_stored >= 0", name="ck_twice_intermediates_bytes_stored"),
+    CheckConstraint("reuse_count >= 0", name="ck_twice_intermediates_reuse_count"),
+    _one_of("status", INTERMEDIATE_STATUSES, "ck_twice_intermediates_status"),
+    Index("ix_twice_intermediates_location", "location", "partition", "status"),
+)
+
+# What happened to each intermediate, in recording order: materialized, reused (with the
+# fingerprint evidence), refused (and why), recomputed, superseded, expired. A table of its own
+# rather than ``twice_events`` rows: that journal's kind constraint is part of version 1.
+intermediate_events = Table(
+    "twice_intermediate_events",
+    metadata,
+    Column("seq", SeqType, primary_key=True, autoincrement=True),
+    Column("name", String(200), nullable=False),
+    Column("version", String(64), nullable=False),
+    Column("action", String(16), nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("at", UTCDateTime, nullable=False),
+    Column("detail", Text, nullable=False, default="{}"),
+    ForeignKeyConstraint(
+        ["name", "version"],
+        ["twice_intermediates.name", "twice_intermediates.version"],
+        name="fk_twice_intermediate_events_entry",
+    ),
+    _one_of("action", INTERMEDIATE_ACTIONS, "ck_twice_intermediate_events_action"),
+    Index("ix_twice_intermediate_events_entry", "name", "version", "seq"),
+)
+
+#: The schema version that introduced each table; tables not listed are version 1.
+INTRODUCED_IN: dict[str, int] = {intermediates.name: 2, intermediate_events.name: 2}

@@ -20,6 +20,7 @@ from sqlalchemy import Engine, func, insert, select, update
 from sqlalchemy.engine import URL, Connection, RowMapping
 from sqlalchemy.exc import DBAPIError
 
+from twice.ledger import catalog
 from twice.ledger import lease as leasing
 from twice.ledger.engine import (
     READ_ONLY_OPTION,
@@ -52,6 +53,9 @@ from twice.ledger.records import (
     FingerprintDiff,
     FingerprintRecord,
     GenerationState,
+    IntermediateEvent,
+    IntermediateRecord,
+    IntermediateStatus,
     JobGenerationRecord,
     LeaseRecord,
     LeaseResult,
@@ -1266,6 +1270,94 @@ class Ledger:
             return leasing.list_pool_holdings(
                 conn, pool=pool, now=self.now(), active_only=active_only
             )
+
+    # -- materialized intermediates ---------------------------------------------------------
+
+    def record_intermediate(
+        self,
+        *,
+        name: str,
+        version: str,
+        unit: UnitOfWork,
+        owner: str,
+        retention_seconds: int,
+        location: str,
+        partition: str,
+        columns: Sequence[str],
+        algorithm: str,
+        row_count: int,
+        checksum: str,
+        bytes_stored: int,
+        compute_seconds: float,
+        bytes_scanned: int | None,
+        reason: str,
+        detail: Mapping[str, Any] | None = None,
+    ) -> IntermediateRecord:
+        """Catalog a freshly written intermediate version (see ``twice.intermediates``).
+
+        Records its producing unit of work too; any other active version stored in the same
+        slice becomes ``superseded``. Writing a version again is ``recomputed``.
+        """
+        with self.transaction():
+            self.record_unit(unit)
+            with self._write() as conn:
+                return catalog.record_materialization(
+                    conn, now=self.now(), name=name, version=version, uow_id=unit.uow_id,
+                    owner=owner, retention_seconds=retention_seconds, location=location,
+                    partition=partition, identity=unit.identity(), columns=columns,
+                    algorithm=algorithm, row_count=row_count, checksum=checksum,
+                    bytes_stored=bytes_stored, compute_seconds=compute_seconds,
+                    bytes_scanned=bytes_scanned, reason=reason, detail=detail,
+                )
+
+    def record_intermediate_reuse(
+        self, name: str, version: str, *, verify_seconds: float, reason: str,
+        detail: Mapping[str, Any] | None = None,
+    ) -> IntermediateRecord:
+        """Count one reuse of an active, unexpired version, with its integrity evidence."""
+        with self._write() as conn:
+            return catalog.record_reuse(
+                conn, now=self.now(), name=name, version=version,
+                verify_seconds=verify_seconds, reason=reason, detail=detail,
+            )
+
+    def record_intermediate_refusal(
+        self, name: str, version: str, *, reason: str, verify_seconds: float = 0.0,
+        detail: Mapping[str, Any] | None = None,
+    ) -> IntermediateEvent:
+        """Record why a stored version was not reused (fingerprint mismatch, location, ...)."""
+        with self._write() as conn:
+            return catalog.record_refusal(
+                conn, now=self.now(), name=name, version=version,
+                verify_seconds=verify_seconds, reason=reason, detail=detail,
+            )
+
+    def expire_intermediate(
+        self, name: str, version: str, *, reason: str, detail: Mapping[str, Any] | None = None
+    ) -> IntermediateRecord:
+        """Mark an active version past its retention as expired (after its data was removed)."""
+        with self._write() as conn:
+            return catalog.record_expiry(
+                conn, now=self.now(), name=name, version=version, reason=reason, detail=detail
+            )
+
+    def intermediate(self, name: str, version: str) -> IntermediateRecord | None:
+        with self._read() as conn:
+            return catalog.get_entry(conn, name, version)
+
+    def intermediates(
+        self, *, name: str | None = None, status: IntermediateStatus | None = None
+    ) -> list[IntermediateRecord]:
+        """Catalog entries (of one name / status), by name then creation time."""
+        with self._read() as conn:
+            return catalog.list_entries(conn, name=name, status=status)
+
+    def intermediate_events(
+        self, name: str, version: str | None = None
+    ) -> list[IntermediateEvent]:
+        """History of one intermediate (one version), in recording order."""
+        with self._read() as conn:
+            return catalog.list_events(conn, name, version)
 
     # -- timeline -----------------------------------------------------------------------------
 

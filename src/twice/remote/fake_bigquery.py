@@ -31,6 +31,7 @@ from twice.remote.jobs import (
     AcknowledgementLost,
     BackendError,
     DuplicateJob,
+    Estimate,
     JobError,
     JobNotFound,
     JobState,
@@ -39,7 +40,7 @@ from twice.remote.jobs import (
     SubmitBackendError,
 )
 
-Method = Literal["submit", "get", "cancel"]
+Method = Literal["submit", "get", "cancel", "estimate"]
 Clock = Callable[[], datetime]
 STOPPED = JobError("stopped", "Job execution was cancelled: User requested cancellation")
 
@@ -151,6 +152,7 @@ class FakeBigQuery:
         self._faults: deque[_Fault] = deque()
         self._arrivals: list[_Arrival] = []
         self._calls: list[Call] = []
+        self._estimates: dict[str, Estimate] = {}
         self._lock = threading.RLock()
 
     @property
@@ -210,6 +212,14 @@ class FakeBigQuery:
         with self._lock:
             for _ in range(count):
                 self._faults.append(_Fault(method, "5xx", status=status, created=created))
+
+    def plan_estimate(self, query: str, bytes_read: int, *, upper_bound: bool = False) -> None:
+        """What a dry run of ``query`` answers; a job for it with a lower
+        ``maximum_bytes_billed`` in its config ends DONE with ``bytesBilledLimitExceeded``."""
+        with self._lock:
+            self._estimates[query] = Estimate(
+                bytes_read, method="fake dry run", upper_bound=upper_bound
+            )
 
     # -- inspection for tests --------------------------------------------------------------
 
@@ -310,6 +320,12 @@ class FakeBigQuery:
             self._log("cancel", job_id, f"cancel requested ({status.state.value})", now)
             return status
 
+    def estimate(self, query: str, config: Mapping[str, Any] | None = None) -> Estimate:
+        """jobs.insert with ``dryRun``: the planned estimate (0 bytes if none was planned)."""
+        with self._lock:
+            self._log("estimate", "", f"dry run {query[:40]!r}", self._clock())
+            return self._estimates.get(query, Estimate(0, method="fake dry run"))
+
     # -- internals ---------------------------------------------------------------------------
 
     def _plan(
@@ -349,6 +365,14 @@ class FakeBigQuery:
         plan = self._plans.pop(job_id, None)
         if plan is None:
             plan = self._next_plans.popleft() if self._next_plans else self._default
+        limit = config.get("maximum_bytes_billed")
+        planned = self._estimates.get(str(config.get("query", "")))
+        if limit is not None and planned is not None and planned.bytes > int(limit):
+            plan = JobPlan(pending=plan.pending, error_result=JobError(
+                "bytesBilledLimitExceeded",
+                f"Query exceeded limit for bytes billed: {limit}. {planned.bytes} or higher "
+                "required.",
+            ))
         self._jobs[job_id] = FakeJob(job_id, dict(config), now, plan)
 
     def _log(self, method: Method, job_id: str, answer: str, at: datetime) -> None:

@@ -101,6 +101,41 @@ class JobStatus:
                 "statistics": dict(self.statistics)}
 
 
+@dataclass(frozen=True)
+class Estimate:
+    """Bytes a query would read, measured before running it (a dry run), and how sure that is.
+
+    ``upper_bound`` is True when the service may read less than this (BigQuery on clustered
+    tables; Parquet row groups a sorted column's statistics could skip): a refusal based on it
+    may refuse a query whose real cost is lower, so reports say so. ``columns`` breaks the bytes
+    down per column; ``notes`` says what did and did not reduce the estimate (e.g. LIMIT).
+    """
+
+    bytes: int
+    method: str
+    upper_bound: bool = False
+    columns: Mapping[str, int] = field(default_factory=dict)
+    partitions: tuple[str, ...] = ()
+    partitions_total: int | None = None
+    notes: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if isinstance(self.bytes, bool) or not isinstance(self.bytes, int) or self.bytes < 0:
+            raise ValueError(f"estimate bytes must be an integer >= 0, got {self.bytes!r}")
+
+    def to_detail(self) -> dict[str, Any]:
+        """JSON-ready form for the ledger and for ``twice estimate --json``."""
+        return {
+            "bytes": self.bytes,
+            "method": self.method,
+            "upper_bound": self.upper_bound,
+            "columns": dict(self.columns),
+            "partitions": list(self.partitions),
+            "partitions_total": self.partitions_total,
+            "notes": list(self.notes),
+        }
+
+
 # -- errors -----------------------------------------------------------------------------------
 
 
@@ -217,6 +252,32 @@ class RemoteJobService(Protocol):
     def cancel(self, job_id: str) -> JobStatus:
         """Ask for a cancel; returns at once and does NOT mean cancelled: poll afterwards."""
         ...
+
+
+@runtime_checkable
+class EstimatingJobService(RemoteJobService, Protocol):
+    """A job service that can also estimate a query's bytes without running it (a dry run).
+
+    Kept separate from ``RemoteJobService`` so services without a dry run still satisfy that
+    protocol; ``estimate_query`` tells the two apart.
+    """
+
+    def estimate(self, query: str, config: Mapping[str, Any] | None = None) -> Estimate:
+        """Bytes ``query`` would read; nothing runs and nothing is billed."""
+        ...
+
+
+def estimate_query(
+    service: RemoteJobService, query: str, config: Mapping[str, Any] | None = None
+) -> Estimate | None:
+    """The service's dry-run estimate, or None when it offers none (then nothing is guarded)."""
+    estimate = getattr(service, "estimate", None)
+    if estimate is None or not callable(estimate):
+        return None
+    result = estimate(query, config)
+    if not isinstance(result, Estimate):
+        raise TypeError(f"{service.name}.estimate returned {type(result).__name__}, not Estimate")
+    return result
 
 
 # -- helpers for task code ---------------------------------------------------------------------

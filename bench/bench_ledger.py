@@ -1,0 +1,245 @@
+"""Ledger cost per attempt and per backfill interval, on SQLite and PostgreSQL.
+
+    python bench/bench_ledger.py [--intervals 1000] [--attempts 500] [--postgres URL]
+
+For each ledger engine (a fresh SQLite file; a scratch PostgreSQL database created on the
+server at ``--postgres``, default ``$TWICE_TEST_POSTGRES_URL``, dropped afterwards):
+
+* one attempt's bookkeeping: ``begin_attempt`` + ``record_observation`` + ``finish_attempt``
+  on its own unit of work, against one committed bare ``INSERT`` of a row on the same engine
+  (the floor for any durable write);
+* a backfill of ``--intervals`` daily intervals of a pipeline whose only task does nothing
+  (``twice.backfill.run_backfill``), its rerun (every interval verified, so skipped), and the
+  same intervals through ``twice.Executor.run``, against a bare Python loop calling the same
+  task function over the same intervals: total time and overhead per interval.
+
+Nothing is asserted: the output is a table to read. Wall clock, one run each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sqlite3
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import date, timedelta
+from pathlib import Path
+from typing import Any
+
+from twice.backfill import run_backfill
+from twice.executor import Executor
+from twice.interval import Interval
+from twice.ledger import Ledger
+from twice.pipeline import Pipeline, TaskContext
+from twice.schedule import Schedule
+from twice.unit_of_work import UnitOfWork
+
+FIRST_DAY = date(2024, 1, 1)
+Results = dict[str, float | None]
+
+
+def noop_pipeline() -> tuple[Pipeline, Callable[[Any], None]]:
+    pipeline = Pipeline("bench_noop", schedule=Schedule.daily("UTC"))
+
+    def noop(ctx: TaskContext) -> None:
+        """Does nothing: what is measured is twice's bookkeeping around it."""
+
+    pipeline.task(noop)
+    return pipeline, noop
+
+
+def intervals(pipeline: Pipeline, count: int) -> list[Interval]:
+    return pipeline.schedule.intervals(FIRST_DAY, FIRST_DAY + timedelta(days=count))
+
+
+def timed(action: Callable[[], Any]) -> float:
+    began = time.perf_counter()
+    action()
+    return time.perf_counter() - began
+
+
+def bench_engine(url: Callable[[str], str], raw_insert: Callable[[int], None],
+                 args: argparse.Namespace, tag: str) -> Results:
+    """All measures on one ledger engine; ``url(name)`` gives a fresh, empty ledger URL."""
+    results: Results = {}
+    pipeline, noop = noop_pipeline()
+    spans = intervals(pipeline, args.intervals)
+
+    results["bare INSERT + commit"] = timed(lambda: raw_insert(args.attempts)) / args.attempts
+    with Ledger.open(url("attempts")) as ledger:
+        units = [UnitOfWork("bench_ledger", "noop", span, "", "1")
+                 for span in intervals(pipeline, args.attempts)]
+        for uow in units:
+            ledger.record_unit(uow)
+
+        def attempts() -> None:
+            for uow in units:
+                record = ledger.begin_attempt(uow.uow_id, holder="bench")
+                ledger.record_observation(uow.uow_id, "succeeded", source="bench",
+                                          attempt=record.number)
+                ledger.finish_attempt(uow.uow_id, record.number, "succeeded")
+
+        results["attempt: begin+observe+finish"] = timed(attempts) / args.attempts
+
+    def bare() -> None:
+        for span in spans:
+            noop(span)
+
+    results["bare loop (total)"] = timed(bare)
+    with Ledger.open(url("backfill")) as ledger:
+        first = timed(lambda: _check(run_backfill(pipeline, ledger, spans), tag, "backfill"))
+        rerun = timed(lambda: _check(run_backfill(pipeline, ledger, spans), tag, "rerun"))
+    with Ledger.open(url("executor")) as ledger:
+        executor = Executor(pipeline, ledger, max_workers=1)
+        run = timed(lambda: _check(executor.run(spans), tag, "executor"))
+    results["backfill (total)"] = first
+    results["backfill rerun, all verified (total)"] = rerun
+    results["Executor.run (total)"] = run
+    results["backfill per interval"] = first / args.intervals
+    results["rerun per interval"] = rerun / args.intervals
+    results["Executor.run per interval"] = run / args.intervals
+    results["backfill overhead per interval"] = (first - results["bare loop (total)"]) / len(spans)
+    return results
+
+
+def _check(result: Any, tag: str, what: str) -> None:
+    if not result.ok:
+        raise RuntimeError(f"{tag} {what} did not succeed: {result.counts()}")
+
+
+def bench_sqlite(args: argparse.Namespace, workdir: Path) -> Results:
+    raw = sqlite3.connect(workdir / "raw.db", isolation_level=None)
+    raw.execute("CREATE TABLE raw (id INTEGER, payload TEXT)")
+
+    def insert(count: int) -> None:
+        for i in range(count):
+            raw.execute("BEGIN")
+            raw.execute("INSERT INTO raw VALUES (?, ?)", (i, "attempt"))
+            raw.execute("COMMIT")
+
+    try:
+        return bench_engine(lambda name: f"sqlite:///{workdir / (name + '.db')}", insert,
+                            args, "sqlite")
+    finally:
+        raw.close()
+
+
+@contextmanager
+def scratch_databases(admin_url: str) -> Iterator[Callable[[str], str]]:
+    """``url(name)`` creates a scratch database per name; all are dropped at the end."""
+    import psycopg
+
+    admin = psycopg.connect(admin_url, autocommit=True, connect_timeout=3)
+    base = admin_url.rsplit("/", 1)[0]
+    created: list[str] = []
+
+    def url(name: str) -> str:
+        db = f"twice_bench_{name}_{uuid.uuid4().hex[:8]}"
+        admin.execute(f'CREATE DATABASE "{db}"')
+        created.append(db)
+        return f"{base}/{db}"
+
+    try:
+        yield url
+    finally:
+        for db in created:
+            admin.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+        admin.close()
+
+
+def bench_postgres(args: argparse.Namespace) -> Results:
+    import psycopg
+
+    with scratch_databases(args.postgres) as url:
+        raw = psycopg.connect(url("raw"), autocommit=True)
+        raw.execute("CREATE TABLE raw (id bigint, payload text)")
+
+        def insert(count: int) -> None:
+            for i in range(count):
+                raw.execute("INSERT INTO raw VALUES (%s, %s)", (i, "attempt"))
+
+        try:
+            return bench_engine(url, insert, args, "postgresql")
+        finally:
+            raw.close()
+
+
+RATIOS = [
+    ("attempt / bare INSERT + commit", "attempt: begin+observe+finish", "bare INSERT + commit"),
+    ("backfill per interval / attempt", "backfill per interval", "attempt: begin+observe+finish"),
+    ("Executor.run / backfill", "Executor.run (total)", "backfill (total)"),
+    ("rerun (verified) / backfill", "backfill rerun, all verified (total)", "backfill (total)"),
+    ("backfill / bare loop", "backfill (total)", "bare loop (total)"),
+]
+
+
+def report(args: argparse.Namespace, columns: dict[str, Results | str]) -> None:
+    names = list(columns)
+    width = 42
+    print(f"\nledger benchmark: {args.attempts} attempts, {args.intervals}-interval backfill "
+          "of a no-op task; milliseconds (wall clock, one run)\n")
+    print("".ljust(width) + "".join(n.rjust(14) for n in names))
+    measures = list(next((c for c in columns.values() if isinstance(c, dict)), {}))
+    for measure in measures:
+        cells = []
+        for n in names:
+            column = columns[n]
+            value = None if isinstance(column, str) else column.get(measure)
+            text = "skipped" if isinstance(column, str) else (
+                "n/a" if value is None else f"{value * 1000:.3f}")
+            cells.append(text.rjust(14))
+        print(measure.ljust(width) + "".join(cells))
+    print("\nratios (x)\n")
+    for label, top, bottom in RATIOS:
+        cells = []
+        for n in names:
+            column = columns[n]
+            if isinstance(column, str):
+                cells.append("skipped".rjust(14))
+                continue
+            a, b = column.get(top), column.get(bottom)
+            cells.append(("n/a" if a is None or not b else f"{a / b:,.1f}").rjust(14))
+        print(label.ljust(width) + "".join(cells))
+    for n in names:
+        if isinstance(columns[n], str):
+            print(f"\n{n}: {columns[n]}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--intervals", type=int, default=1000)
+    parser.add_argument("--attempts", type=int, default=500)
+    parser.add_argument("--postgres", default=os.environ.get("TWICE_TEST_POSTGRES_URL"),
+                        help="admin URL of a PostgreSQL server (scratch databases are created)")
+    args = parser.parse_args(argv)
+    for name in ("intervals", "attempts"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be >= 1")
+    workdir = Path(tempfile.mkdtemp(prefix="twice-bench-ledger-"))
+    columns: dict[str, Results | str] = {}
+    try:
+        columns["sqlite"] = bench_sqlite(args, workdir)
+        if not args.postgres:
+            columns["postgresql"] = "no --postgres URL and TWICE_TEST_POSTGRES_URL unset"
+        else:
+            try:
+                columns["postgresql"] = bench_postgres(args)
+            except Exception as exc:  # report it, keep the SQLite column
+                import psycopg
+
+                first = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
+                why = ("unreachable" if isinstance(exc, psycopg.OperationalError)
+                       else f"failed ({type(exc).__name__})")
+                columns["postgresql"] = f"{why}: {first}"
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    report(args, columns)
+
+
+if __name__ == "__main__":
+    main()

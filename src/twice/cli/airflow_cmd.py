@@ -1,0 +1,65 @@
+"""``twice airflow describe PIPELINE_FILE``: the pipeline as an Airflow 3.3 DAG, without Airflow.
+
+Prints what ``twice.airflow.to_dag`` would build: the pinned data-interval timetable, each
+task's retries/retry_delay/backoff/pool settings with the attempt sequence, the pools to create
+and every difference Airflow cannot express (which twice then enforces inside the task). It
+imports neither Airflow nor the executor, so it runs wherever twice is installed.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+
+@click.group(name="airflow")
+def airflow() -> None:
+    """Run twice pipelines under Apache Airflow (translation and DAG)."""
+
+
+@airflow.command()
+@click.argument("pipeline_file", metavar="PIPELINE_FILE")
+@click.option("--dag-id", default=None, help="DAG id (default: the pipeline's name).")
+@click.option("--ledger", "ledger_url", default=None, metavar="URL",
+              help="Ledger URL to show in the DAG file snippet (default: $TWICE_LEDGER).")
+@click.option("--json", "as_json", is_flag=True, help="JSON output.")
+def describe(pipeline_file: str, dag_id: str | None, ledger_url: str | None,
+             as_json: bool) -> None:
+    """Print the DAG translation table and what Airflow cannot express."""
+    from twice.airflow.translation import describe as describe_text
+    from twice.airflow.translation import describe_json
+    from twice.pipeline_file import PipelineFileError, load_pipeline
+
+    if dag_id is not None and not _valid_dag_id(dag_id):
+        click.echo(f"twice airflow describe: --dag-id {dag_id!r}: use letters, digits, '_', "
+                   "'-' and '.' only", err=True)
+        sys.exit(2)
+    try:
+        pipeline = load_pipeline(pipeline_file)
+    except PipelineFileError as exc:
+        click.echo(f"twice airflow describe: {exc}", err=True)
+        sys.exit(2)
+    if as_json:
+        click.echo(describe_json(pipeline, dag_id=dag_id))
+        return
+    click.echo(describe_text(pipeline, dag_id=dag_id))
+    ledger = repr(_masked(ledger_url)) if ledger_url else "None  # workers read $TWICE_LEDGER"
+    click.echo("")
+    click.echo("DAG file (put it in Airflow's dags folder):")
+    click.echo("  from twice.airflow import to_dag")
+    click.echo(f"  dag = to_dag({str(pipeline.source_file)!r}, ledger={ledger}"
+               + (f", dag_id={dag_id!r})" if dag_id else ")"))
+
+
+def _masked(url: str) -> str:
+    """Never echo a password: ``scheme://user:secret@host`` -> ``scheme://user:***@host``."""
+    scheme, sep, rest = url.partition("://")
+    userinfo, at, host = rest.rpartition("@")
+    if not sep or not at or ":" not in userinfo:
+        return url
+    return f"{scheme}://{userinfo.split(':', 1)[0]}:***@{host}"
+
+
+def _valid_dag_id(value: str) -> bool:
+    return 0 < len(value) <= 250 and all(c.isalnum() or c in "_-." for c in value)

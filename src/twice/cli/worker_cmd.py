@@ -1,0 +1,172 @@
+"""``twice worker PIPELINE_FILE``: one of several processes sharing a ledger (see ``twice.worker``).
+
+Start as many as you like, on one host or many, with the same pipeline, range and ledger
+(PostgreSQL for several hosts): each unit of work runs in one of them, pools bind them all, and
+a worker killed mid-attempt leaves a lease that expires and an attempt the next one reconciles.
+
+Exit status: 0 if every unit this worker ran succeeded (units done or ended in other workers do
+not count against it), 1 if one did not or it was stopped by a signal with work left, 2 for bad
+input (pipeline file, interval, task, option, unusable ledger), with a message and no traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+from typing import TYPE_CHECKING
+
+import click
+
+if TYPE_CHECKING:
+    from datetime import datetime
+
+    from twice.worker import WorkerReport
+
+EPILOG = """\b
+Examples:
+  twice worker pipelines/funds.py --ledger postgresql://twice@db/twice \\
+      --start 2026-11-01 --end 2026-12-01
+  twice worker pipelines/funds.py --ledger postgresql://twice@db/twice --interval 2026-11-30 \\
+      --name etl-3 --lease-ttl 120 --poll 5 --json
+"""
+
+_STYLE = {
+    "ran": "white",
+    "done-elsewhere": "green",
+    "ended-elsewhere": "yellow",
+    "left": "cyan",
+}
+
+
+def _fail(message: str) -> None:
+    click.echo(f"twice worker: {message}", err=True)
+    sys.exit(2)
+
+
+def _since(text: str | None) -> datetime | None:
+    if text is None:
+        return None
+    from twice.timescale import TimeValueError, parse_instant
+
+    try:
+        return parse_instant(text)
+    except TimeValueError as exc:
+        _fail(f"--since: {exc}")
+    return None  # unreachable: _fail exits
+
+
+@click.command(epilog=EPILOG)
+@click.argument("pipeline_file")
+@click.option("--ledger", "ledger_url", default=None, metavar="URL",
+              help="Shared ledger URL (default: $TWICE_LEDGER or twice-ledger.db); PostgreSQL "
+                   "for workers on several hosts.")
+@click.option("--interval", default=None, metavar="DATE|START/END",
+              help="The interval(s) to work on, e.g. 2026-11-30.")
+@click.option("--start", default=None, metavar="DATE", help="First interval start (with --end).")
+@click.option("--end", default=None, metavar="DATE", help="End of the range, exclusive.")
+@click.option("--tasks", default=None, metavar="A,B",
+              help="Only these tasks; dependencies outside them must have succeeded already.")
+@click.option("--name", default=None, metavar="NAME",
+              help="Lease holder name, unique per live process (default: host:pid).")
+@click.option("--lease-ttl", default=60.0, show_default=True,
+              type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
+              help="How long a dead worker's unit stays blocked (renewed every third of it).")
+@click.option("--pool-ttl", default=60.0, show_default=True,
+              type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
+              help="The same for pool slots held in the ledger.")
+@click.option("--poll", default=1.0, show_default=True,
+              type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
+              help="Wait between passes when every open unit is leased elsewhere or waiting.")
+@click.option("--once", is_flag=True, help="One pass: leave units leased elsewhere to others.")
+@click.option("--max-units", default=None, type=click.IntRange(min=1), metavar="N",
+              help="Stop after running N units.")
+@click.option("--since", default=None, metavar="INSTANT",
+              help="Runs of other workers that ended without success after this instant are "
+                   "theirs to report, not retried here (default: when this worker starts).")
+@click.option("--seed", default=None, type=int, help="Seed the retry jitter (reproducible).")
+@click.option("--json", "as_json", is_flag=True, help="JSON output.")
+def worker(pipeline_file: str, ledger_url: str | None, interval: str | None, start: str | None,
+           end: str | None, tasks: str | None, name: str | None, lease_ttl: float,
+           pool_ttl: float, poll: float, once: bool, max_units: int | None, since: str | None,
+           seed: int | None, as_json: bool) -> None:
+    """Work on a pipeline's units alongside other workers sharing the ledger."""
+    from twice.cli.run_cmd import _BadInput, _intervals, _task_names
+    from twice.ledger import Ledger, LedgerError
+    from twice.pipeline import PipelineError
+    from twice.pipeline_file import PipelineFileError, load_pipeline
+    from twice.schedule import ScheduleError
+    from twice.worker import Worker
+
+    if name is not None and not name.strip():
+        _fail("--name must not be empty")
+    since_at = _since(since)
+    try:
+        pipeline = load_pipeline(pipeline_file)
+    except PipelineFileError as exc:
+        _fail(str(exc))
+    try:
+        spans = _intervals(pipeline, interval, start, end)
+        names = _task_names(pipeline, tasks)
+    except _BadInput as exc:
+        _fail(str(exc))
+    try:
+        ledger = Ledger.open(ledger_url)
+    except LedgerError as exc:
+        _fail(str(exc))
+    with ledger:
+        try:
+            runner = Worker(
+                pipeline, ledger, spans, tasks=names, name=name, lease_ttl=lease_ttl,
+                pool_ttl=pool_ttl, poll=poll, once=once, max_units=max_units, since=since_at,
+                rng=None if seed is None else random.Random(seed),
+            )
+        except (ValueError, PipelineError, ScheduleError) as exc:
+            _fail(str(exc))
+        try:
+            with runner.stop_on_signals():
+                report = runner.run()
+        except LedgerError as exc:
+            click.echo(f"twice worker: the ledger failed during the run: {exc}", err=True)
+            sys.exit(1)
+        except (PipelineError, ScheduleError) as exc:  # a definition problem found late
+            _fail(str(exc))
+        label = ledger.url
+    if as_json:
+        click.echo(json.dumps({**report.to_dict(), "ledger": label}, sort_keys=True))
+    else:
+        _summary(report, label)
+    sys.exit(0 if report.ok else 1)
+
+
+def _summary(report: WorkerReport, label: str) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    console = Console(width=170)
+    table = Table(title=f"twice worker {report.worker}: {report.pipeline}  (ledger {label})")
+    for column in ("task", "interval", "settled", "outcome", "attempts", "why"):
+        table.add_column(column, overflow="fold")
+    for unit in report.units:
+        style = _STYLE[unit.settlement]
+        result = unit.result
+        attempts = "-" if result is None else f"{result.attempts} ({result.total_attempts})"
+        why = unit.reason
+        if result is not None:
+            if result.error and result.outcome != "succeeded":
+                why += f"\nlast error: {result.error}"
+            for note in result.notes:
+                why += f"\nnote: {note}"
+        table.add_row(
+            unit.task, unit.interval.start.isoformat()[:16], f"[{style}]{unit.settlement}[/]",
+            unit.outcome or "-", attempts, escape(why),
+        )
+    console.print(table)
+    counts = ", ".join(f"{count} {what}" for what, count in report.counts().items())
+    console.print(
+        f"{counts or 'nothing to do'}; {report.passes} pass(es), stopped: {report.stopped}. "
+        "Executed and recorded; outputs not verified. `twice explain UOW_ID` for the evidence."
+    )
+    for note in report.notes:
+        console.print(escape(f"note: {note}"))

@@ -1,0 +1,572 @@
+"""Apache Spark destinations: ``spark:///abs/warehouse?partition_column=day#table``.
+
+The table is an external, Parquet-backed, partitioned Spark SQL table at ``<warehouse>/<table>``
+(Hive layout ``day=2026-11-30/part-*.parquet``), registered in the session catalog of a
+``SparkSession`` (``?master=local[2]`` by default; an already running session is reused). The file
+system is the source of truth: partitions are *not* tracked in the catalog
+(``spark.sql.hive.manageFilesourcePartitions=false`` at creation), and ``_twice_table.json`` in
+the table directory keeps the schema, so a new process (or ``twice verify``) re-registers the
+table from disk with no ``REPAIR TABLE``. Spark skips ``_``/``.`` files when reading.
+
+Overwrite modes (``?overwrite=`` or per call), both ``INSERT OVERWRITE``:
+
+* ``dynamic``: one ``INSERT OVERWRITE t SELECT ...`` under
+  ``spark.sql.sources.partitionOverwriteMode=dynamic``: only partitions *receiving rows* are
+  replaced. A partition whose rerun yields zero rows keeps its old rows (Spark's semantics).
+* ``static`` (default): the whole slice is replaced. Partitions receiving rows are written as in
+  dynamic mode; every other existing partition of the slice is cleared with an explicit
+  ``INSERT OVERWRITE t PARTITION (day = :value) SELECT ... WHERE false``. So a reprocessed
+  interval that now yields no rows is emptied, which dynamic mode cannot do.
+
+Why rows never go through Spark's own static ``PARTITION (day = value)`` insert: Spark deletes the
+matching partition *before* running the job (``InsertIntoHadoopFsRelationCommand``), so a job that
+fails mid-write leaves the partition empty. Dynamic overwrite writes to a ``.spark-staging-*``
+directory and swaps partitions only at job commit, so a failed job leaves the old partitions
+intact (tests/on_spark demonstrate both). What Spark does *not* guarantee: the commit itself
+deletes then renames each partition directory, so a driver killed during commit, or a reader
+listing files at that moment, can see a partition missing; a write touching several partitions
+is not atomic across them. Rerunning the interval converges. One writer per table at a time.
+
+Fingerprints run in Spark as one DataFrame aggregation (md5 of the canonical row text, sums of
+the high and low 30 bits of its first 60 bits), equal to :mod:`twice.fingerprint`'s
+``twice-fp-v1`` on every other engine. Operations pin ``spark.sql.session.timeZone=UTC`` (for
+``timestamptz`` text and Arrow conversion) and restore the session's settings afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from datetime import date
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
+
+import pyarrow as pa
+
+from twice.destinations.base import DestinationSpec, WriteResult
+from twice.destinations.columns import ColumnType, Schema, SchemaError, schema_of
+from twice.destinations.errors import DestinationError, DestinationUnavailableError
+from twice.destinations.identifiers import (
+    validate_identifier,
+    validate_identifiers,
+    validate_path_value,
+)
+from twice.destinations.rows import RowsLike, check_keys, to_arrow
+from twice.destinations.slices import PartitionError, PartitionSpec, Slice
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+TABLE_FILE = "_twice_table.json"
+MODES = ("static", "dynamic")
+DEFAULT_MASTER = "local[2]"
+_PARTITION_KINDS = ("date", "integer", "string")
+_LOCK = threading.RLock()  # session settings are session-wide: one twice operation at a time
+_DDL = {
+    "integer": "BIGINT", "float": "DOUBLE", "boolean": "BOOLEAN", "string": "STRING",
+    "binary": "BINARY", "date": "DATE", "timestamp": "TIMESTAMP_NTZ", "timestamptz": "TIMESTAMP",
+}
+_TIMESTAMP_TEXT = "yyyy-MM-dd HH:mm:ss.SSSSSS"
+
+
+def spark_session(master: str = DEFAULT_MASTER, warehouse: str | None = None) -> SparkSession:
+    """The active SparkSession, or a new one on ``master`` (a running session wins: Spark
+    allows one per process, and its static settings cannot change afterwards)."""
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError:
+        raise DestinationUnavailableError(
+            "spark destination needs pyspark >= 4: pip install 'twice[spark]' (and Java 17+)"
+        ) from None
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    builder = (
+        SparkSession.builder.master(master).appName("twice")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+    )
+    if warehouse is not None:
+        builder = builder.config("spark.sql.warehouse.dir", warehouse)
+    try:
+        session = builder.getOrCreate()
+    except Exception as exc:  # Java missing, bad master URL: py4j / pyspark errors vary
+        raise DestinationUnavailableError(
+            f"spark destination: cannot start Spark on master {master!r}: {exc}"
+        ) from None
+    session.sparkContext.setLogLevel("ERROR")  # operators read twice's output, not Spark's
+    return session
+
+
+def column_type(spark_type: Any) -> ColumnType:
+    """A Spark SQL data type as a twice logical type (unknown types become ``unsupported``)."""
+    from pyspark.sql import types as T
+
+    if isinstance(spark_type, (T.LongType, T.IntegerType, T.ShortType, T.ByteType)):
+        return ColumnType("integer")
+    if isinstance(spark_type, T.BooleanType):
+        return ColumnType("boolean")
+    if isinstance(spark_type, (T.StringType, T.VarcharType, T.CharType)):
+        return ColumnType("string")
+    if isinstance(spark_type, T.BinaryType):
+        return ColumnType("binary")
+    if isinstance(spark_type, T.DateType):
+        return ColumnType("date")
+    if isinstance(spark_type, T.TimestampNTZType):
+        return ColumnType("timestamp")
+    if isinstance(spark_type, T.TimestampType):
+        return ColumnType("timestamptz")
+    if isinstance(spark_type, T.DecimalType):
+        return ColumnType("decimal", spark_type.precision, spark_type.scale)
+    if isinstance(spark_type, (T.DoubleType, T.FloatType)):
+        return ColumnType("float")
+    return ColumnType("unsupported", engine_type=spark_type.simpleString())
+
+
+def ddl_type(ctype: ColumnType) -> str:
+    if ctype.kind == "decimal":
+        return f"DECIMAL({ctype.precision},{ctype.scale})"
+    if ctype.kind not in _DDL:
+        raise SchemaError(f"Spark tables cannot hold {ctype}")
+    return _DDL[ctype.kind]
+
+
+def _q(name: str) -> str:
+    """Backtick-quote a validated identifier (the pattern excludes backticks)."""
+    return f"`{validate_identifier(name, 'identifier')}`"
+
+
+class SparkDestination:
+    """An external partitioned Parquet table in a Spark session catalog; see the module doc."""
+
+    engine = "spark"
+
+    def __init__(
+        self,
+        warehouse: Path,
+        table: str,
+        *,
+        spec: str,
+        partition_column: str | None = None,
+        key_columns: Sequence[str] = (),
+        overwrite: str = "static",
+        master: str = DEFAULT_MASTER,
+        session: SparkSession | None = None,
+    ) -> None:
+        self.warehouse = warehouse
+        self.table = validate_identifier(table, "table name")
+        self.location = warehouse / self.table
+        self.spec = spec
+        self.partition_column = (
+            None if partition_column is None
+            else validate_identifier(partition_column, "partition_column")
+        )
+        self.key_columns = validate_identifiers(key_columns, "key column")
+        self.overwrite = _check_mode(overwrite)
+        self.master = master
+        self._session = session
+        self._checked = False
+        self._read_metadata()  # learn (or check) the partition column the table records
+
+    def __enter__(self) -> SparkDestination:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<SparkDestination {self.spec}>"
+
+    def close(self) -> None:
+        """The SparkSession is shared and outlives the destination; nothing to release."""
+
+    @property
+    def spark(self) -> SparkSession:
+        if self._session is None:
+            self._session = spark_session(self.master, str(self.warehouse))
+        return self._session
+
+    # -- schema and catalog -----------------------------------------------------------------
+
+    def _read_metadata(self) -> dict[str, Any] | None:
+        path = self.location / TABLE_FILE
+        if not path.exists():
+            return None
+        try:
+            meta: dict[str, Any] = json.loads(path.read_text())
+            stored = str(meta["partition_column"])
+            list(meta["columns"])
+        except (ValueError, KeyError, TypeError) as exc:
+            raise DestinationError(f"{self.spec}: {path} is not a twice table file: {exc}"
+                                   ) from None
+        if self.partition_column is None:
+            self.partition_column = stored
+        elif stored != self.partition_column:
+            raise DestinationError(
+                f"{self.spec}: table is partitioned by {stored!r}, not {self.partition_column!r}"
+            )
+        return meta
+
+    def schema(self) -> Schema | None:
+        """Column -> type of the table (Spark order: partition column last), None if absent."""
+        if not self._ensure_registered():
+            return None
+        fields = self.spark.table(self.table).schema.fields
+        return {f.name: column_type(f.dataType) for f in fields}
+
+    def _ensure_registered(self) -> bool:
+        """Make the session catalog know the table on disk; False if there is none yet."""
+        meta = self._read_metadata()
+        catalog_has = self.spark.catalog.tableExists(self.table)
+        if catalog_has:
+            if not self._checked:
+                self._check_location()
+            return True
+        if meta is None:
+            return False
+        columns = [(str(n), ColumnType(**t)) for n, t in meta["columns"]]
+        self._create_table(dict(columns), str(meta["partition_column"]))
+        return True
+
+    def _check_location(self) -> None:
+        rows = self.spark.sql(f"DESCRIBE TABLE EXTENDED {_q(self.table)}").collect()
+        found = next((r.data_type for r in rows if r.col_name == "Location"), None)
+        if found is None or _local_path(found) != self.location:
+            raise DestinationError(
+                f"{self.spec}: the Spark session already has a table {self.table!r} at "
+                f"{found}; one session cannot hold two tables of that name"
+            )
+        self._checked = True
+
+    def _create_table(self, schema: Schema, column: str) -> None:
+        """CREATE TABLE ... USING parquet PARTITIONED BY ... LOCATION, partitions untracked."""
+        text = str(self.location)
+        if "'" in text or "\\" in text:
+            raise DestinationError(f"spark warehouse path {text!r} must not contain ' or \\")
+        self.location.mkdir(parents=True, exist_ok=True)
+        ordered = [n for n in schema if n != column] + [column]
+        columns = ", ".join(f"{_q(n)} {ddl_type(schema[n])}" for n in ordered)
+        with self._conf({"spark.sql.hive.manageFilesourcePartitions": "false"}):
+            self.spark.sql(
+                f"CREATE TABLE IF NOT EXISTS {_q(self.table)} ({columns}) USING parquet "
+                f"PARTITIONED BY ({_q(column)}) LOCATION '{text}'"
+            )
+        self._check_location()
+        path = self.location / TABLE_FILE
+        if not path.exists():
+            meta = {
+                "partition_column": column,
+                "columns": [
+                    [n, {"kind": schema[n].kind, "precision": schema[n].precision,
+                         "scale": schema[n].scale}]
+                    for n in ordered
+                ],
+            }
+            temp = self.location / f".{TABLE_FILE}.{uuid.uuid4().hex}"
+            temp.write_text(json.dumps(meta, indent=1))
+            os.replace(temp, path)
+
+    @contextmanager
+    def _conf(self, settings: dict[str, str]) -> Iterator[None]:
+        """Set session settings for one operation and restore the previous values."""
+        with _LOCK:
+            conf = self.spark.conf
+            before = {key: conf.get(key, None) for key in settings}
+            for key, value in settings.items():
+                conf.set(key, value)
+            try:
+                yield
+            finally:
+                for key, value in before.items():
+                    if value is None:
+                        conf.unset(key)
+                    else:
+                        conf.set(key, value)
+
+    def _utc(self) -> AbstractContextManager[None]:
+        return self._conf({"spark.sql.session.timeZone": "UTC"})
+
+    # -- writes -----------------------------------------------------------------------------
+
+    def replace_partition(
+        self, rows: RowsLike, partition: PartitionSpec, *, overwrite: str | None = None
+    ) -> WriteResult:
+        """Replace the slice (static) or the partitions receiving rows (dynamic)."""
+        mode = _check_mode(overwrite or self.overwrite)
+        existing = self.schema()
+        table = to_arrow(rows, target=existing)
+        schema = existing or schema_of(table)
+        column = self._require_partition_column(schema)
+        slc = Slice.of(column, schema[column], partition)
+        slc.check_rows(table)
+        check_keys(table, self.key_columns)
+        for ctype in schema.values():
+            ddl_type(ctype)  # refuse unsupported types before creating anything
+        receiving = _distinct(table, column)
+        for value in receiving:
+            self._dir_name(column, value)  # refuse values that cannot be directory names
+        if existing is None:
+            self._create_table(schema, column)
+            schema = self.schema() or schema
+        ordered = table.select(list(schema))
+        current = self._partitions(slc, schema[column])
+        cleared = sorted(set(current) - set(receiving)) if mode == "static" else []
+        replaced = sorted(set(receiving) & set(current))
+        deleted = self._count_in(column, [*replaced, *cleared])
+        settings = {
+            "spark.sql.session.timeZone": "UTC",
+            "spark.sql.sources.partitionOverwriteMode": "dynamic",
+        }
+        view = f"twice_incoming_{uuid.uuid4().hex[:12]}"
+        with self._conf(settings):
+            spark_schema = self.spark.table(self.table).schema
+            frame = self._prepare(self.spark.createDataFrame(ordered, schema=spark_schema))
+            frame.createOrReplaceTempView(view)
+            try:
+                names = ", ".join(_q(n) for n in schema)
+                if receiving:
+                    self.spark.sql(f"INSERT OVERWRITE {_q(self.table)} SELECT {names} FROM {view}")
+                others = ", ".join(_q(n) for n in schema if n != column)
+                for value in cleared:
+                    self.spark.sql(
+                        f"INSERT OVERWRITE {_q(self.table)} PARTITION ({_q(column)} = :value) "
+                        f"SELECT {others} FROM {view} WHERE false",
+                        args={"value": value},
+                    )
+            finally:
+                self.spark.catalog.dropTempView(view)
+        return WriteResult(
+            self.spec, slc.label, mode, table.num_rows, deleted,
+            partitions_written=tuple(self._dir_name(column, v) for v in sorted(receiving)),
+            partitions_removed=tuple(self._dir_name(column, v) for v in cleared),
+        )
+
+    def _prepare(self, frame: DataFrame) -> DataFrame:
+        """Seam: the incoming rows as Spark will write them. Returns ``frame`` unchanged;
+        failure tests wrap it so that one task of the INSERT job raises mid-write."""
+        return frame
+
+    def upsert(self, rows: RowsLike, *, partition: PartitionSpec = None) -> WriteResult:
+        raise DestinationError(
+            f"{self.spec}: Spark Parquet tables support replace_partition only; an upsert needs "
+            "a table format with MERGE (Delta Lake, Iceberg) or a SQL destination"
+        )
+
+    # -- reads ------------------------------------------------------------------------------
+
+    def _frame(self, partition: PartitionSpec) -> tuple[DataFrame, Schema]:
+        """The table (refreshed: another process may have written) filtered to the slice."""
+        schema = self.schema()
+        if schema is None:
+            raise DestinationError(f"{self.spec}: table {self.table!r} does not exist")
+        self.spark.catalog.refreshTable(self.table)
+        frame = self.spark.table(self.table)
+        if partition is not None:
+            column = self._require_partition_column(schema)
+            frame = frame.where(self._predicate(Slice.of(column, schema[column], partition)))
+        return frame, schema
+
+    @staticmethod
+    def _predicate(slc: Slice) -> Column:
+        from pyspark.sql import functions as F
+
+        column = F.col(slc.column)
+        if slc.is_range:
+            return (column >= F.lit(slc.low)) & (column < F.lit(slc.high))
+        return column == F.lit(slc.value)
+
+    def read_partition(
+        self, partition: PartitionSpec = None, columns: Sequence[str] | None = None
+    ) -> pa.Table:
+        """Rows of the slice (all rows when ``partition`` is None), as Arrow."""
+        with self._utc():
+            frame, schema = self._frame(partition)
+            names = list(schema) if columns is None else list(columns)
+            _require_columns(schema, names)
+            result = frame.select(*names).toArrow()
+        return to_arrow(result, target={n: schema[n] for n in names})
+
+    def fingerprint_sums(
+        self, partition: PartitionSpec, columns: Sequence[str]
+    ) -> tuple[int, int, int]:
+        """(count, high sum, low sum) of twice-fp-v1 row hashes, aggregated inside Spark."""
+        from pyspark.sql import functions as F
+
+        from twice.fingerprint import LOW_BITS, LOW_MASK, UNIT_SEPARATOR
+
+        with self._utc():
+            frame, schema = self._frame(partition)
+            _require_columns(schema, columns)
+            parts = [
+                F.when(F.col(c).isNull(), F.lit("N")).otherwise(
+                    F.concat(F.lit("V"), _canonical_text(F.col(c), schema[c]))
+                )
+                for c in columns
+            ]
+            text = F.concat_ws(UNIT_SEPARATOR, *parts)
+            hashed = F.conv(F.substring(F.md5(text), 1, 15), 16, 10).cast("bigint")
+            row = frame.select(hashed.alias("h")).agg(
+                F.count(F.lit(1)),
+                F.sum(F.shiftright(F.col("h"), LOW_BITS)),
+                F.sum(F.col("h").bitwiseAND(F.lit(LOW_MASK))),
+            ).first()
+        assert row is not None  # a global aggregate always yields one row
+        return int(row[0]), int(row[1] or 0), int(row[2] or 0)
+
+    def null_counts(self, partition: PartitionSpec, columns: Sequence[str]) -> dict[str, int]:
+        from pyspark.sql import functions as F
+
+        with self._utc():
+            frame, schema = self._frame(partition)
+            _require_columns(schema, columns)
+            if not columns:
+                return {}
+            row = frame.agg(*[
+                F.sum(F.when(F.col(c).isNull(), 1).otherwise(0)).alias(c) for c in columns
+            ]).first()
+        assert row is not None
+        return {c: int(row[c] or 0) for c in columns}
+
+    def row_count(self, partition: PartitionSpec = None) -> int:
+        with self._utc():
+            frame, _ = self._frame(partition)
+            return int(frame.count())
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def _require_partition_column(self, schema: Schema) -> str:
+        column = self.partition_column
+        if column is None:
+            raise DestinationError(
+                f"{self.spec}: no partition_column configured (add ?partition_column=NAME)"
+            )
+        if column not in schema:
+            raise SchemaError(f"partition column {column!r} is not in the rows ({list(schema)})")
+        if schema[column].kind not in _PARTITION_KINDS:
+            raise SchemaError(
+                f"Spark partition column {column!r} is {schema[column]}; use a date, integer "
+                "or string column (its value becomes a directory name)"
+            )
+        if len(schema) < 2:
+            raise SchemaError("a Spark partitioned table needs a column besides the partition")
+        return column
+
+    @staticmethod
+    def _dir_name(column: str, value: Any) -> str:
+        text = value.isoformat() if isinstance(value, date) else str(value)
+        return f"{column}={validate_path_value(text, f'partition value of {column!r}')}"
+
+    def _partitions(self, slc: Slice, ctype: ColumnType) -> list[Any]:
+        """Values of the partition directories on disk inside ``slc`` (the source of truth)."""
+        prefix = f"{slc.column}="
+        found = []
+        if not self.location.is_dir():
+            return found
+        for entry in self.location.iterdir():
+            if not entry.is_dir() or not entry.name.startswith(prefix):
+                continue
+            text = unquote(entry.name[len(prefix):])  # Spark %-escapes special characters
+            try:
+                value = _parse_value(text, ctype)
+            except ValueError:
+                raise PartitionError(
+                    f"{self.spec}: directory {entry.name!r} does not hold a {ctype} value"
+                ) from None
+            if slc.contains(value):
+                found.append(value)
+        return found
+
+    def _count_in(self, column: str, values: Sequence[Any]) -> int:
+        if not values:
+            return 0
+        from pyspark.sql import functions as F
+
+        self.spark.catalog.refreshTable(self.table)
+        frame = self.spark.table(self.table).where(F.col(column).isin(list(values)))
+        return int(frame.count())
+
+
+
+def _canonical_text(column: Column, ctype: ColumnType) -> Column:
+    """Spark expression for the canonical text of a non-null value (see twice.columns)."""
+    from pyspark.sql import functions as F
+
+    kind = ctype.kind
+    if kind == "timestamp":
+        return F.date_format(column, _TIMESTAMP_TEXT)
+    if kind == "timestamptz":  # session time zone pinned to UTC by the caller
+        return F.concat(F.date_format(column, _TIMESTAMP_TEXT), F.lit("Z"))
+    if kind == "binary":
+        return F.lower(F.hex(column))
+    if kind in ("integer", "boolean", "string", "date", "decimal"):
+        return column.cast("string")  # decimals: plain notation, exactly `scale` digits
+    raise SchemaError(f"{ctype} values have no canonical text (floats cannot be fingerprinted)")
+
+
+def _local_path(location: str) -> Path:
+    """``file:/abs/path`` (Spark's spelling, possibly %-escaped) as a local path."""
+    text = unquote(location.removeprefix("file:"))
+    return Path("/" + text.lstrip("/")).absolute()
+
+
+def _require_columns(schema: Schema, columns: Sequence[str]) -> None:
+    for name in columns:
+        validate_identifier(name, "column name")
+    missing = [c for c in columns if c not in schema]
+    if missing:
+        raise SchemaError(f"columns {missing} are not in the table (has {list(schema)})")
+
+
+def _distinct(table: pa.Table, column: str) -> list[Any]:
+    import pyarrow.compute as pc
+
+    return [v for v in pc.unique(table.column(column)).to_pylist() if v is not None]
+
+
+def _parse_value(text: str, ctype: ColumnType) -> Any:
+    if ctype.kind == "date":
+        return date.fromisoformat(text)
+    if ctype.kind == "integer":
+        return int(text)
+    return text
+
+
+def _check_mode(mode: str) -> str:
+    if mode not in MODES:
+        raise DestinationError(f"overwrite must be 'static' or 'dynamic', got {mode!r}")
+    return mode
+
+
+def open_destination(spec: DestinationSpec) -> SparkDestination:
+    """Open ``spark:///abs/warehouse[?partition_column=day&overwrite=static|dynamic
+    &master=local[2]]#table`` (``?table=NAME`` may replace ``#table``)."""
+    options = dict(spec.options)
+    overwrite = options.pop("overwrite", "static")
+    master = options.pop("master", DEFAULT_MASTER) or DEFAULT_MASTER
+    table = options.pop("table", "")
+    if options:
+        raise DestinationError(f"spark destination: unknown options {sorted(options)}")
+    if table and spec.fragment and table != spec.fragment:
+        raise DestinationError(
+            f"spark destination names two tables: table={table!r} and #{spec.fragment}"
+        )
+    table = table or spec.fragment
+    if not table:
+        raise DestinationError("spark destination names no table: add '#table' or '?table=NAME'")
+    validate_identifier(table, "table name")
+    _check_mode(overwrite)
+    warehouse = Path(spec.file_path()).expanduser().absolute()
+    query = spec.twice_query()
+    if overwrite != "static":
+        query = f"{query}&overwrite={overwrite}" if query else f"?overwrite={overwrite}"
+    return SparkDestination(
+        warehouse, table, spec=f"spark://{warehouse}{query}#{table}",
+        partition_column=spec.partition_column, key_columns=spec.key_columns,
+        overwrite=overwrite, master=master,
+    )

@@ -1,0 +1,61 @@
+"""`python bench/run_all.py --quick` runs every benchmark end to end and prints its tables.
+
+Benchmarks never assert figures; this only proves the one command works (so the published
+commands in docs/benchmarks.md keep running) and that PostgreSQL columns are measured when a
+server is configured.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# One line every benchmark's table must print (its baseline and its subject).
+EXPECTED = {
+    "decide": ["python3 -c pass", "twice decide (lab mode)", "decide() engine only"],
+    "retry": ["bare call", "@twice.retry", "@tenacity.retry", "twice.retry, 1 failure"],
+    "ledger": ["bare INSERT + commit", "attempt: begin+observe+finish", "bare loop (total)",
+               "backfill per interval", "Executor.run per interval"],
+    "writers": ["raw bulk insert", "replace (rerun)", "upsert (update all)", "pandas to_sql",
+                "fingerprint / count(*)", "fingerprint at scale"],
+}
+
+
+def test_quick_run_of_every_benchmark() -> None:
+    url = os.environ.get("TWICE_TEST_POSTGRES_URL")
+    if not url and os.environ.get("CI"):
+        pytest.fail("TWICE_TEST_POSTGRES_URL is unset under CI: the PostgreSQL columns of the "
+                    "ledger and writer benchmarks would not be measured")
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "run_all.py"), "--quick",
+         *(["--postgres", url] if url else [])],
+        capture_output=True, text=True, timeout=180, cwd=ROOT, check=False,
+    )
+    out = done.stdout
+    assert done.returncode == 0, out[-3000:] + done.stderr[-3000:]
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    for name, lines in EXPECTED.items():
+        assert f"=== {name}: python bench/" in out
+        assert f"--- {name}: " in out and f"--- {name}: FAILED" not in out
+        for line in lines:
+            assert line in out, f"{name} table lacks {line!r}"
+    assert "all benchmarks:" in out and "failed:" not in out
+    if url:
+        assert "postgresql: unreachable" not in out and "postgresql: failed" not in out, out
+        assert "postgresql: no --postgres" not in out
+
+
+def test_run_all_refuses_an_unknown_benchmark() -> None:
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "run_all.py"), "--only", "retry,nope"],
+        capture_output=True, text=True, timeout=60, cwd=ROOT, check=False,
+    )
+    assert done.returncode == 2
+    assert "--only: unknown benchmark nope" in done.stderr
+    assert "Traceback" not in done.stderr
