@@ -37,7 +37,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import threading
+import time
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
@@ -328,6 +330,7 @@ class SparkDestination:
             spark_schema = self.spark.table(self.table).schema
             frame = self._prepare(self.spark.createDataFrame(ordered, schema=spark_schema))
             frame.createOrReplaceTempView(view)
+            staging_before = self._staging_dirs()
             try:
                 names = ", ".join(_q(n) for n in schema)
                 if receiving:
@@ -339,6 +342,9 @@ class SparkDestination:
                         f"SELECT {others} FROM {view} WHERE false",
                         args={"value": value},
                     )
+            except BaseException:
+                self._remove_staging(staging_before)
+                raise
             finally:
                 self.spark.catalog.dropTempView(view)
         return WriteResult(
@@ -346,6 +352,25 @@ class SparkDestination:
             partitions_written=tuple(self._dir_name(column, v) for v in sorted(receiving)),
             partitions_removed=tuple(self._dir_name(column, v) for v in cleared),
         )
+
+    def _staging_dirs(self) -> set[Path]:
+        root = Path(self.location)
+        if not root.is_dir():
+            return set()
+        return {p for p in root.iterdir() if p.name.startswith(".spark-staging")}
+
+    def _remove_staging(self, before: set[Path]) -> None:
+        """Remove the staging folders a failed job of ours left behind.
+
+        Spark's job abort deletes them best-effort and asynchronously: a task cancelled late can
+        leave one. They never hold visible data (partitions are swapped in only at job commit),
+        but left alone they pile up. One writer per table (see the module docstring) makes every
+        new staging folder ours. Looked at twice because a straggling task can still be writing.
+        """
+        for pause in (0.0, 0.5, 1.0):
+            time.sleep(pause)
+            for path in self._staging_dirs() - before:
+                shutil.rmtree(path, ignore_errors=True)
 
     def _prepare(self, frame: DataFrame) -> DataFrame:
         """Seam: the incoming rows as Spark will write them. Returns ``frame`` unchanged;
