@@ -64,6 +64,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "intermediates",
         "Catalog of materialized intermediates: reuse, integrity, retention, trade-off.",
     ),
+    "estimate": (
+        "twice.cli.estimate_cmd",
+        "estimate",
+        "Estimate bytes a query reads; refuse over maximum_bytes_billed.",
+    ),
 }
 
 
