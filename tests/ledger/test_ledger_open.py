@@ -216,3 +216,31 @@ def test_concurrent_first_open_migrates_once(tmp_path: Path) -> None:
         assert list(pool.map(open_and_version, range(4))) == [LATEST_VERSION] * 4
     with sqlite3.connect(tmp_path / "race.db") as conn:
         assert conn.execute("SELECT count(*) FROM twice_schema").fetchone() == (len(MIGRATIONS),)
+
+
+def test_opening_waits_for_a_rollback_mode_writer_instead_of_failing(tmp_path: Path) -> None:
+    """Switching to WAL needs an exclusive lock and SQLite refuses it at once (no busy handler)
+    while another connection writes in rollback mode, as when several processes open a new
+    ledger together. Opening must wait for the lock like any write, not fail."""
+    import threading
+
+    path = tmp_path / "ledger.db"
+    other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    other.execute("CREATE TABLE someone_elses (x INTEGER)")
+    other.execute("BEGIN IMMEDIATE")
+    other.execute("INSERT INTO someone_elses VALUES (1)")
+    with sqlite3.connect(path, timeout=5, isolation_level=None) as plain:
+        with pytest.raises(sqlite3.OperationalError, match="locked"):
+            plain.execute("PRAGMA journal_mode = WAL")  # the refusal being worked around
+    release = threading.Timer(0.3, lambda: other.execute("COMMIT"))
+    release.start()
+    try:
+        with Ledger.open(f"sqlite:///{path}") as ledger:
+            ledger.record_unit(make_uow())
+    finally:
+        release.join()
+        other.close()
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+        assert conn.execute("SELECT count(*) FROM someone_elses").fetchone() == (1,)
+        assert conn.execute("SELECT count(*) FROM twice_units_of_work").fetchone() == (1,)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -112,7 +113,7 @@ def _sqlite_engine(url: URL) -> Engine:
         try:
             cursor.execute(f"PRAGMA busy_timeout = {int(SQLITE_BUSY_TIMEOUT_SECONDS * 1000)}")
             if not in_memory:
-                cursor.execute("PRAGMA journal_mode = WAL")
+                _enter_wal(cursor)
             cursor.execute("PRAGMA synchronous = FULL")
             cursor.execute("PRAGMA foreign_keys = ON")
         finally:
@@ -126,6 +127,30 @@ def _sqlite_engine(url: URL) -> Engine:
             conn.exec_driver_sql("BEGIN IMMEDIATE")
 
     return engine
+
+
+def _enter_wal(cursor: Any) -> None:
+    """Switch the database to WAL, waiting out other processes' locks.
+
+    SQLite answers "database is locked" at once, without calling the busy handler, when this
+    needs an exclusive lock while another connection still writes in rollback mode: several
+    processes opening a brand-new ledger together hit exactly that. So retry until the busy
+    timeout, as a write would wait.
+    """
+    import sqlite3
+
+    give_up = time.monotonic() + SQLITE_BUSY_TIMEOUT_SECONDS
+    delay = 0.002
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            busy = "locked" in str(exc) or "busy" in str(exc)
+            if not busy or time.monotonic() + delay > give_up:
+                raise
+        time.sleep(delay)
+        delay = min(delay * 2, 0.1)
 
 
 def is_postgres(conn: Connection) -> bool:
