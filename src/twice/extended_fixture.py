@@ -49,6 +49,12 @@ EXTENDED_INPUT_LIMIT = 512 * INPUT_LIMIT
 TASK_ID = re.compile(r"[A-Za-z0-9_.:-]{1,256}")
 TOP_FIELDS = ("asOf", "deadline", "maxObservationAge", "policy", "tasks")
 MAX_ATTEMPTS = 10_000
+# Bounds that keep every sum the planner forms (asOf + backoff + duration + validation) finite
+# and printable: a year-10000 instant or an infinite float would crash the output, not decide.
+MAX_TEACHING_SECONDS = 10**12
+MAX_DURATION_MICROS = 36_500 * 86_400 * MICROS  # 100 years
+LATEST_INSTANT = "9000-01-01T00:00:00Z"
+_LATEST_MICROS = instant_to_micros(parse_instant(LATEST_INSTANT))
 _STATE = {state.value: state for state in TaskState}
 
 
@@ -73,14 +79,17 @@ class _Reader:
                     f"{where} must be an ISO-8601 instant like asOf, got {json_type(value)}"
                 )
             try:
-                return instant_to_micros(parse_instant(value))
+                micros = instant_to_micros(parse_instant(value))
             except TimeValueError as exc:
                 raise FixtureError(f"{where}: {exc}") from None
+            if micros >= _LATEST_MICROS:
+                raise FixtureError(f"{where} ({value}) must be before {LATEST_INSTANT}")
+            return micros
         if type(value) is str:
             raise FixtureError(f"{where} must be teaching-clock seconds like asOf, got a string")
         number = _number(value, where)
-        if number < 0:
-            raise FixtureError(f"{where} ({number}) must be >= 0")
+        if not 0 <= number <= MAX_TEACHING_SECONDS:
+            raise FixtureError(f"{where} ({number}) must be between 0 and {MAX_TEACHING_SECONDS}")
         return number
 
     def duration(self, value: object, where: str, minimum: float = 0) -> int | float:
@@ -92,10 +101,16 @@ class _Reader:
             amount: int | float = micros if self.clock.iso else micros / MICROS
         else:
             seconds = _number(value, where)
+            if abs(seconds) > MAX_TEACHING_SECONDS:  # before scaling: 1e308 s has no microseconds
+                raise FixtureError(f"{where} ({seconds}) must be at most {MAX_TEACHING_SECONDS} s")
             amount = round(seconds * MICROS) if self.clock.iso else seconds
         floor = minimum * MICROS if self.clock.iso else minimum
         if amount < floor:
             raise FixtureError(f"{where} must be at least {minimum} s")
+        ceiling = MAX_DURATION_MICROS if self.clock.iso else MAX_TEACHING_SECONDS
+        if amount > ceiling:
+            limit = "100 years (P36500D)" if self.clock.iso else f"{MAX_TEACHING_SECONDS} s"
+            raise FixtureError(f"{where} must be at most {limit}")
         return amount
 
 

@@ -44,6 +44,9 @@ _OFFSET_MARGIN = timedelta(hours=26)
 # A range longer than this is almost certainly a units mistake (every(1 s) over a year).
 MAX_INTERVALS = 1_000_000
 _DEFAULT_ANCHOR = datetime(2000, 1, 1)
+# Data intervals lie in these years. The bound is far from datetime's own limits (years 1 and
+# 9999) so that the day and offset arithmetic around an interval can never overflow.
+FIRST_YEAR, LAST_YEAR = 1000, 8999
 
 
 class ScheduleError(ValueError):
@@ -284,6 +287,8 @@ class Schedule:
         return hi
 
     def _instant(self, value: object, field: str) -> datetime:
+        if isinstance(value, date):
+            _check_year(value, field)
         if isinstance(value, datetime):
             if value.tzinfo is not None and value.utcoffset() is not None:
                 return value.astimezone(_UTC)
@@ -397,14 +402,26 @@ class Schedule:
         return [first]
 
 
+def _check_year(value: date, field: str) -> None:
+    if not FIRST_YEAR <= value.year <= LAST_YEAR:
+        raise ScheduleError(
+            f"{field}: {value.isoformat()} is outside the supported years "
+            f"{FIRST_YEAR}-{LAST_YEAR}"
+        )
+
+
 def _parse_point(text: str, field: str) -> date | datetime:
     text = text.strip()
     try:
+        point: date | datetime
         if "T" not in text and " " not in text and len(text) <= 10:
-            return date.fromisoformat(text)
-        return datetime.fromisoformat(text)
+            point = date.fromisoformat(text)
+        else:
+            point = datetime.fromisoformat(text)
     except ValueError:
         raise ScheduleError(
             f"{field}: {text!r} is not an ISO date or datetime (e.g. 2026-11-30, "
             "2026-11-30T05:00 or 2026-11-30T05:00+01:00)"
         ) from None
+    _check_year(point, field)
+    return point

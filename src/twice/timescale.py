@@ -31,6 +31,10 @@ def parse_instant(text: str) -> datetime:
         raise TimeValueError(f"{text!r} is not an ISO-8601 instant") from None
     if value.tzinfo is None or value.utcoffset() is None:
         raise TimeValueError(f"{text!r} has no UTC offset (write e.g. 2026-12-01T05:30:00Z)")
+    try:
+        value.astimezone(UTC)
+    except OverflowError:
+        raise TimeValueError(f"{text!r} is outside the years 1-9999 in UTC") from None
     return value
 
 
@@ -41,10 +45,13 @@ def parse_duration(text: str) -> timedelta:
         raise TimeValueError(f"{text!r} is not an ISO-8601 duration like PT10M or P1DT2H")
     parts = {key: value for key, value in match.groupdict().items() if value is not None}
     seconds = float(parts.get("s", "0").replace(",", "."))
-    return timedelta(
-        weeks=int(parts.get("w", 0)), days=int(parts.get("d", 0)), hours=int(parts.get("h", 0)),
-        minutes=int(parts.get("m", 0)), seconds=seconds,
-    )
+    try:
+        return timedelta(
+            weeks=int(parts.get("w", 0)), days=int(parts.get("d", 0)),
+            hours=int(parts.get("h", 0)), minutes=int(parts.get("m", 0)), seconds=seconds,
+        )
+    except OverflowError:
+        raise TimeValueError(f"{text!r} is longer than any duration this clock can hold") from None
 
 
 def instant_to_micros(value: datetime) -> int:

@@ -55,6 +55,11 @@ def test_backfill_json_then_dry_run_skips_and_verify_matches(env) -> None:
         ([str(helpers.EXAMPLE), "--start", "2026-11-23", "--end", "2026-11-24", "--tasks",
           "lod"], "did you mean 'load'"),
         ([str(helpers.EXAMPLE), "--start", "2026-11-25", "--end", "2026-11-23"], "error"),
+        # "--tasks ," used to mean every task; `twice run` already refused it
+        ([str(helpers.EXAMPLE), "--start", "2026-11-23", "--end", "2026-11-24", "--tasks",
+          " , "], "--tasks"),
+        ([str(helpers.EXAMPLE), "--start", "0001-01-01", "--end", "2026-11-24"],
+         "supported years"),
     ],
 )
 def test_bad_input_exits_2_without_traceback(env, args: list[str], message: str) -> None:

@@ -86,18 +86,30 @@ def test_no_task_cap_and_long_ids() -> None:
 
 
 @pytest.mark.parametrize(
-    ("mutate", "message"),
+    ("base", "mutate", "message"),
     [
-        (lambda f: f["tasks"][0].update(observedAt=105), "observedAt is after asOf"),
-        (lambda f: f["tasks"][0].update(observedAt="2026-12-01T05:00:00"), "no UTC offset"),
-        (lambda f: f.update(maxObservationAge="10 minutes"), "not an ISO-8601 duration"),
-        (lambda f: f["policy"].update(multiplier=True), "policy.multiplier must be a number"),
-        (lambda f: f.update(schema="v9"), "schema must be"),
-        (lambda f: f.update(tasks=[]), "non-empty"),
+        ("lab", lambda f: f["tasks"][0].update(observedAt=105), "observedAt is after asOf"),
+        ("iso", lambda f: f["tasks"][0].update(observedAt="2026-12-01T05:00:00"),
+         "no UTC offset"),
+        ("lab", lambda f: f.update(maxObservationAge="10 minutes"), "not an ISO-8601 duration"),
+        ("lab", lambda f: f["policy"].update(multiplier=True),
+         "policy.multiplier must be a number"),
+        ("lab", lambda f: f.update(schema="v9"), "schema must be"),
+        ("lab", lambda f: f.update(tasks=[]), "non-empty"),
+        # values whose sums used to overflow datetime or print Infinity (found by the fuzz)
+        ("iso", lambda f: f.update(maxObservationAge="P99999999999D"),
+         "maxObservationAge: 'P99999999999D' is longer than"),
+        ("iso", lambda f: f.update(deadline="9999-12-31T23:59:59Z"),
+         "deadline (9999-12-31T23:59:59Z) must be before 9000-01-01"),
+        ("iso", lambda f: f.update(asOf="9999-12-31T23:59:59-12:00"), "outside the years"),
+        ("iso", lambda f: f["tasks"][0].update(duration="P36501D"),
+         "tasks[0].duration must be at most 100 years"),
+        ("iso", lambda f: f["policy"].update(maxDelay=1e308), "policy.maxDelay (1e+308) must"),
+        ("lab", lambda f: f.update(deadline=1e308), "deadline (1e+308) must be between"),
     ],
 )
-def test_invalid_extended_input_names_the_field(mutate: Any, message: str) -> None:
-    fixture = iso_case() if "UTC offset" in message else lab_case()
+def test_invalid_extended_input_names_the_field(base: str, mutate: Any, message: str) -> None:
+    fixture = iso_case() if base == "iso" else lab_case()
     mutate(fixture)
     code, out, err = run(fixture)
     assert (code, out) == (2, "")
@@ -126,3 +138,19 @@ def test_table_output_lists_each_reason_via_cli() -> None:
     for identifier in ("report", "load", "append", "archive", "monitor", "transform"):
         assert identifier in done.stdout
     assert "reconcile-remote" in done.stdout and "no job was executed" in done.stdout
+
+
+def test_the_largest_accepted_times_still_print() -> None:
+    """Instants just under the bound plus 100-year spans stay inside datetime's range."""
+    fixture = iso_case()
+    fixture.update(asOf="8999-12-31T23:59:59Z", deadline="8999-12-31T23:59:59Z")
+    fixture["policy"].update(initialDelay="P36500D", maxDelay="P36500D")
+    for task in fixture["tasks"]:
+        task.update(observedAt="8999-12-31T23:59:59Z", duration="P36500D", validation="P36500D")
+        if task["lastFinishedAt"] is not None:
+            task["lastFinishedAt"] = "8999-12-31T23:59:59Z"
+    assert run(fixture, "table")[0] == 0
+    code, out, err = run(fixture)
+    assert (code, err) == (0, ""), err
+    finishes = {task["estimatedFinish"] for task in json.loads(out)["tasks"]}
+    assert any(when is not None and when.startswith("92") for when in finishes), finishes

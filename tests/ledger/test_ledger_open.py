@@ -226,9 +226,9 @@ def test_opening_waits_for_a_rollback_mode_writer_instead_of_failing(tmp_path: P
 
     path = tmp_path / "ledger.db"
     other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-    other.execute("CREATE TABLE someone_elses (x INTEGER)")
+    other.execute("CREATE TABLE twice_other_writer (x INTEGER)")
     other.execute("BEGIN IMMEDIATE")
-    other.execute("INSERT INTO someone_elses VALUES (1)")
+    other.execute("INSERT INTO twice_other_writer VALUES (1)")
     with sqlite3.connect(path, timeout=5, isolation_level=None) as plain:
         with pytest.raises(sqlite3.OperationalError, match="locked"):
             plain.execute("PRAGMA journal_mode = WAL")  # the refusal being worked around
@@ -242,5 +242,33 @@ def test_opening_waits_for_a_rollback_mode_writer_instead_of_failing(tmp_path: P
         other.close()
     with sqlite3.connect(path) as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
-        assert conn.execute("SELECT count(*) FROM someone_elses").fetchone() == (1,)
+        assert conn.execute("SELECT count(*) FROM twice_other_writer").fetchone() == (1,)
         assert conn.execute("SELECT count(*) FROM twice_units_of_work").fetchone() == (1,)
+
+
+@pytest.mark.parametrize("url", ["sqlite://", ":memory:", "sqlite:///:memory:",
+                                 "sqlite:///x?mode=memory"])
+def test_durable_refuses_a_ledger_that_would_vanish(url: str) -> None:
+    """Commands that execute work open with durable=True: their evidence must outlive them."""
+    with pytest.raises(LedgerError, match="is in memory"):
+        Ledger.open(url, durable=True)
+
+
+def test_another_applications_sqlite_database_is_left_untouched(tmp_path: Path) -> None:
+    path = tmp_path / "orders.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE orders (id INTEGER PRIMARY KEY)")
+        conn.execute("INSERT INTO orders VALUES (7)")
+    conn.close()
+    before = path.read_bytes()
+    with pytest.raises(LedgerError, match=r"not a twice ledger: it already holds other tables "
+                                          r"\(orders\)"):
+        Ledger.open(path)
+    assert path.read_bytes() == before  # no ledger tables, and not switched to WAL
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["orders.db"]
+    empty = tmp_path / "empty.db"
+    sqlite3.connect(empty).close()  # an empty SQLite file is fine to adopt
+    with Ledger.open(empty) as ledger:
+        assert ledger.schema_version == LATEST_VERSION
+    with Ledger.open(empty) as ledger:  # and once it is a ledger it reopens
+        assert ledger.units() == []

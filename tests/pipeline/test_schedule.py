@@ -389,3 +389,19 @@ def test_date_and_datetime_mix_in_ranges() -> None:
     ]
     assert schedule.interval_for(at("2026-07-01T00:00+01:00")).start.tzinfo == WEST
     assert schedule.interval_for(date(2026, 1, 1)).start.tzinfo == WET
+
+
+@pytest.mark.parametrize("text", ["0001-01-01", "9999-12-31", "0001-01-01/9999-12-31",
+                                  "2026-11-01/9999-12-31T00:00+00:00", "0999-12-31"])
+def test_dates_near_datetimes_limits_are_refused_not_overflowed(text: str) -> None:
+    """Day and offset arithmetic at year 1 or 9999 used to raise OverflowError (a traceback)."""
+    with pytest.raises(ScheduleError, match="outside the supported years 1000-8999"):
+        Schedule.daily("Pacific/Kiritimati").parse_intervals_arg(text)
+    with pytest.raises(ScheduleError, match="supported years"):
+        Schedule.hourly("UTC").interval_for(date(9999, 12, 31))
+
+
+def test_the_supported_years_edges_still_work() -> None:
+    daily = Schedule.daily("America/Los_Angeles")
+    assert daily.parse_intervals_arg("1000-01-01")[0].start.year == 1000
+    assert daily.parse_intervals_arg("8999-12-31")[0].end.year == 9000

@@ -71,7 +71,7 @@ class TwiceTaskOperator(BaseOperator):
         try_number = int(ti.try_number)
         continue_run = not first_try_of_budget(try_number, int(ti.max_tries), self.retries or 0)
         holder = f"airflow:{ti.dag_id}.{ti.task_id}:{ti.run_id}:try-{try_number}"
-        with Ledger.open(url) as ledger:
+        with Ledger.open(url, durable=True) as ledger:
             outcome = run_try(
                 self.pipeline, self.twice_task, ledger, interval, holder=holder,
                 continue_run=continue_run, **self.executor_options,

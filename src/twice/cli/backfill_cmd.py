@@ -80,13 +80,17 @@ def backfill(pipeline_file: str, start_text: str, end_text: str, tasks_text: str
 
     start = parse_point(start_text, "--start")
     end = parse_point(end_text, "--end")
-    tasks = [t.strip() for t in tasks_text.split(",") if t.strip()] if tasks_text else None
+    tasks = None
+    if tasks_text is not None:
+        tasks = [t.strip() for t in tasks_text.split(",") if t.strip()]
+        if not tasks:  # "--tasks ," must not quietly mean every task
+            raise click.BadParameter("no task names given", param_hint="--tasks")
     try:
         pipeline = load_pipeline(pipeline_file)
         intervals = pipeline.schedule.intervals(start, end)
         if not intervals:
             raise BackfillError(f"[{start_text}, {end_text}) holds no interval")
-        ledger = Ledger.open(ledger_url)
+        ledger = Ledger.open(ledger_url, durable=True)
     except (PipelineFileError, PipelineError, ScheduleError, IntervalError, BackfillError,
             LedgerError, ValueError) as exc:
         fail(str(exc))

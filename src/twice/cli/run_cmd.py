@@ -119,7 +119,7 @@ def run(pipeline_file: str, interval: str | None, start: str | None, end: str | 
     except _BadInput as exc:
         _fail(str(exc))
     try:
-        ledger = Ledger.open(ledger_url)
+        ledger = Ledger.open(ledger_url, durable=True)
     except LedgerError as exc:
         _fail(str(exc))
     with ledger:

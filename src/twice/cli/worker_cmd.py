@@ -111,7 +111,7 @@ def worker(pipeline_file: str, ledger_url: str | None, interval: str | None, sta
     except _BadInput as exc:
         _fail(str(exc))
     try:
-        ledger = Ledger.open(ledger_url)
+        ledger = Ledger.open(ledger_url, durable=True)
     except LedgerError as exc:
         _fail(str(exc))
     with ledger:

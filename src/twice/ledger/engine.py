@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import os
 import re
+import sqlite3
 import time
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -92,9 +94,42 @@ def create_ledger_engine(url: URL) -> Engine:
     return create_engine(url, pool_pre_ping=True, connect_args=connect_args)
 
 
+def is_in_memory(url: URL) -> bool:
+    """A SQLite database that lives only as long as the process (``sqlite://``, ``:memory:``)."""
+    if url.get_backend_name() != "sqlite":
+        return False
+    return (url.database or "") in ("", ":memory:") or url.query.get("mode") == "memory"
+
+
+def _refuse_foreign_database(path: Path, url: URL) -> None:
+    """A SQLite file that already holds other tables is someone else's database, not a ledger.
+
+    ``--ledger warehouse.db`` is a typo more often than a wish: twice must not add its tables
+    to an application's database, nor switch it to WAL. Checked read-only, before the engine
+    touches the file. (A PostgreSQL database is shared by design: the tables carry ``twice_``.)
+    """
+    if not path.is_file() or path.stat().st_size == 0:
+        return
+    try:
+        with closing(sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)) as conn:
+            names = [row[0] for row in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' "
+                "AND name NOT LIKE 'sqlite_%' ORDER BY name"
+            )]
+    except sqlite3.Error:
+        return  # not a database, or damaged: opening it reports that with SQLite's words
+    foreign = [name for name in names if not name.startswith("twice_")]
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
+        raise LedgerError(
+            f"{mask_url(url)} is not a twice ledger: it already holds other tables ({shown}); "
+            "give a new file for the ledger"
+        )
+
+
 def _sqlite_engine(url: URL) -> Engine:
     database = url.database or ""
-    in_memory = database in ("", ":memory:") or url.query.get("mode") == "memory"
+    in_memory = is_in_memory(url)
     if in_memory:
         # One shared connection, or every checkout would see a different empty database.
         engine = create_engine(url, poolclass=StaticPool, connect_args={"check_same_thread": False})
@@ -102,6 +137,7 @@ def _sqlite_engine(url: URL) -> Engine:
         folder = Path(database).parent
         if not folder.is_dir():
             raise LedgerError(f"cannot open ledger {mask_url(url)}: folder {folder} does not exist")
+        _refuse_foreign_database(Path(database), url)
         engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_SECONDS})
 
     @event.listens_for(engine, "connect")

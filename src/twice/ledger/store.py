@@ -26,6 +26,7 @@ from twice.ledger.engine import (
     READ_ONLY_OPTION,
     create_ledger_engine,
     insert_ignore,
+    is_in_memory,
     lock_key,
     mask_url,
     resolve_url,
@@ -228,16 +229,24 @@ class Ledger:
 
     @classmethod
     def open(
-        cls, url: str | os.PathLike[str] | None = None, *, clock: Clock | None = None
+        cls, url: str | os.PathLike[str] | None = None, *, clock: Clock | None = None,
+        durable: bool = False,
     ) -> Ledger:
         """Open (creating and migrating if needed) the ledger at ``url``.
 
         ``url``: ``sqlite:///path.db``, a plain file path, or ``postgresql://...``; None means
         ``$TWICE_LEDGER`` or ``twice-ledger.db`` in the working directory. ``clock`` returns
         the aware "now" used whenever a caller omits a time (default: the system clock, UTC).
+        ``durable=True`` refuses an in-memory SQLite database: a command that executes work
+        must not record its evidence where it vanishes when the process exits.
         """
         resolved = resolve_url(url)
         label = mask_url(resolved)
+        if durable and is_in_memory(resolved):
+            raise LedgerError(
+                f"ledger {label} is in memory: the evidence of this run would vanish when it "
+                "exits; give a file path or a PostgreSQL URL"
+            )
         ledger = cls(create_ledger_engine(resolved), label=label, clock=clock or _system_clock)
         try:
             with ledger._engine.connect() as conn, conn.begin():
