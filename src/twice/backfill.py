@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from twice.interval import Interval
 from twice.pipeline import Pipeline, RemoteState, Task
+from twice.remote.jobs import JobFailed, OutcomeUnknown
 
 if TYPE_CHECKING:
     from twice.destinations.columns import Schema
@@ -422,9 +423,12 @@ def run_unit(
     """Run one unit of work with the task's retry policy, recording every attempt.
 
     Only errors the policy lists as transient are retried (after its backoff). An
-    :class:`OutcomeUnknownError` or ``TimeoutError`` is reconciled through ``task.reconcile``
-    with the same job id before anything else: SUCCEEDED ends the unit, NOT_FOUND retries the
-    same generation, FAILED takes a new one; without a reconciler the unit stays unknown.
+    :class:`OutcomeUnknownError`, a ``TimeoutError`` or one of ``twice.remote``'s unknown
+    outcomes (lost acknowledgement, 5xx answer to a submit) is reconciled through
+    ``task.reconcile`` with the same job id before anything else: SUCCEEDED ends the unit,
+    NOT_FOUND retries the same generation, FAILED takes a new one; without a reconciler the
+    unit stays unknown. A ``JobFailed`` for the attempt's own job is a confirmed failure too:
+    its retry takes a new generation (the same id would only find the failed job again).
     """
     task = pipeline.get_task(task_name)
     uow = uow or pipeline.unit_of_work(task_name, interval)
@@ -442,7 +446,7 @@ def run_unit(
         outcome: str
         try:
             value = task.fn(ctx)
-        except (OutcomeUnknownError, TimeoutError) as exc:
+        except (OutcomeUnknownError, TimeoutError, OutcomeUnknown) as exc:
             ledger.record_exception(uow.uow_id, exc, classification="unknown",
                                     attempt=attempt.number)
             state = _reconcile(task, ctx)
@@ -454,6 +458,7 @@ def run_unit(
             else:
                 outcome = "failed-transient" if state is not RemoteState.UNKNOWN else "unknown"
                 if state is RemoteState.UNKNOWN:
+                    ledger.finish_attempt(uow.uow_id, attempt.number, "unknown")
                     run.attempts.append((attempt.number, "unknown"))
                     run.reason = f"outcome unknown for job {ctx.job_id}; reconcile later"
                     break
@@ -473,6 +478,8 @@ def run_unit(
                                     attempt=attempt.number)
             ledger.finish_attempt(uow.uow_id, attempt.number, outcome)  # type: ignore[arg-type]
             run.attempts.append((attempt.number, outcome))
+            if isinstance(exc, JobFailed) and exc.job_id == ctx.job_id:
+                generation += 1
             _emit(emit, "attempt-failed", task=task_name, interval=uow.interval.label,
                   attempt=attempt.number, error=f"{type(exc).__name__}: {exc}",
                   transient=transient)
