@@ -4,7 +4,9 @@ Every task reads and writes only its interval's slice: extract copies the day's 
 ``raw_positions``; transform parses it into ``positions_stage`` (unparsable rows are counted as
 rejected, and acceptance allows at most one per day); load replaces the day in ``positions`` and
 writes a job marker keyed by the deterministic job id, so a lost acknowledgement is reconciled
-by looking the marker up; the aggregate is recomputed from the replaced slice.
+by looking the marker up; the aggregate is recomputed from the replaced slice. Because every
+write replaces the interval's slice (or upserts by key), each task asserts ``safe_repeat``: a
+retry after a transient error may run it again.
 
 ``twice backfill examples/funds_positions/pipeline.py --start ... --end ...`` uses the module
 variable ``pipeline`` (work directory ``$TWICE_FUNDS_WORKDIR``, default ``./funds-demo``).
@@ -23,9 +25,8 @@ from types import ModuleType
 from typing import Any
 
 from twice.acceptance import AcceptanceCriteria
-from twice.backfill import OutcomeUnknownError
 from twice.interval import Interval
-from twice.pipeline import Pipeline, RemoteState, TaskContext
+from twice.pipeline import OutcomeUnknownError, Pipeline, RemoteState, TaskContext
 from twice.policy import RetryPolicy
 from twice.schedule import Schedule
 
@@ -78,7 +79,7 @@ def build_pipeline(workdir: str | os.PathLike[str], faults: Any = None,
     @pipeline.task(
         retry=RetryPolicy(max_attempts=4, initial_delay=0.01, max_delay=0.05,
                           transient=(ConnectionError,)),
-        timeout=30, destination=specs["raw_positions"],
+        timeout=30, destination=specs["raw_positions"], safe_repeat=True,
         input_partition="positions_{start:%Y-%m-%d}.csv", input_version=input_version,
     )
     def extract(ctx: TaskContext) -> dict[str, int]:
@@ -98,7 +99,7 @@ def build_pipeline(workdir: str | os.PathLike[str], faults: Any = None,
         return {"rows": len(rows)}
 
     @pipeline.task(depends_on=extract, timeout=30, destination=specs["positions_stage"],
-                   transform_version=transform_version, estimated_duration=0.1,
+                   transform_version=transform_version, estimated_duration=0.1, safe_repeat=True,
                    acceptance=AcceptanceCriteria(min_rows=1, max_rejected_rows=1,
                                                  max_nonfatal_errors=1))
     def transform(ctx: TaskContext) -> dict[str, int]:
@@ -143,7 +144,7 @@ def build_pipeline(workdir: str | os.PathLike[str], faults: Any = None,
         return RemoteState.SUCCEEDED if job_id in ids else RemoteState.NOT_FOUND
 
     @pipeline.task(depends_on=transform, timeout=30, destination=specs["positions"],
-                   reconcile=reconcile_load)
+                   reconcile=reconcile_load, safe_repeat=True)
     def load(ctx: TaskContext) -> dict[str, int]:
         """Replace the day in positions; mark the job id; maybe lose the acknowledgement."""
         with open_destination(specs["positions_stage"]) as stage:
@@ -159,7 +160,7 @@ def build_pipeline(workdir: str | os.PathLike[str], faults: Any = None,
             raise OutcomeUnknownError(f"load of {ctx.job_id}: acknowledgement lost (injected)")
         return {"rows": table.num_rows}
 
-    @pipeline.task(depends_on=load, timeout=30, destination=specs["fund_daily"])
+    @pipeline.task(depends_on=load, timeout=30, destination=specs["fund_daily"], safe_repeat=True)
     def aggregate(ctx: TaskContext) -> None:
         """Recompute the day's per-fund totals from the replaced slice (never by deltas)."""
         with open_destination(specs["positions"]) as detail, \

@@ -113,3 +113,36 @@ def observe(
         rows = destination.row_count(partition)
     nulls = destination.null_counts(partition, columns) if columns else {}
     return LoadOutcome(rows, rejected_rows, nonfatal_errors, nulls)
+
+
+class AcceptanceFailed(Exception):
+    """An attempt finished but its output failed the task's acceptance criteria.
+
+    Raised by nobody's code: the executor records it as the attempt's permanent error, so the
+    ledger says why a finished attempt is not a success.
+    """
+
+    def __init__(self, result: AcceptanceResult) -> None:
+        super().__init__("acceptance failed: " + "; ".join(result.reasons))
+        self.result = result
+
+
+def check_task_output(
+    criteria: AcceptanceCriteria, destination_spec: str, partition: PartitionSpec,
+    returned: object, nonfatal_errors: int,
+) -> AcceptanceResult:
+    """Check one attempt's output: what the task returned plus what its destination holds.
+
+    ``returned`` may be a mapping with ``rejected_rows`` (the task's own count of rows it
+    refused); anything else leaves rejected rows unknown, which fails a criterion that needs
+    them. ``nonfatal_errors`` is the count the attempt recorded.
+    """
+    from twice.destinations import open_destination
+
+    rejected = returned.get("rejected_rows") if isinstance(returned, Mapping) else None
+    if rejected is not None and (isinstance(rejected, bool) or not isinstance(rejected, int)):
+        rejected = None
+    with open_destination(destination_spec) as destination:
+        outcome = observe(destination, partition, criteria, rejected_rows=rejected,
+                          nonfatal_errors=nonfatal_errors)
+    return evaluate(criteria, outcome)

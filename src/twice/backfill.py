@@ -13,32 +13,55 @@ same unit, and the partition still has that fingerprint now. Verified units are 
 ``force``; a changed source gives a new input version, hence a new unit, so it is never skipped
 as an "equivalent" rerun. A task whose upstream ran in this backfill always runs.
 
-Execution goes through :func:`run_unit`, a thin adapter (attempt bookkeeping, transient
-retries, reconciliation of unknown outcomes, acceptance) used until ``twice.executor`` offers
-an equivalent that also returns what was written.
+Execution is ``twice.executor``'s, so a backfill keeps every promise ``twice run`` makes: a
+lease per unit (two backfills started at once execute each unit once; the other one says who
+holds it), unknown outcomes left by an earlier run reconciled by the same job id before anything
+else, only declared-transient errors retried and only when repeating is asserted safe, the
+acceptance criteria checked, timeouts, pools and a deadline. The fingerprint of each partition
+is the executor's ``check_output``: it is taken before the attempt is recorded succeeded, so a
+refused schema change fails the unit and its dependents do not run on it.
+
+Deadlines. The intervals of a backfill are past: their delivery deadlines are history and
+planning against them would refuse every attempt. A backfill plans against its own
+``deadline`` (one instant for the whole range) or none.
+
+Reruns. A unit planned to run although it succeeded before (``--force``, a partition that no
+longer matches its fingerprint, an upstream that reruns) is handed to the executor as a rerun
+of the attempt the plan saw: if another process reran it after the plan, that newer success
+stands and the unit is not executed again.
 """
 
 from __future__ import annotations
 
+import random
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 from twice.interval import Interval
-from twice.pipeline import Pipeline, RemoteState, Task
-from twice.remote.jobs import JobFailed, OutcomeUnknown
+from twice.pipeline import OutcomeUnknownError, Pipeline, Task
 
 if TYPE_CHECKING:
     from twice.destinations.columns import Schema
-    from twice.ledger import Ledger
+    from twice.executor import UnitResult
+    from twice.ledger import AttemptRecord, Ledger
     from twice.unit_of_work import UnitOfWork
 
+__all__ = [
+    "BackfillError", "BackfillPlan", "BackfillResult", "OutcomeUnknownError", "PartitionDiff",
+    "PlanItem", "SchemaChangeError", "TaskRun", "plan_backfill", "record_partition",
+    "run_backfill",
+]
+
 Action = Literal["run", "skip"]
-Status = Literal["succeeded", "failed", "skipped", "blocked", "refused"]
+Status = Literal["succeeded", "failed", "skipped", "blocked", "refused", "leased-elsewhere"]
 EventSink = Callable[[str, Mapping[str, Any]], None]
+FINAL_RECONCILE_STATES = ("succeeded", "failed", "not-found")
 
 
 class BackfillError(ValueError):
@@ -47,13 +70,6 @@ class BackfillError(ValueError):
 
 class SchemaChangeError(RuntimeError):
     """A destination's schema differs inside the backfill range and the change was not accepted."""
-
-
-class OutcomeUnknownError(Exception):
-    """Raised by a task when it cannot tell whether its write/job happened (lost ack, timeout).
-
-    The adapter never blindly retries it: it asks ``task.reconcile(job_id, ctx)`` first.
-    """
 
 
 def partition_key(interval: Interval) -> str:
@@ -111,7 +127,12 @@ class PartitionDiff:
 
 @dataclass
 class TaskRun:
-    """What happened to one unit of work in this backfill (or why it did not run)."""
+    """What happened to one unit of work in this backfill (or why it did not run).
+
+    ``attempts`` are the ledger's attempts this backfill made or resolved (an unknown attempt
+    of an earlier run that it reconciled included), ``outcome`` the executor's word for the
+    unit, ``duration`` the seconds its attempts took.
+    """
 
     task: str
     interval: Interval
@@ -126,22 +147,29 @@ class TaskRun:
     duration: float = 0.0
     diff: PartitionDiff | None = None
     new_input_version: bool = False
+    outcome: str | None = None
+    notes: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "task": self.task, "interval": self.interval.label, "uow_id": self.uow_id,
             "input_version": self.input_version, "status": self.status, "reason": self.reason,
+            "outcome": self.outcome,
             "attempts": [{"number": n, "outcome": o} for n, o in self.attempts],
             "reconciled": self.reconciled, "acceptance": list(self.acceptance),
             "nonfatal": self.nonfatal, "duration_s": round(self.duration, 3),
-            "new_input_version": self.new_input_version,
+            "new_input_version": self.new_input_version, "notes": list(self.notes),
             "diff": None if self.diff is None else self.diff.to_dict(),
         }
 
 
 @dataclass(frozen=True)
 class PlanItem:
-    """One (interval, task) of a backfill plan: run it or skip it, and why."""
+    """One (interval, task) of a backfill plan: run it or skip it, and why.
+
+    ``latest_attempt`` is the unit's latest attempt number when the plan was made: a success
+    recorded after it (by another process) is not repeated.
+    """
 
     interval: Interval
     task: str
@@ -149,12 +177,14 @@ class PlanItem:
     action: Action
     reason: str
     new_input_version: bool = False
+    latest_attempt: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "interval": self.interval.label, "task": self.task, "uow_id": self.uow.uow_id,
             "input_version": self.uow.input_version, "action": self.action,
             "reason": self.reason, "new_input_version": self.new_input_version,
+            "latest_attempt": self.latest_attempt,
         }
 
 
@@ -292,7 +322,9 @@ def plan_backfill(
                     reason = f"source changed: new input version {uow.input_version}"
             if action == "run":
                 upstream_runs.add(name)
-            items.append(PlanItem(interval, name, uow, action, reason, new_input))
+            latest = ledger.latest_attempt(uow.uow_id)
+            items.append(PlanItem(interval, name, uow, action, reason, new_input,
+                                  None if latest is None else latest.number))
     return BackfillPlan(pipeline.name, spans, tuple(names), tuple(dependents), tuple(items),
                         force)
 
@@ -389,141 +421,9 @@ def record_partition(ledger: Ledger, task: Task, uow_id: str, attempt: int | Non
     )
 
 
-def _acceptance(task: Task, interval: Interval, value: Any, nonfatal: int) -> tuple[bool, tuple]:
-    from twice.acceptance import AcceptanceCriteria, evaluate, observe
-
-    criteria = task.acceptance
-    if not isinstance(criteria, AcceptanceCriteria) or not task.destination:
-        return True, ()
-    from twice.destinations import open_destination
-
-    rejected = value.get("rejected_rows") if isinstance(value, Mapping) else None
-    dest = open_destination(task.destination)
-    try:
-        outcome = observe(dest, interval, criteria, rejected_rows=rejected,
-                          nonfatal_errors=nonfatal)
-    finally:
-        dest.close()
-    result = evaluate(criteria, outcome)
-    return result.passed, result.reasons or result.checks
-
-
-def run_unit(
-    pipeline: Pipeline,
-    ledger: Ledger,
-    task_name: str,
-    interval: Interval,
-    *,
-    uow: UnitOfWork | None = None,
-    params: Mapping[str, Any] | None = None,
-    holder: str = "twice-backfill",
-    sleep: Callable[[float], None] = time.sleep,
-    emit: EventSink | None = None,
-) -> TaskRun:
-    """Run one unit of work with the task's retry policy, recording every attempt.
-
-    Only errors the policy lists as transient are retried (after its backoff). An
-    :class:`OutcomeUnknownError`, a ``TimeoutError`` or one of ``twice.remote``'s unknown
-    outcomes (lost acknowledgement, 5xx answer to a submit) is reconciled through
-    ``task.reconcile`` with the same job id before anything else: SUCCEEDED ends the unit,
-    NOT_FOUND retries the same generation, FAILED takes a new one; without a reconciler the
-    unit stays unknown. A ``JobFailed`` for the attempt's own job is a confirmed failure too:
-    its retry takes a new generation (the same id would only find the failed job again).
-    """
-    task = pipeline.get_task(task_name)
-    uow = uow or pipeline.unit_of_work(task_name, interval)
-    ledger.record_unit(uow)
-    run = TaskRun(task_name, uow.interval, uow.uow_id, uow.input_version, "failed")
-    policy = task.retry
-    generation = 1
-    started = time.monotonic()
-    tries = 0
-    while True:
-        tries += 1
-        attempt = ledger.begin_attempt(uow.uow_id, holder=holder, generation=generation)
-        ctx = pipeline.context(task_name, uow.interval, attempt=attempt.number,
-                               generation=generation, params=params, unit=uow)
-        outcome: str
-        try:
-            value = task.fn(ctx)
-        except (OutcomeUnknownError, TimeoutError, OutcomeUnknown) as exc:
-            ledger.record_exception(uow.uow_id, exc, classification="unknown",
-                                    attempt=attempt.number)
-            state = _reconcile(task, ctx)
-            run.reconciled.append(f"{ctx.job_id}: {state.value}")
-            _emit(emit, "reconciled", task=task_name, interval=uow.interval.label,
-                  job_id=ctx.job_id, state=state.value, attempt=attempt.number)
-            if state is RemoteState.SUCCEEDED:
-                value = {}
-            else:
-                outcome = "failed-transient" if state is not RemoteState.UNKNOWN else "unknown"
-                if state is RemoteState.UNKNOWN:
-                    ledger.finish_attempt(uow.uow_id, attempt.number, "unknown")
-                    run.attempts.append((attempt.number, "unknown"))
-                    run.reason = f"outcome unknown for job {ctx.job_id}; reconcile later"
-                    break
-                ledger.finish_attempt(uow.uow_id, attempt.number, "failed-transient")
-                run.attempts.append((attempt.number, "failed-transient"))
-                if state is RemoteState.FAILED:
-                    generation += 1
-                if not policy.allows_another(tries):
-                    run.reason = f"attempts exhausted after {tries}"
-                    break
-                continue
-        except Exception as exc:
-            transient = policy.is_transient(exc)
-            outcome = "failed-transient" if transient else "failed-permanent"
-            ledger.record_exception(uow.uow_id, exc,
-                                    classification="transient" if transient else "permanent",
-                                    attempt=attempt.number)
-            ledger.finish_attempt(uow.uow_id, attempt.number, outcome)  # type: ignore[arg-type]
-            run.attempts.append((attempt.number, outcome))
-            if isinstance(exc, JobFailed) and exc.job_id == ctx.job_id:
-                generation += 1
-            _emit(emit, "attempt-failed", task=task_name, interval=uow.interval.label,
-                  attempt=attempt.number, error=f"{type(exc).__name__}: {exc}",
-                  transient=transient)
-            if transient and policy.allows_another(tries):
-                sleep(policy.backoff_after(tries))
-                continue
-            run.reason = f"{type(exc).__name__}: {exc}"
-            break
-        nonfatal = 0
-        for event in ctx.nonfatals:
-            ledger.record_nonfatal(uow.uow_id, event.message, count=event.count,
-                                   attempt=attempt.number)
-            nonfatal += event.count
-        accepted, notes = _acceptance(task, uow.interval, value, nonfatal)
-        run.acceptance, run.nonfatal = tuple(notes), nonfatal
-        if not accepted:
-            ledger.finish_attempt(uow.uow_id, attempt.number, "failed-permanent")
-            run.attempts.append((attempt.number, "failed-permanent"))
-            run.reason = "acceptance failed: " + "; ".join(notes)
-            break
-        ledger.finish_attempt(uow.uow_id, attempt.number, "succeeded")
-        run.attempts.append((attempt.number, "succeeded"))
-        run.status = "succeeded"
-        break
-    run.duration = time.monotonic() - started
-    return run
-
-
-def _reconcile(task: Task, ctx: Any) -> RemoteState:
-    if task.reconcile is None:
-        return RemoteState.UNKNOWN
-    try:
-        return RemoteState.parse(task.reconcile(ctx.job_id, ctx))
-    except Exception:  # a reconciler that cannot answer gives no evidence either way
-        return RemoteState.UNKNOWN
-
-
-def _emit(sink: EventSink | None, kind: str, **data: Any) -> None:
-    if sink is not None:
-        sink(kind, data)
-
-
 class _Locks:
-    """One lock per destination file: embedded engines take one writer at a time."""
+    """One writer per destination file: embedded engines (DuckDB, SQLite files) take one
+    writer at a time, so intervals in flight queue for the file instead of conflicting."""
 
     def __init__(self) -> None:
         self._guard = threading.Lock()
@@ -533,6 +433,15 @@ class _Locks:
         key = spec.split("?", 1)[0].split("#", 1)[0] or "-"
         with self._guard:
             return self._locks.setdefault(key, threading.Lock())
+
+    @contextmanager
+    def holding(self, task: Task) -> Iterator[None]:
+        """The executor's ``guard``: held around each attempt of ``task`` and its check."""
+        if not task.destination:
+            yield
+            return
+        with self.for_spec(task.destination):
+            yield
 
 
 def run_backfill(
@@ -546,16 +455,33 @@ def run_backfill(
     accept_schema_change: bool = False,
     params: Mapping[str, Any] | None = None,
     emit: EventSink | None = None,
-    sleep: Callable[[float], None] = time.sleep,
+    deadline: datetime | None = None,
+    holder: str | None = None,
+    clock: Callable[[], datetime] | None = None,
+    sleep: Callable[[float], None] | None = None,
+    rng: random.Random | None = None,
+    lease_ttl: float = 300.0,
+    poll_interval: float = 1.0,
+    observe_timeout: float = 60.0,
 ) -> BackfillResult:
     """Backfill ``intervals`` (in order, ``concurrency`` in flight) and verify every partition.
 
-    ``accept_schema_change`` implies ``force``: the new schema is applied to every interval of
-    the range, never to some of them. A refused schema change stops new intervals from
-    starting; intervals already running finish.
+    Each interval's planned units run through one :class:`twice.executor.Executor` (see the
+    module docstring), its tasks in dependency order one at a time. ``accept_schema_change``
+    implies ``force``: the new schema is applied to every interval of the range, never to some
+    of them. A refused schema change stops new intervals from starting; intervals already
+    running finish. ``deadline`` is the backfill's own (aware) deadline, default none;
+    ``holder``, ``clock``, ``sleep``, ``rng``, ``lease_ttl``, ``poll_interval`` and
+    ``observe_timeout`` go to the executor.
     """
+    from twice.executor import Executor, default_holder
+
     if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
         raise BackfillError(f"concurrency must be an integer >= 1, got {concurrency!r}")
+    if deadline is not None and (
+        not isinstance(deadline, datetime) or deadline.utcoffset() is None
+    ):
+        raise BackfillError(f"deadline must be a timezone-aware datetime, got {deadline!r}")
     force = force or accept_schema_change
     plan = plan_backfill(pipeline, ledger, intervals, tasks=tasks, force=force)
     locks = _Locks()
@@ -566,57 +492,55 @@ def run_backfill(
         if conflicts:
             refusal.append(conflicts[0])
             stop.set()
+    diffs: dict[str, PartitionDiff] = {}
+    diffs_lock = threading.Lock()
+
+    def fingerprint_output(task: Task, unit: UnitOfWork, attempt: int) -> None:
+        if not task.destination:
+            return
+        diff = record_partition(ledger, task, unit.uow_id, attempt, unit.interval,
+                                accept_schema_change=accept_schema_change)
+        with diffs_lock:
+            diffs[unit.uow_id] = diff
+
+    executor = Executor(
+        pipeline.with_deadline(None if deadline is None else _fixed(deadline)), ledger,
+        clock=clock, sleep=sleep, rng=rng, holder=holder or default_holder(), max_workers=1,
+        lease_ttl=lease_ttl, poll_interval=poll_interval, observe_timeout=observe_timeout,
+        params=params, check_output=fingerprint_output, guard=locks.holding,
+        reruns={item.uow.uow_id: item.latest_attempt or 0
+                for item in plan.items if item.action == "run"},
+    )
     started = time.monotonic()
 
     def one_interval(interval: Interval) -> list[TaskRun]:
-        runs: list[TaskRun] = []
-        ran: set[str] = set()
-        bad: set[str] = set()
+        items = plan.for_interval(interval)
         _emit(emit, "interval-started", interval=interval.label)
-        for item in plan.for_interval(interval):
-            task = pipeline.get_task(item.task)
-            blocked = sorted(set(task.depends_on) & bad)
-            upstream = set(task.depends_on) & ran
-            base = TaskRun(item.task, interval, item.uow.uow_id, item.uow.input_version,
-                           "skipped", item.reason, new_input_version=item.new_input_version)
-            if blocked or stop.is_set():
-                base.status = "blocked"
-                base.reason = (f"upstream {', '.join(blocked)} did not succeed" if blocked
-                               else "backfill stopped: " + (refusal[0] if refusal else ""))
-                bad.add(item.task)
-            elif item.action == "skip" and not upstream:
-                pass
-            else:
-                with locks.for_spec(task.destination):
-                    run = run_unit(pipeline, ledger, item.task, interval, uow=item.uow,
-                                   params=params, sleep=sleep, emit=emit)
-                    run.new_input_version = item.new_input_version
-                    if run.status == "succeeded" and task.destination:
-                        try:
-                            run.diff = record_partition(
-                                ledger, task, run.uow_id, run.attempts[-1][0], interval,
-                                accept_schema_change=accept_schema_change,
-                            )
-                        except SchemaChangeError as exc:
-                            run.status, run.reason = "refused", str(exc)
-                            refusal.append(str(exc))
-                            stop.set()
-                run.reason = run.reason or item.reason
-                if run.status != "succeeded" and _is_schema_error(run.reason):
-                    run.status = "refused"
-                    message = (f"{task.destination}: {run.reason}; a backfill across a schema "
-                               "change must apply the new schema to every interval of the "
-                               "range (migrate the table, then --accept-schema-change)")
-                    refusal.append(message)
+        units: dict[str, UnitResult] = {}
+        before: dict[str, AttemptRecord | None] = {}
+        runnable = [item for item in items if item.action == "run"]
+        if runnable and not stop.is_set():
+            before = {item.task: ledger.latest_attempt(item.uow.uow_id) for item in runnable}
+            result = executor.run(interval, [item.task for item in runnable])
+            units = {unit.task: unit for unit in result.units}
+        runs: list[TaskRun] = []
+        for item in items:
+            run = TaskRun(item.task, interval, item.uow.uow_id, item.uow.input_version,
+                          "skipped", item.reason, new_input_version=item.new_input_version)
+            unit = units.get(item.task)
+            if item.action == "run" and unit is None:
+                run.status = "blocked"
+                run.reason = "backfill stopped: " + (refusal[0] if refusal else "")
+            elif unit is not None:
+                _describe(run, unit, pipeline.get_task(item.task), before.get(item.task),
+                          ledger, diffs.get(unit.uow_id or ""), emit)
+                if run.status == "refused":
+                    refusal.append(run.reason)
                     stop.set()
-                base = run
-                if run.status == "succeeded":
-                    ran.add(item.task)
-                else:
-                    bad.add(item.task)
-            runs.append(base)
-            _emit(emit, "task-finished", **base.to_dict())
-        failed = any(r.status in ("failed", "refused", "blocked") for r in runs)
+            runs.append(run)
+            _emit(emit, "task-finished", **run.to_dict())
+        failed = any(r.status in ("failed", "refused", "blocked", "leased-elsewhere")
+                     for r in runs)
         _emit(emit, "interval-finished", interval=interval.label, failed=failed)
         return runs
 
@@ -634,6 +558,71 @@ def run_backfill(
     runs = [run for interval in plan.intervals for run in results.get(interval, [])]
     return BackfillResult(plan, runs, time.monotonic() - started,
                           refusal[0] if refusal else None)
+
+
+def _fixed(deadline: datetime) -> Callable[[Interval], datetime]:
+    return lambda _interval: deadline
+
+
+def _describe(run: TaskRun, unit: UnitResult, task: Task, before: AttemptRecord | None,
+              ledger: Ledger, diff: PartitionDiff | None, emit: EventSink | None) -> None:
+    """Fill ``run`` from the executor's result and the ledger's record of this backfill's
+    attempts (emitting what they show: failed attempts, reconciliations)."""
+    run.outcome, run.notes = unit.outcome, unit.notes
+    run.acceptance, run.nonfatal, run.diff = unit.acceptance, unit.nonfatal, diff
+    ours: list[AttemptRecord] = []
+    if unit.outcome != "leased-elsewhere":
+        first = 1 if before is None else before.number + 1
+        if before is not None and before.outcome in ("unknown", "running"):
+            first = before.number  # resolved (or left) by this backfill
+        ours = [a for a in ledger.attempts(run.uow_id) if a.number >= first]
+    run.attempts = [(a.number, a.outcome) for a in ours]
+    run.duration = sum(a.duration.total_seconds() for a in ours if a.duration is not None)
+    numbers = {a.number for a in ours}
+    errors = {e.attempt: e for e in ledger.errors(run.uow_id) if e.attempt in numbers}
+    for attempt in ours:
+        error = errors.get(attempt.number)
+        if attempt.outcome.startswith("failed-") and error is not None:
+            _emit(emit, "attempt-failed", task=run.task, interval=run.interval.label,
+                  attempt=attempt.number,
+                  error=f"{error.error_class.rsplit('.', 1)[-1]}: {error.message}",
+                  transient=attempt.outcome == "failed-transient")
+    answers: dict[int, tuple[str, str]] = {}
+    for seen in ledger.observations(run.uow_id):
+        if (seen.source == "reconcile" and seen.attempt in numbers
+                and seen.state in FINAL_RECONCILE_STATES):
+            answers[seen.attempt] = (str(seen.detail.get("job_id")), seen.state)
+    for number, (job_id, state) in sorted(answers.items()):
+        run.reconciled.append(f"{job_id}: {state}")
+        _emit(emit, "reconciled", task=run.task, interval=run.interval.label, job_id=job_id,
+              state=state, attempt=number)
+    if unit.outcome == "succeeded":
+        if ours or diff is not None:
+            run.status, run.reason = "succeeded", run.reason or unit.reason
+        else:  # another process finished it after this backfill planned it
+            run.status, run.reason = "skipped", unit.reason
+        return
+    if unit.outcome in ("leased-elsewhere", "blocked"):
+        run.status, run.reason = unit.outcome, unit.reason  # type: ignore[assignment]
+        return
+    error = unit.error or ""
+    if error.startswith("SchemaChangeError:"):
+        run.status, run.reason = "refused", error.split(": ", 1)[1]
+    elif _is_schema_error(error):
+        run.status = "refused"
+        run.reason = (f"{task.destination}: {error}; a backfill across a schema change must "
+                      "apply the new schema to every interval of the range (migrate the "
+                      "table, then --accept-schema-change)")
+    else:
+        run.status = "failed"
+        run.reason = f"{unit.outcome}: {unit.reason}"
+        if error and error not in unit.reason:
+            run.reason += f" (last error {error})"
+
+
+def _emit(sink: EventSink | None, kind: str, **data: Any) -> None:
+    if sink is not None:
+        sink(kind, data)
 
 
 def _is_schema_error(reason: str) -> bool:

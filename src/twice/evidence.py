@@ -188,6 +188,7 @@ class UnitEvidence:
     observation: ObservationRecord | None
     not_started: DecisionRecord | None
     include_workflow_deadline: bool = False
+    rerun_of: int | None = None  # the succeeded attempt the latest run repeats, if any
 
     @property
     def uow_id(self) -> str:
@@ -271,8 +272,12 @@ class UnitEvidence:
         if latest is None or state is None or self.settings is None:
             return None
         # Running, unknown and succeeded describe the unit whichever run they belong to;
-        # only a failed attempt of an earlier run leaves the new run at its first attempt.
-        carried = state in (TaskState.RUNNING, TaskState.UNKNOWN, TaskState.SUCCEEDED)
+        # a failed attempt of an earlier run leaves the new run at its first attempt, and so
+        # does the success a rerun was opened to repeat.
+        carried = state in (TaskState.RUNNING, TaskState.UNKNOWN) or (
+            state is TaskState.SUCCEEDED
+            and (self.rerun_of is None or latest.number > self.rerun_of)
+        )
         in_run = self.attempts_in_run
         if in_run == 0 and not carried:
             return None
@@ -397,10 +402,14 @@ def gather_evidence(
     marker = markers[-1] if markers else None
     first = 1
     recorded = None
+    rerun_of = None
     if marker is not None:
         raw_first = marker.detail.get("first_attempt")
         if isinstance(raw_first, int) and not isinstance(raw_first, bool):
             first = raw_first
+        raw_rerun = marker.detail.get("rerun_of")
+        if isinstance(raw_rerun, int) and not isinstance(raw_rerun, bool):
+            rerun_of = raw_rerun
         raw_settings = marker.detail.get("settings")
         if isinstance(raw_settings, Mapping):
             recorded = PlanSettings.from_detail(raw_settings)
@@ -424,6 +433,7 @@ def gather_evidence(
         observation=observations[-1] if observations else None,
         not_started=not_started[-1] if not_started else None,
         include_workflow_deadline=include_workflow_deadline,
+        rerun_of=rerun_of,
     )
 
 

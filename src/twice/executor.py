@@ -35,8 +35,19 @@ attempt recorded ``unknown`` (by the ledger, with the takeover observation sayin
 expired when) and reconciles it; a ``running`` attempt found under a lease obtained without a
 takeover (released, or the same holder name restarted) is recorded ``unknown`` here, with why.
 
-Acceptance criteria (``task.acceptance``) are not checked yet: success means "finished without
-error", and the result says the output is not verified.
+"Succeeded" is not "finished without error": it is the lab's ``validate-output`` step done.
+Before an attempt (or a reconciled job) is recorded succeeded, its output is checked while the
+attempt still holds its pool slots: the task's acceptance criteria (``twice.acceptance``, against
+what the task returned and what its destination now holds), then the caller's ``check_output``
+(``twice.backfill`` fingerprints the partition there). A rejected output makes the attempt
+``failed-permanent`` with the reason recorded as its error, so dependents do not run on it.
+
+Reruns. A unit whose latest attempt succeeded is normally left alone. A caller that knows that
+success is stale (``twice.backfill``: the partition no longer matches its fingerprint, or
+``--force``) passes ``reruns={uow_id: attempt_number}``: a success recorded in an attempt numbered
+at most that is run again in a new run; a newer success (another process finished the unit
+after the caller looked) is kept, so racing reruns execute it once. Remote tasks keep their job
+generation: a job that succeeded is found again under its id, never submitted as a second job.
 """
 
 from __future__ import annotations
@@ -50,6 +61,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
@@ -100,9 +112,10 @@ UNIT_OUTCOMES: tuple[UnitOutcome, ...] = (
 )
 Clock = Callable[[], datetime]
 Sleep = Callable[[float], None]
-ACCEPTANCE_NOTE = (
-    "acceptance criteria declared but not checked by the executor yet: the output is not verified"
-)
+# The caller's output check (after acceptance): raise to reject the attempt's output.
+OutputCheck = Callable[[Task, UnitOfWork, int], None]
+# Held around each attempt and its output check, e.g. one writer per embedded database file.
+AttemptGuard = Callable[[Task], AbstractContextManager[object]]
 
 
 @dataclass(frozen=True)
@@ -127,6 +140,8 @@ class UnitResult:
     holder: str | None = None
     lease_expires_at: datetime | None = None
     notes: tuple[str, ...] = ()
+    acceptance: tuple[str, ...] = ()
+    nonfatal: int = 0
     value: Any = field(default=None, compare=False, repr=False)
 
     @property
@@ -149,6 +164,8 @@ class UnitResult:
             "holder": self.holder,
             "lease_expires_at": iso(self.lease_expires_at),
             "notes": list(self.notes),
+            "acceptance": list(self.acceptance),
+            "nonfatal": self.nonfatal,
         }
 
 
@@ -244,6 +261,11 @@ class Executor:
     unit after that many attempts in one ``run`` call, recording the planner's next step (it is
     the result's ``next_decision``); ``continue_run`` continues the unit's latest run instead of
     opening a new one, so the budget, backoff and safe-repeat rules span the caller's tries.
+
+    For a caller that verifies what was written (``twice.backfill``): ``reruns`` names stale
+    successes to run again, ``check_output`` checks a succeeded attempt's output before it is
+    recorded succeeded, and ``guard`` is held around each attempt and its check (see the
+    module docstring).
     """
 
     def __init__(
@@ -267,6 +289,9 @@ class Executor:
         params: Mapping[str, Any] | None = None,
         attempts_per_call: int | None = None,
         continue_run: bool = False,
+        reruns: Mapping[str, int] | None = None,
+        check_output: OutputCheck | None = None,
+        guard: AttemptGuard | None = None,
     ) -> None:
         if isinstance(max_workers, bool) or not isinstance(max_workers, int) or max_workers < 1:
             raise ValueError(f"max_workers must be an integer >= 1, got {max_workers!r}")
@@ -306,6 +331,9 @@ class Executor:
             )
         self.attempts_per_call = attempts_per_call
         self.continue_run = continue_run
+        self.reruns: Mapping[str, int] = dict(reruns or {})
+        self.check_output = check_output
+        self.guard = guard
         self._pools: dict[str, SlotPool] = {}
         self._pools_lock = threading.Lock()
 
@@ -552,17 +580,33 @@ class _UnitRun:
         self.notes: list[str] = []
         self.error: str | None = None
         self.value: Any = None
+        self.acceptance: tuple[str, ...] = ()
+        self.nonfatal = 0  # non-fatal errors recorded by the attempt last checked
 
     # -- the loop -----------------------------------------------------------------------------
 
     def drive(self) -> UnitResult:
         prior = self.ledger.latest_attempt(self.uow_id)
+        rerun_of: int | None = None
         if prior is not None and prior.outcome == "succeeded":
-            self.notes.append(
-                f"already succeeded in attempt {prior.number}; not run again "
-                "(a new input or transform version is a new unit of work)"
-            )
-            return self._result("succeeded", "latest attempt succeeded in an earlier run")
+            stale = self.x.reruns.get(self.uow_id)
+            if stale is None:
+                self.notes.append(
+                    f"already succeeded in attempt {prior.number}; not run again "
+                    "(a new input or transform version is a new unit of work)"
+                )
+                return self._result("succeeded", "latest attempt succeeded in an earlier run")
+            if prior.number > stale:
+                self.notes.append(
+                    f"attempt {prior.number} (holder {prior.holder}) succeeded after the rerun "
+                    f"was planned on attempt {stale or 'none'}; not run again"
+                )
+                return self._result(
+                    "succeeded", f"succeeded in attempt {prior.number} by {prior.holder} "
+                    "after this rerun was planned",
+                )
+            rerun_of = prior.number
+            self.notes.append(f"attempt {prior.number} had succeeded; run again as requested")
         if prior is not None and prior.outcome == "running":
             prior = self._orphaned(prior)
         if prior is not None and prior.outcome in ("unknown", "running"):
@@ -576,8 +620,8 @@ class _UnitRun:
             if resolved is not None and resolved.outcome == "succeeded":
                 return self._result("succeeded", "reconcile found the earlier attempt's job "
                                     "succeeded; nothing resubmitted")
-        if not (self.x.continue_run and self._has_run()):
-            self._open_run()
+        if rerun_of is not None or not (self.x.continue_run and self._has_run()):
+            self._open_run(rerun_of)
         refreshes = 0
         while True:
             evidence = self._evidence()
@@ -665,15 +709,19 @@ class _UnitRun:
     def _has_run(self) -> bool:
         return any(o.state == RUN_STARTED for o in self.ledger.observations(self.uow_id))
 
-    def _open_run(self) -> None:
+    def _open_run(self, rerun_of: int | None = None) -> None:
+        """Record the run marker; ``rerun_of`` names the succeeded attempt this run repeats
+        (``twice.evidence`` then stops treating that success as the unit's state)."""
         latest = self.ledger.latest_attempt(self.uow_id)
+        detail: dict[str, Any] = {
+            "holder": self.x.holder,
+            "first_attempt": (0 if latest is None else latest.number) + 1,
+            "settings": self.settings.to_detail(),
+        }
+        if rerun_of is not None:
+            detail["rerun_of"] = rerun_of
         self.ledger.record_observation(
-            self.uow_id, RUN_STARTED, source=EXECUTOR_SOURCE,
-            detail={
-                "holder": self.x.holder,
-                "first_attempt": (0 if latest is None else latest.number) + 1,
-                "settings": self.settings.to_detail(),
-            },
+            self.uow_id, RUN_STARTED, source=EXECUTOR_SOURCE, detail=detail
         )
 
     def _record(
@@ -789,6 +837,8 @@ class _UnitRun:
                 )
             except WorkflowTimeout as exc:
                 return self._not_started(f"not started: {exc}", "workflow-timeout")
+            if self.x.guard is not None:
+                slots.enter_context(self.x.guard(self.task))
             record = self.ledger.begin_attempt(
                 self.uow_id, holder=self.x.holder, generation=generation, job_id=job_id
             )
@@ -798,7 +848,7 @@ class _UnitRun:
                 self.task, ctx, timeout=timeout, isolation=self.x.isolation,
                 source_file=self.x.pipeline.source_file,
             )
-        self._finish(record, report)
+            self._finish(record, report)
         return None
 
     def _context(self, record: AttemptRecord, generation: int | None) -> TaskContext:
@@ -821,6 +871,13 @@ class _UnitRun:
                                         attempt=number)
         if report.remote is not None:
             self._record_remote(report.remote, number)
+        detail: dict[str, Any] = {"job_id": record.job_id, "generation": record.generation}
+        if report.ending == "succeeded":
+            if record.generation is not None:  # the job did succeed, whatever its output
+                self.ledger.mark_generation(self.uow_id, record.generation, "succeeded")
+            rejected = self._check_output(number, report.value, detail)
+            if rejected is not None:
+                report = replace(report, ending="permanent", error=rejected)
         outcome = {
             "succeeded": "succeeded",
             "transient": "failed-transient",
@@ -841,15 +898,8 @@ class _UnitRun:
                 and failed.job_id == record.job_id
             ):
                 self.ledger.mark_generation(self.uow_id, record.generation, "confirmed-failed")
-        detail: dict[str, Any] = {"job_id": record.job_id, "generation": record.generation}
         if report.ending == "succeeded":
             self.value = report.value
-            if record.generation is not None:
-                self.ledger.mark_generation(self.uow_id, record.generation, "succeeded")
-            if self.task.acceptance is not None:
-                detail["acceptance"] = "not checked"
-                if ACCEPTANCE_NOTE not in self.notes:
-                    self.notes.append(ACCEPTANCE_NOTE)
         if report.ending == "unknown":
             detail["why"] = (
                 "the attempt timed out or lost its acknowledgement; remote work may continue "
@@ -911,14 +961,31 @@ class _UnitRun:
         )
         number, generation = attempt.number, attempt.generation
         if report.state is RemoteState.SUCCEEDED:
-            self.ledger.finish_attempt(self.uow_id, number, "succeeded")
             if generation is not None:
                 self.ledger.mark_generation(self.uow_id, generation, "succeeded")
             self.notes.append(
                 f"reconcile found job {attempt.job_id} succeeded: not resubmitted"
             )
-            if self.task.acceptance is not None and ACCEPTANCE_NOTE not in self.notes:
-                self.notes.append(ACCEPTANCE_NOTE)
+            detail: dict[str, Any] = {"job_id": attempt.job_id, "generation": generation,
+                                      "reconcile": True}
+            with contextlib.ExitStack() as held:
+                if self.x.guard is not None:
+                    held.enter_context(self.x.guard(self.task))
+                rejected = self._check_output(number, None, detail)
+            if rejected is None:
+                self.ledger.finish_attempt(self.uow_id, number, "succeeded")
+            else:
+                self.error = f"{type(rejected).__name__}: {rejected}"
+                self.ledger.finish_attempt(self.uow_id, number, "failed-permanent")
+                self.ledger.record_exception(
+                    self.uow_id, rejected, classification="permanent", attempt=number,
+                    detail={"job_id": attempt.job_id, "during": "output check after reconcile"},
+                )
+            if "acceptance" in detail or "output_check" in detail:
+                self.ledger.record_observation(
+                    self.uow_id, "succeeded" if rejected is None else "failed-permanent",
+                    source=EXECUTOR_SOURCE, attempt=number, detail=detail,
+                )
             return None
         if report.state is RemoteState.FAILED:
             self._close_reconciled(
@@ -944,6 +1011,42 @@ class _UnitRun:
         if report.error:
             reason += f" (last reconcile error: {report.error})"
         return self._result("unknown-needs-reconcile", reason)
+
+    def _check_output(
+        self, number: int, returned: Any, detail: dict[str, Any]
+    ) -> BaseException | None:
+        """The validate-output step: acceptance criteria, then the caller's ``check_output``.
+
+        Returns the reason the output is rejected (as an exception to record), else None; the
+        checks made go into ``detail`` (the attempt's observation) and the result.
+        """
+        from twice.acceptance import AcceptanceCriteria, AcceptanceFailed, check_task_output
+
+        self.nonfatal = sum(
+            record.count for record in self.ledger.nonfatal_errors(self.uow_id)
+            if record.attempt == number
+        )
+        criteria = self.task.acceptance
+        if isinstance(criteria, AcceptanceCriteria) and self.task.destination:
+            try:
+                verdict = check_task_output(
+                    criteria, self.task.destination, self.unit.interval, returned,
+                    self.nonfatal,
+                )
+            except Exception as exc:  # the destination cannot be read: not verified
+                detail["acceptance"] = {"passed": False, "checks": [], "error": str(exc)}
+                return exc
+            self.acceptance = verdict.checks if verdict.passed else verdict.reasons
+            detail["acceptance"] = {"passed": verdict.passed, "checks": list(verdict.checks)}
+            if not verdict.passed:
+                return AcceptanceFailed(verdict)
+        if self.x.check_output is not None:
+            try:
+                self.x.check_output(self.task, self.unit, number)
+            except Exception as exc:
+                detail["output_check"] = f"{type(exc).__name__}: {exc}"
+                return exc
+        return None
 
     # -- result -------------------------------------------------------------------------------
 
@@ -976,5 +1079,7 @@ class _UnitRun:
             next_decision=next_decision,
             error=self.error,
             notes=tuple(self.notes),
+            acceptance=self.acceptance,
+            nonfatal=self.nonfatal,
             value=self.value,
         )

@@ -72,6 +72,17 @@ class PipelineError(ValueError):
             )
 
 
+class OutcomeUnknownError(Exception):
+    """Raise it from a task that cannot tell whether its write or job happened (a lost
+    acknowledgement, a connection cut after the request was sent).
+
+    The executor records the attempt ``unknown`` and never retries it blindly: it asks the
+    task's ``reconcile(job_id, ctx)`` about the same job id first.
+    """
+
+    outcome = "unknown"  # read by twice.attempt.is_unknown, like twice.remote's errors
+
+
 class RemoteState(StrEnum):
     """What a reconciler found out about a remote job after a timeout or a lost acknowledgement.
 
@@ -168,7 +179,9 @@ class Task:
     - ``estimated_duration``/``validation_duration``: seconds, for the deadline-aware planner.
     - ``reconcile(job_id, ctx)``: asks the remote service what happened to ``job_id`` after a
       timeout or lost acknowledgement; returns a ``RemoteState``.
-    - ``acceptance``: checks from ``twice.acceptance``, opaque here.
+    - ``acceptance``: ``twice.acceptance.AcceptanceCriteria`` the executor checks, against what
+      the attempt returned and what ``destination`` holds, before it records the attempt
+      succeeded; a failed check makes it ``failed-permanent`` (needs ``destination``).
     - ``maximum_bytes_billed``/``cost_estimate``: the cost guard (``twice.cost``): before each
       attempt the executor calls ``cost_estimate(interval)`` (a ``twice.remote.Estimate``) and
       refuses the attempt when it is over the limit; the limit is never raised on retry. Pass the
@@ -239,6 +252,19 @@ class Task:
             raise PipelineError(
                 f"{where}: maximum_bytes_billed must be a positive integer (bytes), got {limit!r}"
             )
+        if self.acceptance is not None:
+            from twice.acceptance import AcceptanceCriteria  # lazy: it loads the destinations
+
+            if not isinstance(self.acceptance, AcceptanceCriteria):
+                raise PipelineError(
+                    f"{where}: acceptance must be a twice.acceptance.AcceptanceCriteria or None, "
+                    f"got {self.acceptance!r}"
+                )
+            if not self.destination:
+                raise PipelineError(
+                    f"{where}: acceptance criteria are checked against what the task's "
+                    "destination holds; set destination=..."
+                )
         if self.cost_estimate is not None and not callable(self.cost_estimate):
             raise PipelineError(f"{where}: cost_estimate must be callable(interval) or None")
         if not isinstance(self.metadata, Mapping):
@@ -821,6 +847,16 @@ class Pipeline:
         part._by_function = {f: n for f, n in self._by_function.items() if n in chosen}
         part._external = self._external | (frozenset(self._tasks) - chosen)
         return part
+
+    def with_deadline(self, deadline: DeadlineSpec | None) -> Pipeline:
+        """The same pipeline (tasks, ids, units of work) with another delivery deadline.
+
+        A backfill reprocesses past intervals: their own deadlines are history, so it plans
+        against one of its own (or none) without touching the user's pipeline object.
+        """
+        copy = self.subset(list(self._tasks), with_dependents=False)
+        copy.deadline = _check_deadline(deadline, f"pipeline {self.name!r}")
+        return copy
 
     # -- units of work and contexts -----------------------------------------------------------
 

@@ -105,7 +105,12 @@ def test_schema_change_is_refused(setup) -> None:
     assert not result.ok and result.refusal is not None
     assert "schema" in result.refusal and "--accept-schema-change" in result.refusal
     assert helpers.contents(root) == before  # the destination refused atomically
-    assert [r.status for r in result.runs if r.interval != spans[0]] == ["blocked"] * 8
+    first = [(r.task, r.status) for r in result.runs if r.interval == spans[0]]
+    assert first == [("extract", "skipped"), ("transform", "refused"), ("load", "blocked"),
+                     ("aggregate", "blocked")]  # nothing ran on the refused output
+    # later intervals never started: their verified extract stays skipped, the rest blocked
+    later = [r.status for r in result.runs if r.interval != spans[0]]
+    assert later == ["skipped", "blocked", "blocked", "blocked"] * 2
 
 
 def test_faults_are_retried_and_reconciled_without_duplicates(setup) -> None:
@@ -135,7 +140,8 @@ def test_migrated_schema_needs_accept_and_then_rewrites_every_interval(setup) ->
     v2 = helpers.example().build_pipeline(root, transform_version="2")
     refused = run_backfill(v2, ledger, spans[1:])
     assert not refused.ok and "schema differs across the backfill range" in str(refused.refusal)
-    assert {r.status for r in refused.runs} == {"blocked"}
+    assert {(r.task, r.status) for r in refused.runs if r.status != "blocked"} == {
+        ("extract", "skipped")}  # verified and untouched; nothing else started
     accepted = run_backfill(v2, ledger, spans, accept_schema_change=True)
     assert accepted.ok, accepted.to_dict()
     changed = {(d.task, d.partition) for d in accepted.diffs if d.schema_changed}

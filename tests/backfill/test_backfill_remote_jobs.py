@@ -60,16 +60,25 @@ def test_a_lost_acknowledgement_is_reconciled_not_failed(
     assert error.classification == "unknown" and error.error_class.endswith("AcknowledgementLost")
 
 
-def test_an_unreconcilable_unknown_is_recorded_unknown_not_running(
+def test_an_unreconcilable_unknown_is_left_unknown_and_the_next_backfill_reconciles_it(
     ledger: Ledger, clock: ManualClock
 ) -> None:
     bq = FakeBigQuery(clock=clock)
     bq.fail_next("submit", created=True)  # 5xx to the submit: the job may exist
-    bq.fail_next("get")  # and the reconcile's read gets a 5xx too: no evidence
-    [run] = run_backfill(remote_pipeline(bq), ledger, [day()], sleep=clock.sleep).runs
-    assert run.status == "failed" and run.attempts == [(1, "unknown")]
+    bq.fail_next("get")  # and the reconcile's only look gets a 5xx too: no evidence
+    pipeline = remote_pipeline(bq)
+    [run] = run_backfill(pipeline, ledger, [day()], sleep=clock.sleep,
+                         poll_interval=1.0, observe_timeout=1.0).runs
+    assert run.status == "failed" and run.outcome == "unknown-needs-reconcile"
+    assert run.attempts == [(1, "unknown")] and "nothing resubmitted" in run.reason
     assert [a.outcome for a in ledger.attempts(run.uow_id)] == ["unknown"]
     assert len(bq.answers("submit")) == 1  # not retried blindly
+    # The next backfill asks about the same job id before anything else: it had succeeded.
+    [again] = run_backfill(pipeline, ledger, [day()], sleep=clock.sleep).runs
+    job_id = pipeline.unit_of_work("load", day()).job_id(1)
+    assert again.status == "succeeded" and again.attempts == [(1, "succeeded")]
+    assert again.reconciled == [f"{job_id}: succeeded"]
+    assert len(bq.answers("submit")) == 1 and list(bq.jobs) == [job_id]
 
 
 def test_a_job_failed_with_a_transient_error_is_retried_as_a_new_job(

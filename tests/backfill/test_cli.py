@@ -60,6 +60,10 @@ def test_backfill_json_then_dry_run_skips_and_verify_matches(env) -> None:
           " , "], "--tasks"),
         ([str(helpers.EXAMPLE), "--start", "0001-01-01", "--end", "2026-11-24"],
          "supported years"),
+        ([str(helpers.EXAMPLE), "--start", "2026-11-23", "--end", "2026-11-24", "--deadline",
+          "2026-12-07T06:00"], "--deadline"),  # no offset: refused, not guessed
+        ([str(helpers.EXAMPLE), "--start", "2026-11-23", "--end", "2026-11-24", "--deadline",
+          "friday"], "--deadline"),
     ],
 )
 def test_bad_input_exits_2_without_traceback(env, args: list[str], message: str) -> None:
@@ -68,3 +72,18 @@ def test_bad_input_exits_2_without_traceback(env, args: list[str], message: str)
     assert result.exit_code == 2, result.output
     assert message in result.output and "Traceback" not in result.output
     assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+def test_backfill_plans_against_its_own_deadline_not_the_intervals_past_ones(env) -> None:
+    """The example's 06:00 delivery deadlines are long past: a backfill still runs (they are
+    history), and a --deadline it cannot meet refuses every attempt before it starts."""
+    root, ledger = env
+    base = ["backfill", str(helpers.EXAMPLE), "--start", "2026-11-23", "--end", "2026-11-24",
+            "--ledger", ledger, "--json"]
+    tight = invoke(*base, "--deadline", "2026-11-25T00:00:00Z")  # after the interval, passed
+    report = json.loads(tight.output)
+    assert tight.exit_code == 1 and report["runs"][0]["outcome"] == "deadline-infeasible"
+    assert report["runs"][0]["attempts"] == [] and not (root / "warehouse.duckdb").exists()
+    assert [r["status"] for r in report["runs"]] == ["failed", "blocked", "blocked", "blocked"]
+    ok = invoke(*base)
+    assert ok.exit_code == 0 and json.loads(ok.output)["counts"] == {"succeeded": 4}

@@ -198,25 +198,6 @@ def test_executor_rejects_bad_settings(ledger: Ledger) -> None:
         Executor(pipeline, ledger, isolation="process")
 
 
-class _Criteria:
-    """Stands in for twice.acceptance criteria: anything with a check method."""
-
-    def check(self, *args: object) -> bool:  # pragma: no cover - never called yet
-        raise AssertionError("the executor does not call acceptance checks yet")
-
-
-def test_acceptance_is_not_checked_yet_and_says_so(ledger: Ledger, clock: ManualClock,
-                                                   ledger_url: str) -> None:
-    pipeline = Pipeline("funds", schedule=Schedule.daily("UTC"))
-    pipeline.task(name="load", acceptance=_Criteria(), timeout=5)(lambda ctx: 1)
-    unit = Executor(pipeline, ledger, clock=clock).run(day()).unit("load")
-    assert unit.outcome == "succeeded" and "not verified" in unit.notes[0]
-    latest = ledger.latest_observation(unit.uow_id, source="executor")
-    assert latest is not None and latest.detail["acceptance"] == "not checked"
-    # finished without error is not success yet: the planner asks for validation
-    assert planner(ledger_url, clock())["load"]["decision"] == "validate-output"
-
-
 def test_a_failing_deadline_function_blocks_only_that_unit(ledger: Ledger,
                                                            clock: ManualClock) -> None:
     def due(interval):  # type: ignore[no-untyped-def]

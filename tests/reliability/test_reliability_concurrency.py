@@ -1,4 +1,5 @@
-"""Concurrency: the same interval started by several ``twice run`` processes at once.
+"""Concurrency: the same interval started by several ``twice run`` or ``twice backfill``
+processes at once.
 
 Several real processes (``python -m twice run``) load the same pipeline file and are held at
 a barrier until all of them have started, then race for the same units of work on one
@@ -6,7 +7,9 @@ ledger (SQLite, PostgreSQL), including a ledger that none of them has created ye
 tasks append their rows rather than replacing them, so only the ledger's lease stands
 between a race and duplicate rows. Proven: each unit executes exactly once (one log line,
 one attempt, its rows once), the losers say who holds the lease or that it already
-succeeded, nobody crashes, and running everything once more executes nothing.
+succeeded, nobody crashes, and running everything once more executes nothing. The same holds
+for racing backfills, including forced ones: a unit that several ``--force`` backfills planned
+to rerun is rerun once, by whichever got there first.
 """
 
 from __future__ import annotations
@@ -43,11 +46,15 @@ class Racer:
     stderr: str
 
 
-def _race(folder: Path, ledger: str, args: list[str], processes: int) -> list[Racer]:
-    """Start ``processes`` runs, release them together once all are at the barrier."""
-    folder.mkdir(parents=True)
+def _race(folder: Path, ledger: str, args: list[str], processes: int,
+          verb: str = "run") -> list[Racer]:
+    """Start ``processes`` runs (or backfills), release them together once all are at the
+    barrier."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for stale in [folder / "go", *folder.glob("ready/*")]:
+        stale.unlink(missing_ok=True)
     env = {**os.environ, "TWICE_RACE_DIR": str(folder), "TWICE_RACE_ROWS": str(ROWS_PER_UNIT)}
-    command = [sys.executable, "-m", "twice", "run", str(PIPELINE_FILE), *args,
+    command = [sys.executable, "-m", "twice", verb, str(PIPELINE_FILE), *args,
                "--ledger", ledger, "--json"]
     children = [subprocess.Popen(command, env=env, cwd=folder, stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, text=True)
@@ -177,3 +184,68 @@ def test_a_range_of_dependent_units_raced_on_sqlite(tmp_path: Path) -> None:
 def test_a_range_of_dependent_units_raced_on_postgresql(tmp_path: Path,
                                                          postgres_url: str) -> None:
     _range_race(tmp_path / "range", postgres_url)
+
+
+BACKFILL_STATUSES = {"succeeded", "skipped", "leased-elsewhere", "blocked"}
+
+
+def _backfill_race(folder: Path, ledger: str) -> None:
+    """Three backfills of the same three days at once, then three ``--force`` backfills of
+    them at once: each unit executes once in the first race and once more in the second."""
+    days = 3
+    args = ["--start", FIRST_DAY.isoformat(),
+            "--end", (FIRST_DAY + timedelta(days=days)).isoformat()]
+    env = {**os.environ, "TWICE_RACE_DIR": str(folder), "TWICE_RACE_ROWS": str(ROWS_PER_UNIT),
+           "TWICE_RACE_WORK_SECONDS": "0"}
+
+    def settle() -> dict[tuple[str, str], str]:
+        """Backfill again until every unit succeeded (the racers' blocked dependents), then
+        once more, which must execute nothing: every unit is verified and skipped."""
+        for _ in range(3):
+            done = subprocess.run(
+                [sys.executable, "-m", "twice", "backfill", str(PIPELINE_FILE), *args,
+                 "--ledger", ledger, "--json"],
+                env=env, cwd=folder, capture_output=True, text=True, timeout=120)
+            assert "Traceback" not in done.stdout + done.stderr, done.stderr
+            report = json.loads(done.stdout)
+            if all(r["status"] == "skipped" for r in report["runs"]):
+                assert done.returncode == 0
+                return {(r["task"], r["interval"]): r["uow_id"] for r in report["runs"]}
+        raise AssertionError(f"backfill did not settle: {report['counts']}")
+
+    racers = []
+    for round_args in (args, [*args, "--force"]):
+        raced = _race(folder, ledger, round_args, 3, verb="backfill")
+        # Not vacuous: racers planned to run units that another racer executed.
+        lost = [run for racer in raced for run in racer.report["runs"]
+                if run["status"] in ("leased-elsewhere", "blocked")
+                or (run["status"] == "skipped" and run["outcome"] == "succeeded")]
+        assert lost, "no racer lost a unit: the processes did not race"
+        racers += raced
+        units = settle()
+        for racer in racers:
+            for run in racer.report["runs"]:
+                assert run["status"] in BACKFILL_STATUSES, run
+                assert len(run["attempts"]) <= 1, run
+                if run["status"] == "leased-elsewhere":
+                    assert racer.returncode == 1 and "leased by" in run["reason"]
+    assert len(units) == 2 * days
+    # Once for the first race, once more for the forced one: never once per racer.
+    assert _executions(folder) == Counter(dict.fromkeys(units, 2))
+    rows = _rows(folder)
+    assert Counter((task, day) for task, day, _n, _pid in rows) == \
+        Counter(dict.fromkeys(units, 2 * ROWS_PER_UNIT))
+    with Ledger.open(ledger) as opened:
+        for uow_id in units.values():
+            assert [a.outcome for a in opened.attempts(uow_id)] == ["succeeded"] * 2
+    record(SUITE, trials=2, faults=4, rows_compared=len(rows), processes=6)
+
+
+def test_backfills_and_forced_backfills_raced_on_sqlite(tmp_path: Path) -> None:
+    _backfill_race(tmp_path / "backfill", f"sqlite:///{tmp_path / 'backfill-ledger.db'}")
+
+
+@pytest.mark.postgres
+def test_backfills_and_forced_backfills_raced_on_postgresql(tmp_path: Path,
+                                                            postgres_url: str) -> None:
+    _backfill_race(tmp_path / "backfill", postgres_url)

@@ -37,6 +37,7 @@ pipeline = Pipeline("funds_positions", schedule=Schedule.daily("UTC"),
 @pipeline.task(retry=RetryPolicy(max_attempts=4, initial_delay=240, max_delay=720,
                                  transient=(ConnectionError,)), timeout=600,
                acceptance=AcceptanceCriteria(min_rows=1000), safe_repeat=True,
+               destination="duckdb:///warehouse.duckdb?partition_column=day#raw_positions",
                estimated_duration=300, validation_duration=120)
 def extract(ctx):
     return None

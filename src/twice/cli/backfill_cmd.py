@@ -2,7 +2,8 @@
 
 Heavy modules (the ledger, destinations, Rich) are imported inside the command. Bad input (a
 missing pipeline file, an unparsable --start, an unknown task) is one line on stderr and exit 2;
-a failed or refused unit exits 1; exit 0 means every unit succeeded or was verified.
+a failed or refused unit, or one another process holds, exits 1; exit 0 means every unit
+succeeded or was verified.
 """
 
 from __future__ import annotations
@@ -56,19 +57,26 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> None:
               help="Allow a destination schema to change inside the range. Implies --force: "
               "every interval of the range is rewritten with the new schema, so the range never "
               "mixes old and new schemas. Without it a schema change stops the backfill.")
+@click.option("--deadline", "deadline_text", default="none", show_default=True,
+              metavar="INSTANT|none",
+              help="The backfill's own deadline (ISO-8601 instant with offset): no attempt "
+              "starts that cannot finish before it. The intervals' delivery deadlines are past "
+              "and are not used.")
 @click.option("--dry-run", is_flag=True,
               help="Print the plan (intervals x tasks, what would be skipped and why); change "
               "nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (no progress bar).")
 def backfill(pipeline_file: str, start_text: str, end_text: str, tasks_text: str | None,
              concurrency: int, ledger_url: str | None, force: bool, accept_schema_change: bool,
-             dry_run: bool, as_json: bool) -> None:
+             deadline_text: str, dry_run: bool, as_json: bool) -> None:
     """Backfill PIPELINE_FILE for the intervals in [--start, --end).
 
     Intervals run in order with bounded concurrency. After each one, every partition written
     is fingerprinted in its engine and compared with the ledger's previous version (rows
     before/after, checksum changed or not); the difference is recorded and printed. Dependents
-    of the backfilled tasks are rerun for the same intervals.
+    of the backfilled tasks are rerun for the same intervals. Units run through the executor:
+    a unit another process holds is left to it (exit 1, run again later), and an unknown
+    outcome from an earlier run is reconciled by its job id before anything else.
     """
     from twice.backfill import BackfillError, plan_backfill, run_backfill
     from twice.destinations import DestinationError
@@ -80,6 +88,7 @@ def backfill(pipeline_file: str, start_text: str, end_text: str, tasks_text: str
 
     start = parse_point(start_text, "--start")
     end = parse_point(end_text, "--end")
+    deadline = parse_deadline(deadline_text)
     tasks = None
     if tasks_text is not None:
         tasks = [t.strip() for t in tasks_text.split(",") if t.strip()]
@@ -100,15 +109,15 @@ def backfill(pipeline_file: str, start_text: str, end_text: str, tasks_text: str
                                  force=force or accept_schema_change)
             _print_plan(plan, as_json)
             return
+        options: dict[str, Any] = {
+            "tasks": tasks, "concurrency": concurrency, "force": force,
+            "accept_schema_change": accept_schema_change, "deadline": deadline,
+        }
         if as_json:
-            result = run_backfill(pipeline, ledger, intervals, tasks=tasks,
-                                  concurrency=concurrency, force=force,
-                                  accept_schema_change=accept_schema_change)
+            result = run_backfill(pipeline, ledger, intervals, **options)
             click.echo(json.dumps(result.to_dict(), sort_keys=True))
         else:
-            result = run_with_progress(pipeline, ledger, intervals, tasks=tasks,
-                                       concurrency=concurrency, force=force,
-                                       accept_schema_change=accept_schema_change)
+            result = run_with_progress(pipeline, ledger, intervals, **options)
             print_summary(result)
     except (PipelineError, BackfillError) as exc:
         fail(str(exc))
@@ -118,6 +127,18 @@ def backfill(pipeline_file: str, start_text: str, end_text: str, tasks_text: str
         ledger.close()
     if not result.ok:
         sys.exit(EXIT_FAILED)
+
+
+def parse_deadline(text: str) -> datetime | None:
+    """``--deadline``: None for 'none', else an aware ISO-8601 instant."""
+    if text.strip().lower() == "none":
+        return None
+    from twice.timescale import TimeValueError, parse_instant
+
+    try:
+        return parse_instant(text)
+    except TimeValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--deadline") from None
 
 
 def _print_plan(plan: BackfillPlan, as_json: bool) -> None:
@@ -233,5 +254,12 @@ def print_summary(result: BackfillResult) -> None:
         if run.status in ("failed", "refused", "blocked"):
             console.print(f"[red]{run.status}[/red]: {run.task} {run.interval.start.date()}: "
                           f"{run.reason}")
+    held = [run for run in result.runs if run.status == "leased-elsewhere"]
+    for run in held:
+        console.print(f"[yellow]held by another run[/yellow]: {run.task} "
+                      f"{run.interval.start.date()}: {run.reason}")
+    if held:
+        console.print(f"{len(held)} unit(s) were left to the process holding them: run the "
+                      "same backfill again once it has finished (verified units are skipped)")
     if result.refusal:
         console.print(f"[red]refused[/red]: {result.refusal}")

@@ -180,6 +180,7 @@ def _summary(result: RunResult, label: str) -> None:
     counts = ", ".join(f"{count} {outcome}" for outcome, count in result.counts().items())
     console.print(
         f"{counts or 'nothing to run'}. attempts: this run (all recorded). Executed and recorded; "
-        "outputs not verified (acceptance and fingerprints are separate steps). "
+        "declared acceptance criteria checked; partitions not fingerprinted (`twice backfill` "
+        "and `twice verify` do that). "
         f"`twice status` or `twice explain UOW_ID` for the evidence."
     )

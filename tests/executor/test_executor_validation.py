@@ -1,0 +1,244 @@
+"""The validate-output step and reruns of stale successes.
+
+An attempt that finished without error is recorded succeeded only after its output passed the
+task's acceptance criteria (checked against the real destination) and the caller's
+``check_output``; otherwise it is failed-permanent with the reason as its error and its
+dependents do not run. ``reruns`` repeats a success the caller knows is stale, and keeps a
+newer one, so racing reruns execute a unit once.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from tests.executor.helpers import ManualClock, day, outcomes
+from tests.executor.helpers import planner_decisions as planner
+
+from twice.acceptance import AcceptanceCriteria
+from twice.destinations import open_destination
+from twice.executor import Executor
+from twice.ledger import Ledger
+from twice.pipeline import Pipeline, PipelineError, RemoteState, Task, TaskContext
+from twice.policy import RetryPolicy
+from twice.remote import reconcile_job, run_job
+from twice.remote.fake_bigquery import FakeBigQuery
+from twice.schedule import Schedule
+from twice.unit_of_work import UnitOfWork
+
+
+def table_spec(tmp_path: Path) -> str:
+    return f"duckdb://{tmp_path / 'warehouse.duckdb'}?partition_column=day#positions"
+
+
+def writer(rows: int, *, returned: Any = None, nonfatal: int = 0) -> Callable[[TaskContext], Any]:
+    """A task that replaces its day with ``rows`` rows (one of them with a null isin)."""
+
+    def write(ctx: TaskContext) -> Any:
+        day_value = ctx.interval.start.date()
+        table = pa.table({"day": pa.array([day_value] * rows, pa.date32()),
+                          "isin": pa.array([None] + [f"X{i}" for i in range(1, rows)]
+                                           if rows else [], pa.string())})
+        with open_destination(ctx.destination) as dest:
+            dest.replace_partition(table, ctx.interval)
+        for _ in range(nonfatal):
+            ctx.nonfatal("one unparsable line skipped")
+        return returned
+
+    return write
+
+
+def pipeline_with(tmp_path: Path, fn: Callable[[TaskContext], Any],
+                  criteria: AcceptanceCriteria | None, **options: Any) -> Pipeline:
+    pipeline = Pipeline("validated", schedule=Schedule.daily("UTC"))
+    pipeline.task(name="load", destination=table_spec(tmp_path), acceptance=criteria,
+                  timeout=30, **options)(fn)
+    pipeline.task(name="report", depends_on="load", timeout=30)(lambda ctx: "ran")
+    return pipeline
+
+
+def test_output_that_passes_acceptance_is_recorded_succeeded_with_its_checks(
+    tmp_path: Path, ledger: Ledger, clock: ManualClock
+) -> None:
+    criteria = AcceptanceCriteria(min_rows=3, max_rejected_rows=0)
+    pipeline = pipeline_with(tmp_path, writer(3, returned={"rejected_rows": 0}), criteria)
+    result = Executor(pipeline, ledger, clock=clock).run(day())
+    load = result.unit("load")
+    assert result.ok and load.acceptance == (
+        "rows >= 3: 3 (ok)", "rejected rows <= 0: 0 (ok)", "non-fatal errors <= 0: 0 (ok)"
+    )
+    latest = ledger.latest_observation(load.uow_id, source="executor")
+    assert latest is not None and latest.detail["acceptance"]["passed"] is True
+    assert result.unit("report").outcome == "succeeded"
+
+
+def test_output_that_fails_acceptance_is_failed_permanent_and_blocks_dependents(
+    tmp_path: Path, ledger: Ledger, clock: ManualClock, ledger_url: str
+) -> None:
+    criteria = AcceptanceCriteria(min_rows=5, max_rejected_rows=None)
+    # transient errors are retried, but a rejected output is not a transient error
+    retry = RetryPolicy(max_attempts=3, transient=(ConnectionError,))
+    pipeline = pipeline_with(tmp_path, writer(2), criteria, retry=retry)
+    result = Executor(pipeline, ledger, clock=clock).run(day())
+    load = result.unit("load")
+    assert load.outcome == "failed-permanent" and load.attempts == 1
+    assert load.error == "AcceptanceFailed: acceptance failed: rows is 2, criterion is rows >= 5"
+    assert outcomes(ledger, load.uow_id) == ["failed-permanent"]
+    [error] = ledger.errors(load.uow_id)
+    assert error.classification == "permanent" and error.error_class.endswith("AcceptanceFailed")
+    report = result.unit("report")
+    assert report.outcome == "blocked" and "load (failed-permanent)" in report.reason
+    assert planner(ledger_url, clock())["load"]["decision"] == "repair-cause"
+
+
+def test_counts_the_load_did_not_report_fail_their_criterion(
+    tmp_path: Path, ledger: Ledger, clock: ManualClock
+) -> None:
+    """max_rejected_rows=0 with no rejected_rows reported cannot be confirmed: not a success."""
+    pipeline = pipeline_with(tmp_path, writer(3), AcceptanceCriteria(max_rejected_rows=0))
+    load = Executor(pipeline, ledger, clock=clock).run(day()).unit("load")
+    assert load.outcome == "failed-permanent"
+    assert "rejected rows was not reported" in (load.error or "")
+
+
+def test_non_fatal_errors_and_nulls_are_read_from_the_ledger_and_the_destination(
+    tmp_path: Path, ledger: Ledger, clock: ManualClock
+) -> None:
+    criteria = AcceptanceCriteria(max_rejected_rows=None, max_nonfatal_errors=1,
+                                  required_non_null=("isin",))
+    pipeline = pipeline_with(tmp_path, writer(4, nonfatal=2), criteria)
+    load = Executor(pipeline, ledger, clock=clock).run(day()).unit("load")
+    assert load.outcome == "failed-permanent" and load.nonfatal == 2
+    assert load.acceptance == ("non-fatal errors is 2, criterion is non-fatal errors <= 1",
+                               "nulls in 'isin' is 1, criterion is nulls in 'isin' <= 0")
+
+
+def test_check_output_runs_after_success_only_and_can_reject(
+    tmp_path: Path, ledger: Ledger, clock: ManualClock
+) -> None:
+    calls: list[tuple[str, str, int]] = []
+    failures = iter([ConnectionError("flaky"), None])
+
+    def flaky_then_writes(ctx: TaskContext) -> None:
+        error = next(failures)
+        if error is not None:
+            raise error
+        writer(2)(ctx)
+
+    def check(task: Task, unit: UnitOfWork, attempt: int) -> None:
+        calls.append((task.name, unit.interval.label, attempt))
+        if task.name == "load":
+            raise RuntimeError("fingerprint differs from the expected one")
+
+    pipeline = pipeline_with(tmp_path, flaky_then_writes, None, safe_repeat=True,
+                             retry=RetryPolicy(max_attempts=2, transient=(ConnectionError,)))
+    result = Executor(pipeline, ledger, clock=clock, sleep=clock.sleep,
+                      check_output=check).run(day())
+    load = result.unit("load")
+    assert calls == [("load", day().label, 2)]  # not after the failed attempt 1
+    assert outcomes(ledger, load.uow_id) == ["failed-transient", "failed-permanent"]
+    assert load.error == "RuntimeError: fingerprint differs from the expected one"
+    assert result.unit("report").outcome == "blocked"
+
+
+def test_guard_is_held_around_the_attempt_and_its_output_check(
+    tmp_path: Path, ledger: Ledger, clock: ManualClock
+) -> None:
+    held = threading.Lock()
+    seen: list[tuple[str, bool]] = []
+
+    class Guard:
+        def __init__(self, task: Task) -> None:
+            self.task = task
+
+        def __enter__(self) -> None:
+            held.acquire()
+
+        def __exit__(self, *_exc: object) -> None:
+            held.release()
+
+    def task(ctx: TaskContext) -> None:
+        seen.append(("attempt", held.locked()))
+
+    def check(_task: Task, _unit: UnitOfWork, _attempt: int) -> None:
+        seen.append(("check", held.locked()))
+
+    pipeline = Pipeline("guarded", schedule=Schedule.daily("UTC"))
+    pipeline.task(name="only", timeout=5)(task)
+    Executor(pipeline, ledger, clock=clock, guard=Guard, check_output=check).run(day())
+    assert seen == [("attempt", True), ("check", True)] and not held.locked()
+
+
+def test_acceptance_is_declared_against_a_destination(tmp_path: Path) -> None:
+    pipeline = Pipeline("p", schedule=Schedule.daily("UTC"))
+    with pytest.raises(PipelineError, match="acceptance criteria are checked against"):
+        pipeline.task(name="a", acceptance=AcceptanceCriteria(min_rows=1))(lambda ctx: None)
+    with pytest.raises(PipelineError, match=r"acceptance must be a twice\.acceptance"):
+        pipeline.task(name="b", destination=table_spec(tmp_path),
+                      acceptance={"min_rows": 1})(lambda ctx: None)
+
+
+# -- reruns -------------------------------------------------------------------------------------
+
+
+def counting_pipeline(runs: list[str]) -> Pipeline:
+    pipeline = Pipeline("rerun", schedule=Schedule.daily("UTC"))
+    pipeline.task(name="only", timeout=5)(lambda ctx: runs.append(ctx.interval.label))
+    return pipeline
+
+
+def test_a_stale_success_is_run_again_in_a_new_run(
+    ledger: Ledger, clock: ManualClock, ledger_url: str
+) -> None:
+    runs: list[str] = []
+    pipeline = counting_pipeline(runs)
+    first = Executor(pipeline, ledger, clock=clock).run(day()).unit("only")
+    again = Executor(pipeline, ledger, clock=clock).run(day()).unit("only")
+    assert runs == [day().label] and again.attempts == 0  # no rerun without asking
+    rerun = Executor(pipeline, ledger, clock=clock,
+                     reruns={first.uow_id: 1}).run(day()).unit("only")
+    assert runs == [day().label] * 2
+    assert rerun.outcome == "succeeded" and rerun.attempts == 1 and rerun.total_attempts == 2
+    markers = [o for o in ledger.observations(first.uow_id) if o.state == "run-started"]
+    assert markers[-1].detail["rerun_of"] == 1 and markers[-1].detail["first_attempt"] == 2
+    assert planner(ledger_url, clock())["only"]["decision"] == "validate-output"
+
+
+def test_a_success_newer_than_the_planned_one_is_kept(ledger: Ledger, clock: ManualClock) -> None:
+    """Two reruns planned on attempt 1: the first to get there runs it, the other does not."""
+    runs: list[str] = []
+    pipeline = counting_pipeline(runs)
+    uow_id = Executor(pipeline, ledger, clock=clock).run(day()).unit("only").uow_id
+    planned = {uow_id: 1}
+    winner = Executor(pipeline, ledger, clock=clock, reruns=planned).run(day()).unit("only")
+    loser = Executor(pipeline, ledger, clock=clock, holder="late",
+                     reruns=planned).run(day()).unit("only")
+    assert len(runs) == 2 and winner.attempts == 1
+    assert loser.outcome == "succeeded" and loser.attempts == 0
+    assert "succeeded in attempt 2" in loser.reason
+
+
+def test_a_rerun_of_a_remote_task_finds_its_succeeded_job_instead_of_submitting_another(
+    ledger: Ledger, clock: ManualClock
+) -> None:
+    bq = FakeBigQuery(clock=clock, duration=1)
+    pipeline = Pipeline("remote", schedule=Schedule.daily("UTC"))
+
+    def reconcile(job_id: str, _ctx: TaskContext) -> RemoteState:
+        return reconcile_job(bq, job_id)
+
+    @pipeline.task(timeout=30, reconcile=reconcile)
+    def load(ctx: TaskContext) -> Any:
+        return run_job(bq, ctx.job_id, {"day": ctx.interval.label}, poll_interval=1.0,
+                       sleep=clock.sleep)
+
+    first = Executor(pipeline, ledger, clock=clock, sleep=clock.sleep).run(day()).unit("load")
+    rerun = Executor(pipeline, ledger, clock=clock, sleep=clock.sleep,
+                     reruns={first.uow_id: 1}).run(day()).unit("load")
+    assert rerun.outcome == "succeeded" and rerun.attempts == 1
+    assert rerun.job_id == first.job_id and list(bq.jobs) == [first.job_id]
+    assert len(bq.answers("submit")) == 2  # the second submit answered 409 duplicate
