@@ -7,9 +7,6 @@ safe, and ran a task whose upstream (outside ``--tasks``) had never run. These p
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 from tests.executor.helpers import ManualClock, day
 
@@ -18,17 +15,6 @@ from twice.ledger import Ledger
 from twice.pipeline import Pipeline, TaskContext
 from twice.policy import RetryPolicy
 from twice.schedule import Schedule
-
-
-@pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock()
-
-
-@pytest.fixture
-def ledger(tmp_path: Path, clock: ManualClock) -> Iterator[Ledger]:
-    with Ledger.open(f"sqlite:///{tmp_path / 'ledger.db'}", clock=clock) as opened:
-        yield opened
 
 
 def flaky(calls: list[int], failures: int):  # type: ignore[no-untyped-def]

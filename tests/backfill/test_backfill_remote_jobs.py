@@ -4,10 +4,6 @@ transient ``errorResult`` is retried as a new job, not as the same failed one.""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
-import pytest
 from tests.executor.helpers import ManualClock, day
 
 from twice.backfill import run_backfill
@@ -17,17 +13,6 @@ from twice.policy import RetryPolicy
 from twice.remote import BackendError, JobError, JobFailed, JobStatus, reconcile_job, run_job
 from twice.remote.fake_bigquery import FakeBigQuery
 from twice.schedule import Schedule
-
-
-@pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock()
-
-
-@pytest.fixture
-def ledger(tmp_path: Path, clock: ManualClock) -> Iterator[Ledger]:
-    with Ledger.open(f"sqlite:///{tmp_path / 'ledger.db'}", clock=clock) as opened:
-        yield opened
 
 
 def remote_pipeline(bq: FakeBigQuery) -> Pipeline:
