@@ -570,16 +570,20 @@ def _describe(run: TaskRun, unit: UnitResult, task: Task, before: AttemptRecord 
     attempts (emitting what they show: failed attempts, reconciliations)."""
     run.outcome, run.notes = unit.outcome, unit.notes
     run.acceptance, run.nonfatal, run.diff = unit.acceptance, unit.nonfatal, diff
+    with ledger.snapshot():
+        recorded = ledger.attempts(run.uow_id)
+        recorded_errors = ledger.errors(run.uow_id)
+        observations = ledger.observations(run.uow_id)
     ours: list[AttemptRecord] = []
     if unit.outcome != "leased-elsewhere":
         first = 1 if before is None else before.number + 1
         if before is not None and before.outcome in ("unknown", "running"):
             first = before.number  # resolved (or left) by this backfill
-        ours = [a for a in ledger.attempts(run.uow_id) if a.number >= first]
+        ours = [a for a in recorded if a.number >= first]
     run.attempts = [(a.number, a.outcome) for a in ours]
     run.duration = sum(a.duration.total_seconds() for a in ours if a.duration is not None)
     numbers = {a.number for a in ours}
-    errors = {e.attempt: e for e in ledger.errors(run.uow_id) if e.attempt in numbers}
+    errors = {e.attempt: e for e in recorded_errors if e.attempt in numbers}
     for attempt in ours:
         error = errors.get(attempt.number)
         if attempt.outcome.startswith("failed-") and error is not None:
@@ -588,7 +592,7 @@ def _describe(run: TaskRun, unit: UnitResult, task: Task, before: AttemptRecord 
                   error=f"{error.error_class.rsplit('.', 1)[-1]}: {error.message}",
                   transient=attempt.outcome == "failed-transient")
     answers: dict[int, tuple[str, str]] = {}
-    for seen in ledger.observations(run.uow_id):
+    for seen in observations:
         if (seen.source == "reconcile" and seen.attempt in numbers
                 and seen.state in FINAL_RECONCILE_STATES):
             answers[seen.attempt] = (str(seen.detail.get("job_id")), seen.state)

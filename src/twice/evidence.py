@@ -388,16 +388,20 @@ def gather_evidence(
     """
     from twice.ledger import UnknownUnitError
 
-    unit = ledger.unit(uow_id)
-    if unit is None:
-        raise UnknownUnitError(f"unknown unit of work {uow_id!r}")
+    with ledger.snapshot():  # one consistent view, one transaction for the four reads
+        unit = ledger.unit(uow_id)
+        if unit is None:
+            raise UnknownUnitError(f"unknown unit of work {uow_id!r}")
+        recorded_attempts = ledger.attempts(uow_id)
+        recorded_observations = ledger.observations(uow_id)
+        recorded_decisions = ledger.decisions(uow_id)
     at = ledger.now() if as_of is None else as_of.astimezone(UTC)
     attempts = tuple(
         _as_of_attempt(attempt, at)
-        for attempt in ledger.attempts(uow_id)
+        for attempt in recorded_attempts
         if attempt.started_at <= at
     )
-    observations = [obs for obs in ledger.observations(uow_id) if obs.observed_at <= at]
+    observations = [obs for obs in recorded_observations if obs.observed_at <= at]
     markers = [obs for obs in observations if obs.state == RUN_STARTED]
     marker = markers[-1] if markers else None
     first = 1
@@ -419,7 +423,7 @@ def gather_evidence(
     latest_number = attempts[-1].number if attempts else 0
     not_started = [
         decision
-        for decision in ledger.decisions(uow_id)
+        for decision in recorded_decisions
         if decision.not_started and decision.recorded_at <= at
         and (decision.attempt or 0) > latest_number
     ]

@@ -451,6 +451,29 @@ def test_transaction_groups_writes_atomically(ledger: Ledger, uow: UnitOfWork) -
     assert [a.outcome for a in ledger.attempts(uow.uow_id)] == ["succeeded"]
 
 
+def test_snapshot_reads_one_consistent_view_and_refuses_writes(engine_url: str) -> None:
+    """What evidence is gathered from: a write committed by another process while the reads
+    are under way is not half-seen; it shows in the next snapshot."""
+    writer, reader = Ledger.open(engine_url), Ledger.open(engine_url)
+    try:
+        uow = make_uow()
+        writer.record_unit(uow)
+        writer.begin_attempt(uow.uow_id, holder="w1")
+        with reader.snapshot():
+            seen = [a.outcome for a in reader.attempts(uow.uow_id)]
+            writer.finish_attempt(uow.uow_id, 1, "succeeded")
+            writer.record_observation(uow.uow_id, "succeeded", source="executor", attempt=1)
+            assert [a.outcome for a in reader.attempts(uow.uow_id)] == seen == ["running"]
+            assert reader.observations(uow.uow_id) == []
+            with pytest.raises(LedgerError, match="read-only snapshot"):
+                reader.record_observation(uow.uow_id, "x", source="test")
+        assert [a.outcome for a in reader.attempts(uow.uow_id)] == ["succeeded"]
+        assert [o.state for o in reader.observations(uow.uow_id)] == ["succeeded"]
+    finally:
+        writer.close()
+        reader.close()
+
+
 def test_each_write_is_committed_on_its_own(engine_url: str) -> None:
     writer = Ledger.open(engine_url)
     reader = Ledger.open(engine_url)

@@ -359,7 +359,7 @@ def bad_run_args(draw: st.DrawFn) -> tuple[list[str], tuple[str, ...]]:
 
 @st.composite
 def bad_backfill_args(draw: st.DrawFn) -> tuple[list[str], tuple[str, ...]]:
-    kind = draw(st.sampled_from(["range", "tasks", "concurrency", "missing"]))
+    kind = draw(st.sampled_from(["range", "tasks", "concurrency", "missing", "deadline"]))
     if kind == "range":
         start, end = draw(bad_ranges())
         return ["--start", start, "--end", end], ("start", "end")
@@ -368,6 +368,8 @@ def bad_backfill_args(draw: st.DrawFn) -> tuple[list[str], tuple[str, ...]]:
     good = ["--start", "2026-11-01", "--end", "2026-11-03"]
     if kind == "tasks":
         return [*good, "--tasks", draw(BAD_TASKS)], ("task",)
+    if kind == "deadline":
+        return [*good, "--deadline", draw(BAD_INSTANTS)], ("deadline",)
     return [*good, "--concurrency", draw(BAD_COUNTS)], ("concurrency",)
 
 

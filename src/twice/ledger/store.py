@@ -313,6 +313,32 @@ class Ledger:
             finally:
                 self._local.conn = None
 
+    @contextmanager
+    def snapshot(self) -> Iterator[Ledger]:
+        """Read in the block from one read-only transaction: a consistent view of the ledger
+        (REPEATABLE READ on PostgreSQL, one WAL read snapshot on SQLite) and one BEGIN/COMMIT
+        for all the reads instead of one per read. Writing inside it is refused.
+
+        Inside a ``transaction()`` it joins that transaction instead.
+        """
+        if self._current() is not None:
+            yield self
+            return
+        self._check_open()
+        with self._engine.connect() as conn:
+            options: dict[str, Any] = {READ_ONLY_OPTION: True}
+            if conn.dialect.name == "postgresql":
+                options["isolation_level"] = "REPEATABLE READ"
+            conn.execution_options(**options)
+            with conn.begin():
+                self._local.conn = conn
+                self._local.read_only = True
+                try:
+                    yield self
+                finally:
+                    self._local.conn = None
+                    self._local.read_only = False
+
     def _current(self) -> Connection | None:
         return cast(Connection | None, getattr(self._local, "conn", None))
 
@@ -324,6 +350,8 @@ class Ledger:
     def _write(self) -> Iterator[Connection]:
         current = self._current()
         if current is not None:
+            if getattr(self._local, "read_only", False):
+                raise LedgerError("cannot write to the ledger inside a read-only snapshot()")
             yield current
             return
         self._check_open()
