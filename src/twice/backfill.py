@@ -61,7 +61,6 @@ __all__ = [
 Action = Literal["run", "skip"]
 Status = Literal["succeeded", "failed", "skipped", "blocked", "refused", "leased-elsewhere"]
 EventSink = Callable[[str, Mapping[str, Any]], None]
-FINAL_RECONCILE_STATES = ("succeeded", "failed", "not-found")
 
 
 class BackfillError(ValueError):
@@ -261,13 +260,13 @@ def selected_tasks(pipeline: Pipeline, tasks: Sequence[str] | None) -> tuple[lis
     return [n for n in order if n in chosen], [n for n in order if n in dependents]
 
 
-def _verified(ledger: Ledger, pipeline: Pipeline, task: Task, uow: UnitOfWork,
-              interval: Interval) -> tuple[bool, str]:
-    """Whether ``uow`` already succeeded and its partition still holds what it recorded."""
+def _verified(ledger: Ledger, task: Task, uow: UnitOfWork, interval: Interval,
+              attempts: Sequence[AttemptRecord]) -> tuple[bool, str]:
+    """Whether ``uow`` already succeeded (``attempts`` are its recorded ones) and its partition
+    still holds what it recorded."""
     if ledger.unit(uow.uow_id) is None:
         return False, "not run with this input and transform version"
-    outcomes = [a.outcome for a in ledger.attempts(uow.uow_id)]
-    if "succeeded" not in outcomes:
+    if not any(a.outcome == "succeeded" for a in attempts):
         return False, "no succeeded attempt for this unit of work"
     if not task.destination:
         return True, "succeeded before with the same input and transform version"
@@ -308,6 +307,7 @@ def plan_backfill(
         for name in names:
             task = pipeline.get_task(name)
             uow = pipeline.unit_of_work(name, interval)
+            recorded = ledger.attempts(uow.uow_id)
             seen = known_inputs.get((name, interval.label), set())
             new_input = bool(seen) and uow.input_version not in seen
             ran_upstream = sorted(set(task.depends_on) & upstream_runs)
@@ -316,15 +316,14 @@ def plan_backfill(
             elif ran_upstream:
                 action, reason = "run", f"upstream {', '.join(ran_upstream)} reruns"
             else:
-                ok, reason = _verified(ledger, pipeline, task, uow, interval)
+                ok, reason = _verified(ledger, task, uow, interval, recorded)
                 action = "skip" if ok else "run"
                 if new_input:
                     reason = f"source changed: new input version {uow.input_version}"
             if action == "run":
                 upstream_runs.add(name)
-            latest = ledger.latest_attempt(uow.uow_id)
             items.append(PlanItem(interval, name, uow, action, reason, new_input,
-                                  None if latest is None else latest.number))
+                                  recorded[-1].number if recorded else None))
     return BackfillPlan(pipeline.name, spans, tuple(names), tuple(dependents), tuple(items),
                         force)
 
@@ -493,13 +492,19 @@ def run_backfill(
             refusal.append(conflicts[0])
             stop.set()
     diffs: dict[str, PartitionDiff] = {}
+    refused: dict[str, str] = {}  # uow_id -> why its schema change was refused
     diffs_lock = threading.Lock()
 
     def fingerprint_output(task: Task, unit: UnitOfWork, attempt: int) -> None:
         if not task.destination:
             return
-        diff = record_partition(ledger, task, unit.uow_id, attempt, unit.interval,
-                                accept_schema_change=accept_schema_change)
+        try:
+            diff = record_partition(ledger, task, unit.uow_id, attempt, unit.interval,
+                                    accept_schema_change=accept_schema_change)
+        except SchemaChangeError as exc:  # the executor fails the unit with it
+            with diffs_lock:
+                refused[unit.uow_id] = str(exc)
+            raise
         with diffs_lock:
             diffs[unit.uow_id] = diff
 
@@ -533,7 +538,8 @@ def run_backfill(
                 run.reason = "backfill stopped: " + (refusal[0] if refusal else "")
             elif unit is not None:
                 _describe(run, unit, pipeline.get_task(item.task), before.get(item.task),
-                          ledger, diffs.get(unit.uow_id or ""), emit)
+                          ledger, diffs.get(item.uow.uow_id), refused.get(item.uow.uow_id),
+                          emit)
                 if run.status == "refused":
                     refusal.append(run.reason)
                     stop.set()
@@ -565,9 +571,13 @@ def _fixed(deadline: datetime) -> Callable[[Interval], datetime]:
 
 
 def _describe(run: TaskRun, unit: UnitResult, task: Task, before: AttemptRecord | None,
-              ledger: Ledger, diff: PartitionDiff | None, emit: EventSink | None) -> None:
+              ledger: Ledger, diff: PartitionDiff | None, refusal: str | None,
+              emit: EventSink | None) -> None:
     """Fill ``run`` from the executor's result and the ledger's record of this backfill's
-    attempts (emitting what they show: failed attempts, reconciliations)."""
+    attempts (emitting what they show: failed attempts, reconciliations). ``refusal`` is the
+    schema change its fingerprint refused, if any."""
+    from twice.reconcile import FINAL_STATES
+
     run.outcome, run.notes = unit.outcome, unit.notes
     run.acceptance, run.nonfatal, run.diff = unit.acceptance, unit.nonfatal, diff
     with ledger.snapshot():
@@ -594,7 +604,7 @@ def _describe(run: TaskRun, unit: UnitResult, task: Task, before: AttemptRecord 
     answers: dict[int, tuple[str, str]] = {}
     for seen in observations:
         if (seen.source == "reconcile" and seen.attempt in numbers
-                and seen.state in FINAL_RECONCILE_STATES):
+                and seen.state in FINAL_STATES):
             answers[seen.attempt] = (str(seen.detail.get("job_id")), seen.state)
     for number, (job_id, state) in sorted(answers.items()):
         run.reconciled.append(f"{job_id}: {state}")
@@ -610,8 +620,8 @@ def _describe(run: TaskRun, unit: UnitResult, task: Task, before: AttemptRecord 
         run.status, run.reason = unit.outcome, unit.reason  # type: ignore[assignment]
         return
     error = unit.error or ""
-    if error.startswith("SchemaChangeError:"):
-        run.status, run.reason = "refused", error.split(": ", 1)[1]
+    if refusal is not None:
+        run.status, run.reason = "refused", refusal
     elif _is_schema_error(error):
         run.status = "refused"
         run.reason = (f"{task.destination}: {error}; a backfill across a schema change must "

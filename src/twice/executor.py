@@ -837,8 +837,7 @@ class _UnitRun:
                 )
             except WorkflowTimeout as exc:
                 return self._not_started(f"not started: {exc}", "workflow-timeout")
-            if self.x.guard is not None:
-                slots.enter_context(self.x.guard(self.task))
+            slots.enter_context(self._guard())
             record = self.ledger.begin_attempt(
                 self.uow_id, holder=self.x.holder, generation=generation, job_id=job_id
             )
@@ -968,9 +967,7 @@ class _UnitRun:
             )
             detail: dict[str, Any] = {"job_id": attempt.job_id, "generation": generation,
                                       "reconcile": True}
-            with contextlib.ExitStack() as held:
-                if self.x.guard is not None:
-                    held.enter_context(self.x.guard(self.task))
+            with self._guard():
                 rejected = self._check_output(number, None, detail)
             if rejected is None:
                 self.ledger.finish_attempt(self.uow_id, number, "succeeded")
@@ -1012,6 +1009,10 @@ class _UnitRun:
             reason += f" (last reconcile error: {report.error})"
         return self._result("unknown-needs-reconcile", reason)
 
+    def _guard(self) -> AbstractContextManager[object]:
+        """The caller's ``guard`` for this task, held around an attempt and its output check."""
+        return contextlib.nullcontext() if self.x.guard is None else self.x.guard(self.task)
+
     def _check_output(
         self, number: int, returned: Any, detail: dict[str, Any]
     ) -> BaseException | None:
@@ -1020,14 +1021,15 @@ class _UnitRun:
         Returns the reason the output is rejected (as an exception to record), else None; the
         checks made go into ``detail`` (the attempt's observation) and the result.
         """
-        from twice.acceptance import AcceptanceCriteria, AcceptanceFailed, check_task_output
-
         self.nonfatal = sum(
             record.count for record in self.ledger.nonfatal_errors(self.uow_id)
             if record.attempt == number
         )
-        criteria = self.task.acceptance
-        if isinstance(criteria, AcceptanceCriteria) and self.task.destination:
+        criteria = self.task.acceptance  # Task checked it is AcceptanceCriteria + destination
+        if criteria is not None:
+            # imported only here: twice.acceptance loads the destinations (PyArrow)
+            from twice.acceptance import AcceptanceFailed, check_task_output
+
             try:
                 verdict = check_task_output(
                     criteria, self.task.destination, self.unit.interval, returned,

@@ -28,6 +28,10 @@ if TYPE_CHECKING:
     from twice.timeouts import Deadline
 
 
+# Answers that allow a decision; running/unknown mean "look again".
+FINAL_STATES = frozenset({RemoteState.SUCCEEDED, RemoteState.FAILED, RemoteState.NOT_FOUND})
+
+
 @dataclass(frozen=True)
 class ReconcileReport:
     """The last answer, how many times the reconciler was asked, and its last error."""
@@ -39,7 +43,7 @@ class ReconcileReport:
     @property
     def final(self) -> bool:
         """Whether the answer allows a decision (anything but running/unknown)."""
-        return self.state in (RemoteState.SUCCEEDED, RemoteState.FAILED, RemoteState.NOT_FOUND)
+        return self.state in FINAL_STATES
 
 
 def reconcile_attempt(
@@ -72,7 +76,7 @@ def reconcile_attempt(
                 detail={"during": "reconcile", "job_id": job_id, "poll": poll},
             )
         out_of_time = deadline is not None and deadline.expired()
-        stop = state in (RemoteState.SUCCEEDED, RemoteState.FAILED, RemoteState.NOT_FOUND)
+        stop = state in FINAL_STATES
         last_poll = stop or poll >= max_polls or out_of_time
         if state != last or last_poll:
             ledger.record_observation(
