@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from twice.owned_write import Landed, run_body
 from twice.pipeline import NonFatal, Task, TaskContext
 from twice.policy import RetryPolicy
 from twice.remote.jobs import JobFailed, JobStatus, JobStillRunning
@@ -44,6 +45,8 @@ class AttemptReport:
     error: BaseException | None = None
     nonfatals: tuple[NonFatal, ...] = ()
     remote: JobStatus | None = None
+    written: Any = None  # the WriteResult when twice landed the returned output (write=)
+    interrupted: bool = False  # KeyboardInterrupt in task code: record it, then stop the run
 
     @property
     def error_text(self) -> str | None:
@@ -93,18 +96,42 @@ def call_attempt(
             )
             value, nonfatals = result.value, tuple(result.nonfatals)
         elif timeout is None:
-            value = task.fn(ctx)
+            value = run_body(task, ctx)
         else:
-            value = run_with_timeout(task.fn, timeout, ctx)
+            value = run_with_timeout(run_body, timeout, task, ctx)
     except Exception as exc:
         return AttemptReport(classify(exc, task.retry), error=exc)
+    except (SystemExit, KeyboardInterrupt) as exc:
+        # Task code ended the process's flow: its writes may or may not have committed, so the
+        # outcome is unknown (settled from the commit record), never a silent stop.
+        return AttemptReport(
+            "unknown", error=TaskExited(exc), interrupted=isinstance(exc, KeyboardInterrupt)
+        )
+    written = None
+    if isinstance(value, Landed):
+        value, written = value.value, value.write
     remote = value if isinstance(value, JobStatus) else None
     if remote is not None and remote.failed:
         error: Exception = JobFailed(remote)
         return AttemptReport(
-            classify(error, task.retry), value, error, nonfatals, remote
+            classify(error, task.retry), value, error, nonfatals, remote, written
         )
     if remote is not None and not remote.done:
         error = JobStillRunning(remote.job_id, 0.0, remote.state)
-        return AttemptReport("unknown", value, error, nonfatals, remote)
-    return AttemptReport("succeeded", value, None, nonfatals, remote)
+        return AttemptReport("unknown", value, error, nonfatals, remote, written)
+    return AttemptReport("succeeded", value, None, nonfatals, remote, written)
+
+
+class TaskExited(Exception):
+    """Task code raised ``SystemExit`` or ``KeyboardInterrupt``: recorded as an unknown outcome
+    (its writes are settled from the destination's commit record)."""
+
+    outcome = "unknown"
+
+    def __init__(self, cause: BaseException) -> None:
+        self.cause = cause
+        if isinstance(cause, SystemExit):
+            text = f"task code called sys.exit({cause.code!r})"
+        else:
+            text = "task interrupted (KeyboardInterrupt); the run stops after recording it"
+        super().__init__(text)

@@ -1,34 +1,28 @@
-"""Backfills: run a range of intervals in order, verify every partition written, rerun dependents.
+"""Backfills: run a range of intervals in order, verify every partition written, follow with
+the dependents whose inputs changed.
 
-Steps 5 and 6 of the protocol: intervals start in order with at most ``concurrency`` in flight;
-after each interval every destination partition the tasks wrote is fingerprinted inside the
-engine and compared with the ledger's previous version of that partition, and the difference
-(rows before/after, checksum changed or not, schema changed or not) is recorded as the next
-fingerprint version and reported. Dependents of the backfilled tasks are rerun for the same
-intervals, because a table backfilled without its consumers leaves the warehouse inconsistent.
+Intervals start in order with at most ``concurrency`` in flight. Each interval's units run
+through the engine (``twice.executor``: one lifecycle, the same rules as ``twice run``): every
+partition a task writes is fingerprinted and recorded as the partition's next version before the
+attempt counts as succeeded, and the difference with the previous version (rows before/after,
+checksum changed or not, schema changed or not) comes back as an event and is reported.
 
-Resume: a unit of work (its id covers the input version and transform version) is *verified*
-when it has a succeeded attempt, the latest fingerprint of its partition was recorded by that
-same unit, and the partition still has that fingerprint now. Verified units are skipped unless
-``force``; a changed source gives a new input version, hence a new unit, so it is never skipped
-as an "equivalent" rerun. A task whose upstream ran in this backfill always runs.
-
-Execution is ``twice.executor``'s, so a backfill keeps every promise ``twice run`` makes: a
-lease per unit (two backfills started at once execute each unit once; the other one says who
-holds it), unknown outcomes left by an earlier run reconciled by the same job id before anything
-else, only declared-transient errors retried and only when repeating is asserted safe, the
-acceptance criteria checked, timeouts, pools and a deadline. The fingerprint of each partition
-is the executor's ``check_output``: it is taken before the attempt is recorded succeeded, so a
-refused schema change fails the unit and its dependents do not run on it.
+Plan and resume: a unit of work (its id covers the input version, which covers the upstream
+outputs it reads, and the transform version) is *verified* when its latest attempt succeeded,
+the latest fingerprint of its partition was recorded by that same unit, and the partition still
+has that fingerprint now. Verified units are skipped unless ``force`` (the named tasks, or all);
+a changed source gives a new input version, hence a new unit, so it is never skipped as an
+"equivalent" rerun. A dependent of a task that runs is identified again after that task settles:
+it executes only if the output it reads changed.
 
 Deadlines. The intervals of a backfill are past: their delivery deadlines are history and
 planning against them would refuse every attempt. A backfill plans against its own
 ``deadline`` (one instant for the whole range) or none.
 
 Reruns. A unit planned to run although it succeeded before (``--force``, a partition that no
-longer matches its fingerprint, an upstream that reruns) is handed to the executor as a rerun
-of the attempt the plan saw: if another process reran it after the plan, that newer success
-stands and the unit is not executed again.
+longer matches its fingerprint) is handed to the engine as a rerun of the attempt the plan saw
+(a new job generation): if another process reran it after the plan, that newer success stands.
+A task not ``safe_repeat`` is held instead unless named in ``repeat``.
 """
 
 from __future__ import annotations
@@ -36,18 +30,25 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 from twice.interval import Interval
 from twice.pipeline import OutcomeUnknownError, Pipeline, Task
+from twice.verification import (
+    PartitionDiff,
+    SchemaChangeError,
+    current_fingerprint,
+    partition_key,
+    record_partition,
+    schema_signature,
+)
 
 if TYPE_CHECKING:
-    from twice.destinations.columns import Schema
+    from twice.events import Event
     from twice.executor import UnitResult
     from twice.ledger import AttemptRecord, Ledger
     from twice.unit_of_work import UnitOfWork
@@ -59,7 +60,9 @@ __all__ = [
 ]
 
 Action = Literal["run", "skip"]
-Status = Literal["succeeded", "failed", "skipped", "blocked", "refused", "leased-elsewhere"]
+Status = Literal[
+    "succeeded", "failed", "skipped", "blocked", "refused", "leased-elsewhere", "held"
+]
 EventSink = Callable[[str, Mapping[str, Any]], None]
 
 
@@ -67,61 +70,7 @@ class BackfillError(ValueError):
     """The backfill request itself is invalid (unknown task, empty range...)."""
 
 
-class SchemaChangeError(RuntimeError):
-    """A destination's schema differs inside the backfill range and the change was not accepted."""
-
-
-def partition_key(interval: Interval) -> str:
-    """The ledger's partition name for an interval's slice (stable, ``START/END``)."""
-    return interval.label
-
-
-def schema_signature(schema: Schema | None) -> str:
-    """Order-sensitive text of a destination's columns and types, stored with fingerprints."""
-    if schema is None:
-        return ""
-    return ", ".join(f"{name} {ctype}" for name, ctype in schema.items())
-
-
 # ------------------------------------------------------------------------------- results
-
-
-@dataclass(frozen=True)
-class PartitionDiff:
-    """One partition's new fingerprint against its previous recorded version."""
-
-    task: str
-    destination: str
-    partition: str
-    version: int
-    rows_before: int | None
-    rows_after: int
-    checksum_before: str | None
-    checksum_after: str
-    schema_changed: bool | None
-
-    @property
-    def checksum_changed(self) -> bool | None:
-        return None if self.checksum_before is None else self.checksum_before != self.checksum_after
-
-    @property
-    def verdict(self) -> str:
-        if self.rows_before is None:
-            return "new"
-        if self.schema_changed:
-            return "schema changed"
-        if self.checksum_changed or self.rows_before != self.rows_after:
-            return "changed"
-        return "unchanged"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "task": self.task, "destination": self.destination, "partition": self.partition,
-            "version": self.version, "rows_before": self.rows_before,
-            "rows_after": self.rows_after, "checksum_before": self.checksum_before,
-            "checksum_after": self.checksum_after, "checksum_changed": self.checksum_changed,
-            "schema_changed": self.schema_changed, "verdict": self.verdict,
-        }
 
 
 @dataclass
@@ -177,13 +126,14 @@ class PlanItem:
     reason: str
     new_input_version: bool = False
     latest_attempt: int | None = None
+    rerun: bool = True  # a deliberate rerun of a success (False: follows its upstream)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "interval": self.interval.label, "task": self.task, "uow_id": self.uow.uow_id,
             "input_version": self.uow.input_version, "action": self.action,
             "reason": self.reason, "new_input_version": self.new_input_version,
-            "latest_attempt": self.latest_attempt,
+            "latest_attempt": self.latest_attempt, "rerun": self.rerun,
         }
 
 
@@ -266,14 +216,15 @@ def _verified(ledger: Ledger, task: Task, uow: UnitOfWork, interval: Interval,
     still holds what it recorded."""
     if ledger.unit(uow.uow_id) is None:
         return False, "not run with this input and transform version"
-    if not any(a.outcome == "succeeded" for a in attempts):
-        return False, "no succeeded attempt for this unit of work"
-    if not task.destination:
+    if not attempts or attempts[-1].outcome != "succeeded":
+        seen = "no attempt" if not attempts else f"latest attempt {attempts[-1].outcome}"
+        return False, f"not settled as succeeded ({seen})"
+    if not task.owns_output:
         return True, "succeeded before with the same input and transform version"
     recorded = ledger.latest_fingerprint(task.destination, partition_key(interval))
     if recorded is None or recorded.uow_id != uow.uow_id:
         return False, "partition's latest fingerprint was written by another unit of work"
-    current = _fingerprint(task.destination, interval, recorded.columns)
+    current = current_fingerprint(task.destination, interval, recorded.columns)
     if current is None or (current.row_count, current.checksum) != (
         recorded.row_count, recorded.checksum
     ):
@@ -291,9 +242,14 @@ def plan_backfill(
 ) -> BackfillPlan:
     """Decide, without writing anything, which units of work a backfill runs or skips.
 
-    A skip assumes upstream units are skipped too; at run time a task whose upstream ran in
-    this backfill is run even if it was planned as a skip.
+    ``force`` reruns the requested tasks (every task when none is named). A dependent whose
+    upstream runs is planned ``run`` but is a deliberate rerun only if its own output no longer
+    verifies: otherwise its unit of work is identified again after the upstream settles (its
+    input version covers the upstream output, ``twice.executor.identify_unit``), and it
+    executes only if that output changed.
     """
+    from twice.executor import identify_unit
+
     spans = tuple(pipeline.schedule.canonical(i) for i in intervals)
     if not spans:
         raise BackfillError("the backfill range holds no interval")
@@ -306,24 +262,29 @@ def plan_backfill(
         upstream_runs: set[str] = set()
         for name in names:
             task = pipeline.get_task(name)
-            uow = pipeline.unit_of_work(name, interval)
+            uow = identify_unit(pipeline, ledger, name, interval)
             recorded = ledger.attempts(uow.uow_id)
             seen = known_inputs.get((name, interval.label), set())
             new_input = bool(seen) and uow.input_version not in seen
             ran_upstream = sorted(set(task.depends_on) & upstream_runs)
-            if force:
+            forced = force and (not tasks or name in tasks)
+            rerun = True
+            action: Action
+            if forced:
                 action, reason = "run", "--force"
-            elif ran_upstream:
-                action, reason = "run", f"upstream {', '.join(ran_upstream)} reruns"
             else:
                 ok, reason = _verified(ledger, task, uow, interval, recorded)
                 action = "skip" if ok else "run"
                 if new_input:
                     reason = f"source changed: new input version {uow.input_version}"
+                elif ok and ran_upstream:
+                    action, rerun = "run", False
+                    reason = (f"follows upstream {', '.join(ran_upstream)}: executes only if "
+                              "its output changes")
             if action == "run":
                 upstream_runs.add(name)
             items.append(PlanItem(interval, name, uow, action, reason, new_input,
-                                  recorded[-1].number if recorded else None))
+                                  recorded[-1].number if recorded else None, rerun))
     return BackfillPlan(pipeline.name, spans, tuple(names), tuple(dependents), tuple(items),
                         force)
 
@@ -342,9 +303,9 @@ def schema_conflicts(pipeline: Pipeline, ledger: Ledger, plan: BackfillPlan) -> 
     problems = []
     for name in plan.tasks:
         spec = pipeline.get_task(name).destination
-        if not spec:
+        if not pipeline.get_task(name).owns_output:
             continue
-        recorded = {}
+        recorded: dict[str, str] = {}
         for interval in plan.intervals:
             record = ledger.latest_fingerprint(spec, partition_key(interval))
             if record is not None and record.schema is not None:
@@ -366,83 +327,6 @@ def schema_conflicts(pipeline: Pipeline, ledger: Ledger, plan: BackfillPlan) -> 
     return problems
 
 
-def _fingerprint(spec: str, interval: Interval, columns: Sequence[str] | None = None) -> Any:
-    """The partition's current fingerprint, or None when the table does not exist yet."""
-    from twice.destinations import open_destination
-    from twice.fingerprint import fingerprint
-
-    dest = open_destination(spec)
-    try:
-        if dest.schema() is None:
-            return None
-        return fingerprint(dest, interval, list(columns) if columns else None)
-    finally:
-        dest.close()
-
-
-def record_partition(ledger: Ledger, task: Task, uow_id: str, attempt: int | None,
-                     interval: Interval, *, accept_schema_change: bool = False) -> PartitionDiff:
-    """Fingerprint the partition ``task`` wrote for ``interval``, record it, return the diff.
-
-    Raises :class:`SchemaChangeError` (recording nothing) when the schema signature differs
-    from the previous version's and the change was not accepted.
-    """
-    from twice.destinations import open_destination
-    from twice.fingerprint import fingerprint
-
-    partition = partition_key(interval)
-    before = ledger.latest_fingerprint(task.destination, partition)
-    dest = open_destination(task.destination)
-    try:
-        signature = schema_signature(dest.schema())
-        current = fingerprint(dest, interval)
-    finally:
-        dest.close()
-    schema_changed = None
-    if before is not None and before.schema is not None:
-        schema_changed = before.schema != signature
-        if schema_changed and not accept_schema_change:
-            raise SchemaChangeError(
-                f"{task.destination} partition {partition}: schema changed from "
-                f"[{before.schema}] to [{signature}]; a backfill across a schema change must "
-                "apply the new schema to every interval of the range (--accept-schema-change)"
-            )
-    record = ledger.record_fingerprint(
-        task.destination, partition, current.row_count, current.checksum, uow_id=uow_id,
-        attempt=attempt, columns=current.columns, algorithm=current.algorithm, schema=signature,
-    )
-    return PartitionDiff(
-        task=task.name, destination=task.destination, partition=partition,
-        version=record.version,
-        rows_before=None if before is None else before.row_count, rows_after=current.row_count,
-        checksum_before=None if before is None else before.checksum,
-        checksum_after=current.checksum, schema_changed=schema_changed,
-    )
-
-
-class _Locks:
-    """One writer per destination file: embedded engines (DuckDB, SQLite files) take one
-    writer at a time, so intervals in flight queue for the file instead of conflicting."""
-
-    def __init__(self) -> None:
-        self._guard = threading.Lock()
-        self._locks: dict[str, threading.Lock] = {}
-
-    def for_spec(self, spec: str) -> threading.Lock:
-        key = spec.split("?", 1)[0].split("#", 1)[0] or "-"
-        with self._guard:
-            return self._locks.setdefault(key, threading.Lock())
-
-    @contextmanager
-    def holding(self, task: Task) -> Iterator[None]:
-        """The executor's ``guard``: held around each attempt of ``task`` and its check."""
-        if not task.destination:
-            yield
-            return
-        with self.for_spec(task.destination):
-            yield
-
-
 def run_backfill(
     pipeline: Pipeline,
     ledger: Ledger,
@@ -462,6 +346,7 @@ def run_backfill(
     lease_ttl: float = 300.0,
     poll_interval: float = 1.0,
     observe_timeout: float = 60.0,
+    repeat: Iterable[str] = (),
 ) -> BackfillResult:
     """Backfill ``intervals`` (in order, ``concurrency`` in flight) and verify every partition.
 
@@ -471,7 +356,8 @@ def run_backfill(
     of them. A refused schema change stops new intervals from starting; intervals already
     running finish. ``deadline`` is the backfill's own (aware) deadline, default none;
     ``holder``, ``clock``, ``sleep``, ``rng``, ``lease_ttl``, ``poll_interval`` and
-    ``observe_timeout`` go to the executor.
+    ``observe_timeout`` go to the executor; ``repeat`` names tasks that are not
+    ``safe_repeat`` to execute again anyway (otherwise their successes are ``held``).
     """
     from twice.executor import Executor, default_holder
 
@@ -483,7 +369,6 @@ def run_backfill(
         raise BackfillError(f"deadline must be a timezone-aware datetime, got {deadline!r}")
     force = force or accept_schema_change
     plan = plan_backfill(pipeline, ledger, intervals, tasks=tasks, force=force)
-    locks = _Locks()
     stop = threading.Event()
     refusal: list[str] = []
     if not accept_schema_change:
@@ -493,28 +378,33 @@ def run_backfill(
             stop.set()
     diffs: dict[str, PartitionDiff] = {}
     refused: dict[str, str] = {}  # uow_id -> why its schema change was refused
+    reconciled: dict[str, list[tuple[str | None, str]]] = {}  # uow_id -> (job id, state)
     diffs_lock = threading.Lock()
 
-    def fingerprint_output(task: Task, unit: UnitOfWork, attempt: int) -> None:
-        if not task.destination:
-            return
-        try:
-            diff = record_partition(ledger, task, unit.uow_id, attempt, unit.interval,
-                                    accept_schema_change=accept_schema_change)
-        except SchemaChangeError as exc:  # the executor fails the unit with it
-            with diffs_lock:
-                refused[unit.uow_id] = str(exc)
-            raise
+    def listen(event: Event) -> None:
+        """Collect what the engine verified or refused (no re-reading of the ledger)."""
+        from twice.events import OutputRejected, OutputVerified, Reconciled
+
         with diffs_lock:
-            diffs[unit.uow_id] = diff
+            if isinstance(event, OutputVerified) and event.diff is not None:
+                diffs[event.uow_id] = event.diff
+            elif isinstance(event, OutputRejected) and event.schema_change:
+                refused[event.uow_id] = (
+                    f"{pipeline.get_task(event.task).destination}: {event.reason}; a backfill "
+                    "across a schema change must apply the new schema to every interval of the "
+                    "range (migrate the table, then --accept-schema-change)"
+                )
+            elif isinstance(event, Reconciled):
+                reconciled.setdefault(event.uow_id, []).append((event.job_id, event.state))
 
     executor = Executor(
         pipeline.with_deadline(None if deadline is None else _fixed(deadline)), ledger,
         clock=clock, sleep=sleep, rng=rng, holder=holder or default_holder(), max_workers=1,
         lease_ttl=lease_ttl, poll_interval=poll_interval, observe_timeout=observe_timeout,
-        params=params, check_output=fingerprint_output, guard=locks.holding,
+        params=params, accept_schema_change=accept_schema_change, listeners=[listen],
+        repeat=repeat,
         reruns={item.uow.uow_id: item.latest_attempt or 0
-                for item in plan.items if item.action == "run"},
+                for item in plan.items if item.action == "run" and item.rerun},
     )
     started = time.monotonic()
 
@@ -537,15 +427,23 @@ def run_backfill(
                 run.status = "blocked"
                 run.reason = "backfill stopped: " + (refusal[0] if refusal else "")
             elif unit is not None:
+                actual = unit.uow_id or item.uow.uow_id
+                if actual != item.uow.uow_id:  # its upstream output changed: a new unit
+                    run.uow_id = actual
+                    record = ledger.unit(actual)
+                    if record is not None:
+                        run.input_version = record.input_version
+                    run.new_input_version = True
+                    before[item.task] = None
                 _describe(run, unit, pipeline.get_task(item.task), before.get(item.task),
-                          ledger, diffs.get(item.uow.uow_id), refused.get(item.uow.uow_id),
-                          emit)
+                          ledger, diffs.get(actual), refused.get(actual), emit,
+                          reconciled.get(actual, []))
                 if run.status == "refused":
                     refusal.append(run.reason)
                     stop.set()
             runs.append(run)
             _emit(emit, "task-finished", **run.to_dict())
-        failed = any(r.status in ("failed", "refused", "blocked", "leased-elsewhere")
+        failed = any(r.status in ("failed", "refused", "blocked", "leased-elsewhere", "held")
                      for r in runs)
         _emit(emit, "interval-finished", interval=interval.label, failed=failed)
         return runs
@@ -572,18 +470,16 @@ def _fixed(deadline: datetime) -> Callable[[Interval], datetime]:
 
 def _describe(run: TaskRun, unit: UnitResult, task: Task, before: AttemptRecord | None,
               ledger: Ledger, diff: PartitionDiff | None, refusal: str | None,
-              emit: EventSink | None) -> None:
+              emit: EventSink | None,
+              reconciled: Sequence[tuple[str | None, str]] = ()) -> None:
     """Fill ``run`` from the executor's result and the ledger's record of this backfill's
-    attempts (emitting what they show: failed attempts, reconciliations). ``refusal`` is the
-    schema change its fingerprint refused, if any."""
-    from twice.reconcile import FINAL_STATES
-
+    attempts (emitting what they show: failed attempts). ``refusal`` is the schema change the
+    engine refused, ``reconciled`` the unknown outcomes it settled (job id, state)."""
     run.outcome, run.notes = unit.outcome, unit.notes
     run.acceptance, run.nonfatal, run.diff = unit.acceptance, unit.nonfatal, diff
     with ledger.snapshot():
         recorded = ledger.attempts(run.uow_id)
         recorded_errors = ledger.errors(run.uow_id)
-        observations = ledger.observations(run.uow_id)
     ours: list[AttemptRecord] = []
     if unit.outcome != "leased-elsewhere":
         first = 1 if before is None else before.number + 1
@@ -601,43 +497,29 @@ def _describe(run: TaskRun, unit: UnitResult, task: Task, before: AttemptRecord 
                   attempt=attempt.number,
                   error=f"{error.error_class.rsplit('.', 1)[-1]}: {error.message}",
                   transient=attempt.outcome == "failed-transient")
-    answers: dict[int, tuple[str, str]] = {}
-    for seen in observations:
-        if (seen.source == "reconcile" and seen.attempt in numbers
-                and seen.state in FINAL_STATES):
-            answers[seen.attempt] = (str(seen.detail.get("job_id")), seen.state)
-    for number, (job_id, state) in sorted(answers.items()):
+    for job_id, state in reconciled:
         run.reconciled.append(f"{job_id}: {state}")
         _emit(emit, "reconciled", task=run.task, interval=run.interval.label, job_id=job_id,
-              state=state, attempt=number)
+              state=state)
     if unit.outcome == "succeeded":
         if ours or diff is not None:
             run.status, run.reason = "succeeded", run.reason or unit.reason
         else:  # another process finished it after this backfill planned it
             run.status, run.reason = "skipped", unit.reason
         return
-    if unit.outcome in ("leased-elsewhere", "blocked"):
+    if unit.outcome in ("leased-elsewhere", "blocked", "held"):
         run.status, run.reason = unit.outcome, unit.reason  # type: ignore[assignment]
         return
-    error = unit.error or ""
+    last_error = unit.error or ""
     if refusal is not None:
         run.status, run.reason = "refused", refusal
-    elif _is_schema_error(error):
-        run.status = "refused"
-        run.reason = (f"{task.destination}: {error}; a backfill across a schema change must "
-                      "apply the new schema to every interval of the range (migrate the "
-                      "table, then --accept-schema-change)")
     else:
         run.status = "failed"
         run.reason = f"{unit.outcome}: {unit.reason}"
-        if error and error not in unit.reason:
-            run.reason += f" (last error {error})"
+        if last_error and last_error not in unit.reason:
+            run.reason += f" (last error {last_error})"
 
 
 def _emit(sink: EventSink | None, kind: str, **data: Any) -> None:
     if sink is not None:
         sink(kind, data)
-
-
-def _is_schema_error(reason: str) -> bool:
-    return reason.startswith("SchemaError:")

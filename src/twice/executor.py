@@ -1,58 +1,42 @@
-"""The executor: run a pipeline's tasks for intervals, recording every step in the ledger.
+"""The engine: ONE lifecycle for every unit of work, whichever driver chose it.
 
-For each interval (in the order given) the tasks run in dependency order; independent tasks run
-concurrently on a thread pool of ``max_workers``, but only as far as their pools allow: a task
-holds ``slots`` of its pool for each attempt, so a 2-slot task in a 2-slot pool keeps every light
-task of that pool waiting, however many workers are idle. A task whose dependency did not
-succeed is not run (``blocked``, with the reason).
+``twice run``, ``twice worker``, ``twice backfill`` and the Airflow runner only choose which
+(task, interval) units run and when; this module owns the rest, the same way on every path (the
+protocol is described once, in docs/architecture.md, "One lifecycle for every unit of work"):
+identify the unit (its input version covers its upstream outputs, ``identify_unit``), claim its
+lease (with a fencing token), hold it if it is an already-succeeded task not ``safe_repeat``,
+plan each attempt with the lab planner on ledger evidence, run the attempt under its write stamp
+(owned writes commit a commit record with their rows), verify (acceptance, then the slice's
+fingerprint recorded) before recording success, settle unknown outcomes (commit record first,
+then the task's ``reconcile`` by the attempt's own job id, else the operator), and emit typed
+events (``twice.events``).
 
-Per unit of work, in order: record the unit, take its lease (another holder's unexpired lease
-means ``leased-elsewhere``: we say who and until when, and do nothing), open a run (a
-``run-started`` observation holding the planning numbers, see ``twice.evidence``), then loop:
+Scheduling. For each interval (in the order given) the tasks run in dependency order;
+independent tasks run concurrently on a thread pool of ``max_workers``, but only as far as their
+pools allow (a 2-slot task in a 2-slot pool keeps every light task of that pool waiting) and one
+attempt at a time per embedded destination file. A task whose dependency did not succeed is not
+run (``blocked``, with the reason).
 
-1. Build evidence FROM THE LEDGER and ask the planner (``decide_task``). Before a retry that
-   gives ``retry-eligible``/``wait-backoff`` (then wait the policy delay with jitter, which only
-   ever shortens it), ``deadline-infeasible`` (the attempt is not started and that is recorded),
-   ``attempts-exhausted``, ``reconcile-effects`` (repeat not asserted safe), ``repair-cause``
-   (permanent error) or ``reconcile-remote`` (unknown outcome). Each decision acted on is
-   recorded. No attempt starts after the workflow deadline either.
-2. Take the job generation (tasks with a ``reconcile`` function talk to a remote service under
-   client-selected job ids): the current one is reused until it is confirmed failed, so a
-   resubmission finds the existing job ("duplicate") instead of creating a second one.
-3. Hold the pool slots, begin the attempt, run it within its timeout (thread by default; see
-   ``twice.attempt``), finish it with its outcome, its error and an observation.
-4. Unknown outcomes are reconciled with the SAME job id (``twice.reconcile``): succeeded -> done
-   without resubmitting; failed -> generation confirmed failed, a new one for the next attempt;
-   not found -> the same job id may be resubmitted; still running -> stop and say so. A task
-   without ``reconcile`` stops at ``reconcile-remote``.
+The decide/attempt loop of one unit: build evidence FROM THE LEDGER and ask the planner before
+each attempt: ``retry-eligible``/``wait-backoff`` (then wait the policy delay with jitter),
+``deadline-infeasible`` (not started, recorded), ``attempts-exhausted``, ``reconcile-effects``
+(repeat not asserted safe), ``repair-cause`` (permanent error) or ``reconcile-remote`` (unknown
+outcome). The job generation is reused until it is confirmed failed, so a resubmission finds the
+existing job ("duplicate"); a deliberate rerun takes a new one, so the job really runs again.
 
 Budgets are per run: each run of a unit may make ``max_attempts`` attempts and its backoff
 restarts, while attempt numbers keep growing in the ledger. A unit whose latest attempt
-succeeded is not run again (the planner's next step for it is ``validate-output``); a unit left
-with an unknown outcome by an earlier run is reconciled before anything else. A crashed holder
-leaves an attempt ``running`` and a lease that expires: whoever takes the lease over finds the
-attempt recorded ``unknown`` (by the ledger, with the takeover observation saying whose lease
-expired when) and reconciles it; a ``running`` attempt found under a lease obtained without a
-takeover (released, or the same holder name restarted) is recorded ``unknown`` here, with why.
-
-"Succeeded" is not "finished without error": it is the lab's ``validate-output`` step done.
-Before an attempt (or a reconciled job) is recorded succeeded, its output is checked while the
-attempt still holds its pool slots: the task's acceptance criteria (``twice.acceptance``, against
-what the task returned and what its destination now holds), then the caller's ``check_output``
-(``twice.backfill`` fingerprints the partition there). A rejected output makes the attempt
-``failed-permanent`` with the reason recorded as its error, so dependents do not run on it.
-
-Reruns. A unit whose latest attempt succeeded is normally left alone. A caller that knows that
-success is stale (``twice.backfill``: the partition no longer matches its fingerprint, or
-``--force``) passes ``reruns={uow_id: attempt_number}``: a success recorded in an attempt numbered
-at most that is run again in a new run; a newer success (another process finished the unit
-after the caller looked) is kept, so racing reruns execute it once. Remote tasks keep their job
-generation: a job that succeeded is found again under its id, never submitted as a second job.
+succeeded is not run again unless the driver names it in ``reruns={uow_id: attempt}`` (a success
+recorded after that attempt, by another process, is kept, so racing reruns execute it once). A
+crashed holder leaves an attempt ``running`` and a lease that expires: whoever takes the lease
+over finds the attempt recorded ``unknown`` and settles it before anything else.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import os
 import random
 import socket
@@ -69,6 +53,18 @@ from typing import TYPE_CHECKING, Any, Literal
 from twice.attempt import AttemptReport, Isolation, call_attempt
 from twice.backoff import jittered_delay
 from twice.decision import Decision, DecisionResult
+from twice.destinations.commits import CommitRecord, WriteStamp
+from twice.errors import Interrupted
+from twice.events import (
+    AttemptFinished,
+    AttemptStarted,
+    Event,
+    Listener,
+    OutputRejected,
+    OutputVerified,
+    Reconciled,
+    UnitSettled,
+)
 from twice.evidence import (
     EXECUTOR_SOURCE,
     RUN_STARTED,
@@ -86,6 +82,7 @@ from twice.remote.jobs import JobFailed, JobStatus
 from twice.timeouts import Deadline, WorkflowTimeout
 from twice.timescale import format_duration, micros_to_instant
 from twice.unit_of_work import UnitOfWork
+from twice.verification import SchemaChangeError, record_partition
 
 if TYPE_CHECKING:
     from twice.ledger import AttemptRecord, Ledger
@@ -99,6 +96,7 @@ UnitOutcome = Literal[
     "reconcile-effects",
     "blocked",
     "leased-elsewhere",
+    "held",
 ]
 UNIT_OUTCOMES: tuple[UnitOutcome, ...] = (
     "succeeded",
@@ -109,13 +107,10 @@ UNIT_OUTCOMES: tuple[UnitOutcome, ...] = (
     "reconcile-effects",
     "blocked",
     "leased-elsewhere",
+    "held",
 )
 Clock = Callable[[], datetime]
 Sleep = Callable[[float], None]
-# The caller's output check (after acceptance): raise to reject the attempt's output.
-OutputCheck = Callable[[Task, UnitOfWork, int], None]
-# Held around each attempt and its output check, e.g. one writer per embedded database file.
-AttemptGuard = Callable[[Task], AbstractContextManager[object]]
 
 
 @dataclass(frozen=True)
@@ -247,6 +242,27 @@ class _LeaseKeeper:
                 return
 
 
+class FileWriters:
+    """One writer at a time per embedded destination file (SQLite, DuckDB, Parquet), on every
+    path: embedded engines take one writer per file, so attempts of one process queue for the
+    file instead of failing with lock or catalog conflicts. Server engines need no lock here."""
+
+    EMBEDDED = ("sqlite", "duckdb", "parquet")
+
+    def __init__(self) -> None:
+        self._guard = threading.Lock()
+        self._locks: dict[str, threading.RLock] = {}
+
+    def holding(self, spec: str) -> AbstractContextManager[object]:
+        scheme = spec.partition(":")[0].lower()
+        if not spec or scheme not in self.EMBEDDED:
+            return contextlib.nullcontext()
+        key = spec.split("?", 1)[0].split("#", 1)[0]
+        with self._guard:
+            lock = self._locks.setdefault(key, threading.RLock())
+        return lock
+
+
 class Executor:
     """Runs a pipeline's units of work against a ledger (see the module docstring).
 
@@ -262,10 +278,12 @@ class Executor:
     the result's ``next_decision``); ``continue_run`` continues the unit's latest run instead of
     opening a new one, so the budget, backoff and safe-repeat rules span the caller's tries.
 
-    For a caller that verifies what was written (``twice.backfill``): ``reruns`` names stale
-    successes to run again, ``check_output`` checks a succeeded attempt's output before it is
-    recorded succeeded, and ``guard`` is held around each attempt and its check (see the
-    module docstring).
+    Which units run is the driver's choice: ``reruns`` names stale successes to run again (a
+    new job generation each), ``repeat`` names tasks that are not ``safe_repeat`` whose
+    successes the operator wants executed again anyway (otherwise they are ``held``), and
+    ``accept_schema_change`` lets a verified output change its destination's schema. How a
+    unit runs is the engine's, the same for every driver; ``listeners`` receive its typed
+    events (``twice.events``).
     """
 
     def __init__(
@@ -290,8 +308,9 @@ class Executor:
         attempts_per_call: int | None = None,
         continue_run: bool = False,
         reruns: Mapping[str, int] | None = None,
-        check_output: OutputCheck | None = None,
-        guard: AttemptGuard | None = None,
+        repeat: Iterable[str] = (),
+        accept_schema_change: bool = False,
+        listeners: Iterable[Listener] = (),
     ) -> None:
         if isinstance(max_workers, bool) or not isinstance(max_workers, int) or max_workers < 1:
             raise ValueError(f"max_workers must be an integer >= 1, got {max_workers!r}")
@@ -332,8 +351,10 @@ class Executor:
         self.attempts_per_call = attempts_per_call
         self.continue_run = continue_run
         self.reruns: Mapping[str, int] = dict(reruns or {})
-        self.check_output = check_output
-        self.guard = guard
+        self.repeat = frozenset(repeat)
+        self.accept_schema_change = accept_schema_change
+        self.listeners: tuple[Listener, ...] = tuple(listeners)
+        self.writers = FileWriters()
         self._pools: dict[str, SlotPool] = {}
         self._pools_lock = threading.Lock()
 
@@ -341,6 +362,23 @@ class Executor:
 
     def now(self) -> datetime:
         return self._clock()
+
+    def emit(self, event: Event) -> None:
+        """Hand ``event`` to every listener; a failing listener never changes the outcome."""
+        for listener in self.listeners:
+            with contextlib.suppress(Exception):
+                listener(event)
+
+    def unit_for(self, task_name: str, interval: Interval) -> UnitOfWork:
+        """The unit of work of ``task_name`` for ``interval`` as it stands NOW.
+
+        Its input version covers the upstream outputs it reads for the interval (DESIGN.md,
+        data versions): for each dependency in the pipeline, the latest recorded fingerprint of
+        the dependency's destination partition, or (no destination) the dependency's own unit
+        id. Changed upstream output is therefore a new unit of work that runs; identical output
+        is the same unit, already settled. Computed again before every attempt.
+        """
+        return identify_unit(self.pipeline, self.ledger, task_name, interval)
 
     def run(
         self, intervals: Interval | Iterable[Interval], tasks: Iterable[str] | str | None = None
@@ -422,7 +460,7 @@ class Executor:
             if dep in internal or dep not in self.pipeline:
                 continue  # declared external to this pipeline: satisfied by earlier runs
             try:
-                unit = self.pipeline.unit_of_work(dep, interval)
+                unit = self.unit_for(dep, interval)
             except Exception as exc:
                 return f"dependency {dep}: cannot identify its unit of work ({exc})"
             latest = self.ledger.latest_attempt(unit.uow_id)
@@ -436,7 +474,7 @@ class Executor:
 
     def _blocked(self, task: Task, interval: Interval, reason: str) -> UnitResult:
         try:
-            unit = self.pipeline.unit_of_work(task.name, interval)
+            unit = self.unit_for(task.name, interval)
         except Exception as exc:
             return UnitResult(task.name, interval, "blocked", f"{reason}; {exc}")
         self.ledger.record_unit(unit)
@@ -457,14 +495,50 @@ class Executor:
         deadline: Deadline | None,
         wall_deadline: datetime | None,
     ) -> UnitResult:
+        """Claim, drive and settle the unit of ``task`` for ``interval`` (emits UnitSettled).
+
+        The unit is identified again if its inputs change while it is claimed (an upstream
+        output rewritten meanwhile): the new unit is driven instead, at most a few times.
+        """
+        from twice.ledger import LedgerError
+
+        result: UnitResult | None = None
+        for _ in range(3):
+            try:
+                result, superseded = self._claim_and_drive(
+                    task, interval, upstream, deadline, wall_deadline
+                )
+            except (LedgerError, _sqlalchemy_error()) as exc:
+                result = UnitResult(
+                    task.name, interval, "unknown-needs-reconcile",
+                    f"the ledger failed while twice drove this unit ({type(exc).__name__}: "
+                    f"{_first_line(exc)}); what the attempt wrote is settled from the "
+                    "destination's commit record on the next run",
+                    error=f"{type(exc).__name__}: {_first_line(exc)}",
+                )
+                superseded = False
+            if not superseded:
+                break
+        assert result is not None
+        self.emit(UnitSettled(result.uow_id or "", task.name, interval, result.outcome, result))
+        return result
+
+    def _claim_and_drive(
+        self,
+        task: Task,
+        interval: Interval,
+        upstream: Mapping[str, Any],
+        deadline: Deadline | None,
+        wall_deadline: datetime | None,
+    ) -> tuple[UnitResult, bool]:
         try:
-            unit = self.pipeline.unit_of_work(task.name, interval)
+            unit = self.unit_for(task.name, interval)
         except Exception as exc:
             return UnitResult(
                 task.name, interval, "blocked",
                 f"cannot identify the unit of work: {type(exc).__name__}: {exc}",
                 error=f"{type(exc).__name__}: {exc}",
-            )
+            ), False
         self.ledger.record_unit(unit)
         try:
             settings = PlanSettings.for_task(
@@ -477,7 +551,7 @@ class Executor:
                 unit.uow_id, "blocked", source=EXECUTOR_SOURCE, detail={"reason": reason}
             )
             return UnitResult(task.name, interval, "blocked", reason, uow_id=unit.uow_id,
-                              error=f"{type(exc).__name__}: {exc}")
+                              error=f"{type(exc).__name__}: {exc}"), False
         lease = self.ledger.acquire_lease(unit.uow_id, self.holder, self.lease_ttl)
         if not lease.acquired:
             latest = self.ledger.latest_attempt(unit.uow_id)
@@ -486,16 +560,17 @@ class Executor:
                 f"leased by {lease.holder} until {iso(lease.expires_at)}; not run",
                 uow_id=unit.uow_id, holder=lease.holder, lease_expires_at=lease.expires_at,
                 total_attempts=0 if latest is None else latest.number,
-            )
+            ), False
         with _LeaseKeeper(self.ledger, unit.uow_id, self.holder, self.lease_ttl) as keeper:
-            result = _UnitRun(self, task, unit, upstream, deadline, settings).drive()
+            run = _UnitRun(self, task, unit, upstream, deadline, settings, lease.token)
+            result = run.drive()
         if lease.taken_over_from is not None:
             note = self._takeover_note(unit.uow_id, lease.taken_over_from, result)
             result = _with_notes(result, note)
         if keeper.lost:
             note = "the lease could not be renewed while running: another holder may have run it"
             result = _with_notes(result, note)
-        return result
+        return result, run.superseded
 
     def _takeover_note(self, uow_id: str, previous: str, result: UnitResult) -> str:
         """Say in the result what the ledger recorded when we took an expired lease over."""
@@ -544,6 +619,53 @@ class Executor:
             self._sleep(seconds)
 
 
+def identify_unit(
+    pipeline: Pipeline, ledger: Ledger, task_name: str, interval: Interval
+) -> UnitOfWork:
+    """The unit of work of ``task_name`` for ``interval`` as the ledger stands now (see
+    ``Executor.unit_for``); drivers and plans use this so they name the units the engine runs."""
+    base = pipeline.unit_of_work(task_name, interval)
+    task = pipeline.get_task(task_name)
+    deps = [dep for dep in task.depends_on if dep in pipeline]
+    if not deps:
+        return base
+    versions = {dep: _output_version(pipeline, ledger, dep, base.interval) for dep in deps}
+    digest = hashlib.sha256(json.dumps(versions, sort_keys=True).encode()).hexdigest()[:16]
+    version = f"{base.input_version}+up:{digest}" if base.input_version else f"up:{digest}"
+    return pipeline.unit_of_work(task_name, interval, input_version=version)
+
+
+def _output_version(pipeline: Pipeline, ledger: Ledger, dep: str, interval: Interval) -> str:
+    """What a dependency's output for ``interval`` is now: its partition's latest recorded
+    fingerprint, or (no destination) its own unit id."""
+    task = pipeline.get_task(dep)
+    if task.owns_output:
+        record = ledger.latest_fingerprint(task.destination, interval.label)
+        if record is None:
+            return "fp:none"
+        return f"fp:{record.algorithm}:{record.row_count}:{record.checksum}"
+    return f"unit:{identify_unit(pipeline, ledger, dep, interval).uow_id}"
+
+
+def _is_schema_refusal(error: BaseException) -> bool:
+    """The destination refused rows whose columns differ from the table's (a schema change
+    the write could not apply): typed, never read out of a message."""
+    from twice.destinations.columns import SchemaError
+
+    return isinstance(error, SchemaError | SchemaChangeError)
+
+
+def _sqlalchemy_error() -> type[Exception]:
+    from sqlalchemy.exc import SQLAlchemyError
+
+    return SQLAlchemyError
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
 def _with_notes(result: UnitResult, *notes: str) -> UnitResult:
     return replace(result, notes=(*result.notes, *notes))
 
@@ -567,8 +689,13 @@ class _UnitRun:
         upstream: Mapping[str, Any],
         deadline: Deadline | None,
         settings: PlanSettings,
+        token: int = 0,
     ) -> None:
         self.x = executor
+        self.token = token  # the fencing token stamped on owned writes (fresh per attempt)
+        self.supersede = False  # a deliberate rerun: take a new job generation once
+        self.superseded = False  # the inputs changed under us: the driver re-identifies it
+        self.diff: Any = None
         self.ledger = executor.ledger
         self.task = task
         self.unit = unit
@@ -605,8 +732,21 @@ class _UnitRun:
                     "succeeded", f"succeeded in attempt {prior.number} by {prior.holder} "
                     "after this rerun was planned",
                 )
+            held = self._held(f"attempt {prior.number} of this unit succeeded")
+            if held is not None:
+                return held
             rerun_of = prior.number
-            self.notes.append(f"attempt {prior.number} had succeeded; run again as requested")
+            self.supersede = True
+            self.notes.append(
+                f"attempt {prior.number} had succeeded; run again as requested (a new job "
+                "generation, so a remote job is really executed again)"
+            )
+        elif prior is None:
+            earlier = self._slot_success()
+            if earlier is not None:
+                held = self._held(earlier)
+                if held is not None:
+                    return held
         if prior is not None and prior.outcome == "running":
             prior = self._orphaned(prior)
         if prior is not None and prior.outcome in ("unknown", "running"):
@@ -667,6 +807,37 @@ class _UnitRun:
                 return stop
 
     # -- steps --------------------------------------------------------------------------------
+
+    def _held(self, why: str) -> UnitResult | None:
+        """A task not asserted ``safe_repeat`` that already succeeded is not executed again
+        unless the operator named it (``repeat``): its effects (an email, an API call) would
+        happen twice. Returns the ``held`` result, or None when it may run."""
+        if self.task.safe_repeat or self.task.name in self.x.repeat:
+            return None
+        reason = (
+            f"held: {why}, and task {self.task.name!r} is not safe_repeat (running it again "
+            f"may repeat its side effects); name it to execute it again (--repeat "
+            f"{self.task.name})"
+        )
+        self.ledger.record_observation(
+            self.uow_id, "held", source=EXECUTOR_SOURCE, detail={"reason": reason}
+        )
+        return self._result("held", reason)
+
+    def _slot_success(self) -> str | None:
+        """Another unit of the same task and interval (older input or transform version)
+        that succeeded, described; None if there is none."""
+        label = self.unit.interval.label
+        for other in self.ledger.units(pipeline=self.unit.pipeline, task=self.unit.task):
+            if other.uow_id == self.uow_id or other.interval.label != label:
+                continue
+            latest = self.ledger.latest_attempt(other.uow_id)
+            if latest is not None and latest.outcome == "succeeded":
+                return (
+                    f"unit {other.uow_id} (input version {other.input_version or 'none'}) "
+                    f"succeeded for {label} in attempt {latest.number}"
+                )
+        return None
 
     def _orphaned(self, prior: AttemptRecord) -> AttemptRecord:
         """A ``running`` attempt found while WE hold the lease has lost its process.
@@ -794,17 +965,20 @@ class _UnitRun:
         )
         return self._result("failed-permanent", check.reason, decision_name="repair-cause")
 
-    def _generation(self) -> tuple[int | None, str | None]:
-        """Remote tasks reuse the current job generation until it is confirmed failed."""
-        if self.task.reconcile is None:
-            return None, None
+    def _generation(self) -> tuple[int, str]:
+        """The job generation of the next attempt (every task has one; its job id is
+        deterministic). The current one is reused until it is confirmed failed, so a
+        resubmission finds the existing job; a deliberate rerun takes a new one once."""
         current = self.ledger.current_generation(self.uow_id)
         if current is None:
             record = self.ledger.record_job_generation(self.uow_id, 1)
         elif current.state == "confirmed-failed":
             record = self.ledger.record_job_generation(self.uow_id)
+        elif self.supersede:
+            record = self.ledger.record_job_generation(self.uow_id, supersede=True)
         else:
             record = current
+        self.supersede = False
         return record.generation, record.job_id
 
     def _attempt(self, evidence: UnitEvidence) -> UnitResult | None:
@@ -818,6 +992,9 @@ class _UnitRun:
         refused = self._cost_refusal()
         if refused is not None:
             return refused
+        changed = self._inputs_changed()
+        if changed is not None:
+            return changed
         generation, job_id = self._generation()
         pool = self.x.pool_for(self.task)
         with contextlib.ExitStack() as slots:
@@ -838,17 +1015,49 @@ class _UnitRun:
             except WorkflowTimeout as exc:
                 return self._not_started(f"not started: {exc}", "workflow-timeout")
             slots.enter_context(self._guard())
-            record = self.ledger.begin_attempt(
-                self.uow_id, holder=self.x.holder, generation=generation, job_id=job_id
-            )
+            # A fresh fencing token per attempt (above the lease's): a timed-out attempt whose
+            # thread writes late is refused once its retry has committed.
+            with self.ledger.transaction():  # one durable write for both
+                self.token = self.ledger.next_fencing_token()
+                record = self.ledger.begin_attempt(
+                    self.uow_id, holder=self.x.holder, generation=generation, job_id=job_id
+                )
             self.attempts += 1
+            self.x.emit(AttemptStarted(self.uow_id, self.task.name, self.unit.interval,
+                                       record.number, generation, job_id, self.token))
             ctx = self._context(record, generation)
             report = call_attempt(
                 self.task, ctx, timeout=timeout, isolation=self.x.isolation,
                 source_file=self.x.pipeline.source_file,
             )
             self._finish(record, report)
+        if report.interrupted:
+            raise Interrupted(
+                f"{self.task.name} for {self.unit.interval.label} was interrupted "
+                f"(KeyboardInterrupt) in attempt {record.number}; the attempt is recorded "
+                "unknown and is settled from the destination's commit record on the next run"
+            )
         return None
+
+    def _inputs_changed(self) -> UnitResult | None:
+        """Input versions are recomputed before every attempt: if the unit's inputs changed
+        since it was identified, this unit stops and the driver identifies the new one."""
+        try:
+            now = self.x.unit_for(self.task.name, self.unit.interval)
+        except Exception:
+            return None  # identified moments ago; a failing input_version shows on the next run
+        if now.uow_id == self.uow_id:
+            return None
+        self.superseded = True
+        reason = (
+            f"inputs changed before the attempt (input version {self.unit.input_version or 'none'}"
+            f" -> {now.input_version}): unit {now.uow_id} runs instead"
+        )
+        self.ledger.record_observation(
+            self.uow_id, "superseded", source=EXECUTOR_SOURCE,
+            detail={"reason": reason, "by": now.uow_id},
+        )
+        return self._result("blocked", reason)
 
     def _context(self, record: AttemptRecord, generation: int | None) -> TaskContext:
         number = record.number
@@ -858,9 +1067,16 @@ class _UnitRun:
                 self.ledger.record_nonfatal(
                     self.uow_id, event.message, count=event.count, attempt=number
                 )
+        stamp = WriteStamp(
+            uow_id=self.uow_id,
+            fence_key=f"{self.unit.pipeline}/{self.unit.task}/{self.unit.interval.label}",
+            generation=generation or 1, attempt=number, token=self.token,
+            input_version=self.unit.input_version,
+        )
         return self.x.pipeline.context(
             self.task.name, self.unit.interval, attempt=number, generation=generation or 1,
             upstream=self.upstream, params=self.x.params, recorder=recorder, unit=self.unit,
+            stamp=stamp,
         )
 
     def _finish(self, record: AttemptRecord, report: AttemptReport) -> None:
@@ -871,10 +1087,14 @@ class _UnitRun:
         if report.remote is not None:
             self._record_remote(report.remote, number)
         detail: dict[str, Any] = {"job_id": record.job_id, "generation": record.generation}
+        written = getattr(report.written, "commit", None)
+        if written is not None:
+            detail["commit"] = written.to_dict()
         if report.ending == "succeeded":
             if record.generation is not None:  # the job did succeed, whatever its output
                 self.ledger.mark_generation(self.uow_id, record.generation, "succeeded")
-            rejected = self._check_output(number, report.value, detail)
+            rejected = self._check_output(number, report.value, detail,
+                                          commit=written, generation=record.generation)
             if rejected is not None:
                 report = replace(report, ending="permanent", error=rejected)
         outcome = {
@@ -886,6 +1106,9 @@ class _UnitRun:
         self.ledger.finish_attempt(self.uow_id, number, outcome)  # type: ignore[arg-type]
         if report.error is not None:
             self.error = report.error_text
+            if _is_schema_refusal(report.error):
+                self.x.emit(OutputRejected(self.uow_id, self.task.name, self.unit.interval,
+                                           number, str(report.error), schema_change=True))
             classification = "unknown" if report.ending == "succeeded" else report.ending
             self.ledger.record_exception(
                 self.uow_id, report.error, classification=classification,
@@ -907,6 +1130,8 @@ class _UnitRun:
         self.ledger.record_observation(
             self.uow_id, outcome, source=EXECUTOR_SOURCE, attempt=number, detail=detail
         )
+        self.x.emit(AttemptFinished(self.uow_id, self.task.name, self.unit.interval, number,
+                                    outcome, report.error_text))
 
     def _record_remote(self, status: JobStatus, attempt: int) -> None:
         """A JobStatus the task returned is evidence from the service, with its own time."""
@@ -942,13 +1167,27 @@ class _UnitRun:
     def _resolve_unknown(
         self, attempt: AttemptRecord, decision: DecisionResult, evidence: UnitEvidence
     ) -> UnitResult | None:
-        """Reconcile an unknown/running attempt by its job id; a UnitResult if we must stop."""
+        """Settle an unknown/running attempt; a UnitResult if we must stop.
+
+        In order: the destination's commit record for this attempt (present: it succeeded,
+        with that fingerprint; absent and no other effects declared: nothing was written, so a
+        retry is safe), then the task's ``reconcile`` by the attempt's own job id (effects twice
+        cannot see); otherwise an operator must record what happened (``twice resolve``).
+        ``safe_repeat`` never settles an unknown outcome: the lab reconciles first.
+        """
         self._record(decision, evidence, job_id=attempt.job_id)
+        if self.task.owns_output:
+            settled, stop = self._settle_from_commit_record(attempt)
+            if settled:
+                return stop
         if self.task.reconcile is None or attempt.job_id is None:
+            # safe_repeat does not settle an unknown outcome (the lab: reconcile first)
             what = f"job {attempt.job_id}" if attempt.job_id else "its effects"
             reason = (
-                f"attempt {attempt.number} outcome unknown and the task has no reconcile "
-                f"function: inspect {what} before any retry; not retried"
+                f"attempt {attempt.number} outcome unknown and twice cannot see the task's "
+                f"effects (no owned write, no reconcile function): inspect {what}, then record "
+                f"it with `twice resolve {self.uow_id} --as succeeded|failed --note ...`; not "
+                "retried"
             )
             return self._result("unknown-needs-reconcile", reason, decision)
         ctx = self._context(attempt, attempt.generation)
@@ -965,25 +1204,15 @@ class _UnitRun:
             self.notes.append(
                 f"reconcile found job {attempt.job_id} succeeded: not resubmitted"
             )
+            self._reconciled(attempt, "succeeded", f"reconcile({attempt.job_id})")
             detail: dict[str, Any] = {"job_id": attempt.job_id, "generation": generation,
                                       "reconcile": True}
             with self._guard():
-                rejected = self._check_output(number, None, detail)
-            if rejected is None:
-                self.ledger.finish_attempt(self.uow_id, number, "succeeded")
-            else:
-                self.error = f"{type(rejected).__name__}: {rejected}"
-                self.ledger.finish_attempt(self.uow_id, number, "failed-permanent")
-                self.ledger.record_exception(
-                    self.uow_id, rejected, classification="permanent", attempt=number,
-                    detail={"job_id": attempt.job_id, "during": "output check after reconcile"},
-                )
-            if "acceptance" in detail or "output_check" in detail:
-                self.ledger.record_observation(
-                    self.uow_id, "succeeded" if rejected is None else "failed-permanent",
-                    source=EXECUTOR_SOURCE, attempt=number, detail=detail,
-                )
+                rejected = self._check_output(number, None, detail, generation=generation)
+            self._close_verified(attempt, rejected, detail, "output check after reconcile")
             return None
+        if report.state in (RemoteState.FAILED, RemoteState.NOT_FOUND):
+            self._reconciled(attempt, report.state.value, f"reconcile({attempt.job_id})")
         if report.state is RemoteState.FAILED:
             self._close_reconciled(
                 number, attempt.job_id, "twice.reconcile.RemoteJobFailed",
@@ -1009,14 +1238,89 @@ class _UnitRun:
             reason += f" (last reconcile error: {report.error})"
         return self._result("unknown-needs-reconcile", reason)
 
+    def _settle_from_commit_record(
+        self, attempt: AttemptRecord
+    ) -> tuple[bool, UnitResult | None]:
+        """Reconcile from the destination: ``(True, None)`` when settled here (succeeded, or
+        closed as safe to retry), ``(True, result)`` to stop, ``(False, None)`` to go on to the
+        task's ``reconcile`` (a remote effect may still land)."""
+        number = attempt.number
+        try:
+            commit = self._commit_record(number, attempt.generation)
+        except Exception as exc:  # the destination cannot be read now: no evidence either way
+            reason = (
+                f"attempt {number} outcome unknown and its destination cannot be read to find "
+                f"its commit record ({type(exc).__name__}: {_first_line(exc)}); not retried"
+            )
+            return True, self._result("unknown-needs-reconcile", reason)
+        source = f"destination:{self.task.destination.partition(':')[0]}"
+        if commit is not None:
+            self.ledger.record_observation(
+                self.uow_id, "succeeded", source=source, attempt=number,
+                detail={"commit": commit.to_dict(), "basis": "commit record found"},
+            )
+            self._reconciled(attempt, "succeeded", "commit record found in the destination")
+            if attempt.generation is not None:
+                self.ledger.mark_generation(self.uow_id, attempt.generation, "succeeded")
+            self.notes.append(
+                f"attempt {number}'s commit record is in the destination: it succeeded; "
+                "nothing rewritten"
+            )
+            detail: dict[str, Any] = {"job_id": attempt.job_id, "generation": attempt.generation,
+                                      "reconcile": True, "commit": commit.to_dict()}
+            with self._guard():
+                rejected = self._check_output(number, None, detail, commit=commit,
+                                              generation=attempt.generation)
+            self._close_verified(attempt, rejected, detail, "output check after reconcile")
+            return True, None
+        if self.task.reconcile is not None and attempt.job_id is not None:
+            return False, None  # effects twice cannot see (a remote job) may still land: ask
+        self.ledger.record_observation(
+            self.uow_id, "not-found", source=source, attempt=number,
+            detail={"basis": "no commit record for this attempt: nothing twice owns was "
+                             "written", "job_id": attempt.job_id},
+        )
+        self._close_reconciled(
+            number, attempt.job_id, "twice.reconcile.NoCommitRecord",
+            f"no commit record of attempt {number} in {self.task.destination}: its write never "
+            "committed",
+            "commit record absent: safe to retry",
+        )
+        self._reconciled(attempt, "not-found", "commit record absent in the destination")
+        return True, None
+
+    def _close_verified(self, attempt: AttemptRecord, rejected: BaseException | None,
+                        detail: dict[str, Any], during: str) -> None:
+        number = attempt.number
+        if rejected is None:
+            self.ledger.finish_attempt(self.uow_id, number, "succeeded")
+        else:
+            self.error = f"{type(rejected).__name__}: {rejected}"
+            self.ledger.finish_attempt(self.uow_id, number, "failed-permanent")
+            self.ledger.record_exception(
+                self.uow_id, rejected, classification="permanent", attempt=number,
+                detail={"job_id": attempt.job_id, "during": during},
+            )
+        self.ledger.record_observation(
+            self.uow_id, "succeeded" if rejected is None else "failed-permanent",
+            source=EXECUTOR_SOURCE, attempt=number, detail=detail,
+        )
+
+    def _reconciled(self, attempt: AttemptRecord, state: str, basis: str) -> None:
+        self.x.emit(Reconciled(self.uow_id, self.task.name, self.unit.interval, attempt.number,
+                               state, basis, attempt.job_id))
+
     def _guard(self) -> AbstractContextManager[object]:
-        """The caller's ``guard`` for this task, held around an attempt and its output check."""
-        return contextlib.nullcontext() if self.x.guard is None else self.x.guard(self.task)
+        """One writer per embedded destination file, held around an attempt and its checks."""
+        return self.x.writers.holding(self.task.destination)
 
     def _check_output(
-        self, number: int, returned: Any, detail: dict[str, Any]
+        self, number: int, returned: Any, detail: dict[str, Any], *,
+        commit: CommitRecord | None = None, generation: int | None = None,
     ) -> BaseException | None:
-        """The validate-output step: acceptance criteria, then the caller's ``check_output``.
+        """The validate-output step (``twice.verification``): acceptance criteria, then the
+        slice's fingerprint recorded as the partition's next version (from the commit record
+        when twice owned the write).
 
         Returns the reason the output is rejected (as an exception to record), else None; the
         checks made go into ``detail`` (the attempt's observation) and the result.
@@ -1042,12 +1346,36 @@ class _UnitRun:
             detail["acceptance"] = {"passed": verdict.passed, "checks": list(verdict.checks)}
             if not verdict.passed:
                 return AcceptanceFailed(verdict)
-        if self.x.check_output is not None:
-            try:
-                self.x.check_output(self.task, self.unit, number)
-            except Exception as exc:
-                detail["output_check"] = f"{type(exc).__name__}: {exc}"
-                return exc
+        if not self.task.owns_output:  # nothing twice can read: acceptance was the check
+            self.x.emit(OutputVerified(self.uow_id, self.task.name, self.unit.interval, number,
+                                       self.acceptance))
+            return None
+        if commit is None:
+            commit = self._commit_record(number, generation)
+        try:
+            diff = record_partition(
+                self.ledger, self.task, self.uow_id, number, self.unit.interval,
+                accept_schema_change=self.x.accept_schema_change, commit=commit,
+            )
+        except Exception as exc:
+            detail["output_check"] = f"{type(exc).__name__}: {exc}"
+            self.x.emit(OutputRejected(self.uow_id, self.task.name, self.unit.interval, number,
+                                       str(exc), schema_change=isinstance(exc, SchemaChangeError)))
+            return exc
+        self.diff = diff
+        detail["fingerprint"] = diff.to_dict()
+        self.x.emit(OutputVerified(self.uow_id, self.task.name, self.unit.interval, number,
+                                   self.acceptance, diff, diff.source))
+        return None
+
+    def _commit_record(self, number: int, generation: int | None) -> CommitRecord | None:
+        """The destination's commit record of attempt ``number`` (this generation), if any."""
+        from twice.destinations import open_destination
+
+        with open_destination(self.task.destination) as dest:
+            for record in dest.commit_records(self.uow_id):
+                if record.attempt == number and generation in (None, record.generation):
+                    return record
         return None
 
     # -- result -------------------------------------------------------------------------------

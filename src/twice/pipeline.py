@@ -32,8 +32,9 @@ from datetime import datetime, time, timedelta
 from enum import StrEnum
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, TypeVar, overload
+from typing import Any, Literal, TypeVar, overload
 
+from twice.errors import InputError, TwiceError
 from twice.interval import Interval
 from twice.policy import RetryPolicy
 from twice.schedule import Schedule
@@ -47,6 +48,9 @@ _SAMPLE = Interval(
 )
 
 TaskFunction = Callable[["TaskContext"], Any]
+# How twice lands a returned output in the task's destination (see Task).
+WriteMode = Literal["replace", "upsert", "append"]
+WRITE_MODES: tuple[str, ...] = ("replace", "upsert", "append")
 F = TypeVar("F", bound=Callable[..., Any])
 # Seconds as a number, or a timedelta.
 Duration = float | int | timedelta
@@ -56,7 +60,7 @@ PartitionSpec = str | Callable[[Interval], str]
 DeadlineSpec = timedelta | time | Callable[[Interval], datetime]
 
 
-class PipelineError(ValueError):
+class PipelineError(InputError):
     """A pipeline definition is invalid. ``problems`` lists every problem found, each naming
     the pipeline or task and the field."""
 
@@ -72,7 +76,7 @@ class PipelineError(ValueError):
             )
 
 
-class OutcomeUnknownError(Exception):
+class OutcomeUnknownError(TwiceError):
     """Raise it from a task that cannot tell whether its write or job happened (a lost
     acknowledgement, a connection cut after the request was sent).
 
@@ -186,6 +190,12 @@ class Task:
       attempt the executor calls ``cost_estimate(interval)`` (a ``twice.remote.Estimate``) and
       refuses the attempt when it is over the limit; the limit is never raised on retry. Pass the
       same limit to the remote service (BigQuery ``maximumBytesBilled``) in the task.
+    - ``write``: ``"replace"`` (the interval's slice), ``"upsert"`` (by the destination's
+      ``key_columns``) or ``"append"`` (exactly once per unit and generation): the task RETURNS
+      its output (PyArrow table or batches, pandas/polars DataFrame, DuckDB relation) and twice
+      writes it, with a commit record (``twice.destinations.commits``). Writes a task makes
+      itself through ``open_destination(ctx.destination)`` during an attempt are owned the same
+      way; either kind is reconciled from the destination after an unknown outcome.
     - ``safe_repeat``: the author's *assertion* that running the task again for the same interval
       has no extra effect beyond what twice's own replace/upsert destination write undoes (no
       emails sent twice, no remote jobs submitted without a client-chosen id). Reports show it as
@@ -207,6 +217,7 @@ class Task:
     reconcile: Reconciler | None = None
     acceptance: Any = None
     safe_repeat: bool = False
+    write: WriteMode | None = None
     maximum_bytes_billed: int | None = None
     cost_estimate: Callable[[Interval], Any] | None = None
     metadata: Mapping[str, Any] = field(default_factory=dict)
@@ -246,6 +257,18 @@ class Task:
         object.__setattr__(self, "validation_duration", val)
         if not isinstance(self.safe_repeat, bool):
             raise PipelineError(f"{where}: safe_repeat must be True or False")
+        if self.write is not None:
+            if self.write not in WRITE_MODES:
+                raise PipelineError(
+                    f"{where}: write must be one of {', '.join(WRITE_MODES)} or None, "
+                    f"got {self.write!r}"
+                )
+            if not self.owns_output:
+                raise PipelineError(
+                    f"{where}: write={self.write!r} lands the returned output in the task's "
+                    "destination; set destination= to a sqlite, duckdb, postgresql, parquet or "
+                    f"spark destination (got {self.destination!r})"
+                )
         limit = self.maximum_bytes_billed
         bad_limit = isinstance(limit, bool) or not isinstance(limit, int) or limit < 1
         if limit is not None and bad_limit:
@@ -319,6 +342,15 @@ class Task:
     def timeout(self) -> float | None:
         """Per-attempt timeout in seconds (``retry.attempt_timeout``), None if unbounded."""
         return self.retry.attempt_timeout
+
+    @property
+    def owns_output(self) -> bool:
+        """Whether twice can see this task's effect: it writes its destination through twice
+        (returned output with ``write=``, or ``open_destination`` during the attempt), so an
+        unknown outcome is settled from the destination's commit record."""
+        from twice.schemes import is_owned
+
+        return is_owned(self.destination)
 
     def partition_for(self, interval: Interval) -> str:
         """The input partition read for ``interval`` ("" if the task declares none)."""
@@ -409,6 +441,9 @@ class TaskContext:
     upstream: Mapping[str, Any] = field(default_factory=dict)
     params: Mapping[str, Any] = field(default_factory=dict)
     recorder: Recorder | None = None
+    # The attempt's twice.destinations.commits.WriteStamp (set by the executor): writes made
+    # during the attempt commit it with their rows.
+    stamp: Any = field(default=None, compare=False)
     _collected: list[NonFatal] = field(default_factory=list, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -723,6 +758,18 @@ class Pipeline:
             raise PipelineError(problems)
         return warnings
 
+    def unseen_effects(self) -> list[str]:
+        """Warnings for tasks whose effects twice cannot see: no owned destination and no
+        ``reconcile=``. After a crash or timeout their outcome stays unknown until an operator
+        records it (``twice resolve``); ``safe_repeat`` does not settle an unknown outcome."""
+        return [
+            f"task {task.name!r}: twice cannot see its effects (no owned destination, no "
+            "reconcile=): after a crash or timeout its outcome stays unknown until an operator "
+            "records it with `twice resolve`"
+            for task in self._tasks.values()
+            if not (task.owns_output or task.reconcile is not None)
+        ]
+
     def _graph_problems(self) -> list[str]:
         problems = []
         for task in self._tasks.values():
@@ -895,6 +942,7 @@ class Pipeline:
         params: Mapping[str, Any] | None = None,
         recorder: Recorder | None = None,
         unit: UnitOfWork | None = None,
+        stamp: Any = None,
     ) -> TaskContext:
         """The ``TaskContext`` for one attempt (``unit`` reuses an already-built unit of work)."""
         if unit is None:
@@ -908,6 +956,7 @@ class Pipeline:
             upstream=upstream or _EMPTY,
             params=params or _EMPTY,
             recorder=recorder,
+            stamp=stamp,
         )
 
     def deadline_for(self, interval: Interval) -> datetime | None:

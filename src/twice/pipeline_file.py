@@ -16,6 +16,7 @@ import os
 import re
 import sys
 import traceback
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -59,7 +60,14 @@ def load_pipeline(
             raise PipelineFileError(
                 f"{shown}: pipeline {pipeline.name!r} is invalid:\n{lines}", path=shown
             ) from None
+        for line in pipeline.unseen_effects():
+            warnings.warn(f"{shown}: {line}", DefinitionWarning, stacklevel=2)
     return pipeline
+
+
+class DefinitionWarning(UserWarning):
+    """A pipeline definition that runs but that twice cannot fully protect (printed by the CLI
+    as ``warning: ...``)."""
 
 
 def _check_file(path: Path, shown: str) -> Path:
@@ -210,5 +218,7 @@ def call_task(path: str, task_name: str, ctx: TaskContext) -> TaskCallResult:
     pipeline = _LOADED.get(key)
     if pipeline is None:
         pipeline = _LOADED[key] = load_pipeline(path)
-    value = pipeline.get_task(task_name).fn(ctx)
+    from twice.owned_write import run_body
+
+    value = run_body(pipeline.get_task(task_name), ctx)
     return TaskCallResult(value=value, nonfatals=ctx.nonfatals)

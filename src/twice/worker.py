@@ -342,11 +342,10 @@ class Worker:
                 return None
             if not _succeeded(other):
                 return RUN  # the executor records it blocked, with the reason
-        if item.uow_id is None:
-            try:
-                item.uow_id = self.pipeline.unit_of_work(item.task, item.interval).uow_id
-            except Exception:
-                return RUN  # the executor reports why the unit cannot be identified
+        try:  # identified afresh: its input version covers its upstream's current output
+            item.uow_id = self.executor.unit_for(item.task, item.interval).uow_id
+        except Exception:
+            return RUN  # the executor reports why the unit cannot be identified
         if self.ledger.unit(item.uow_id) is None:
             return RUN  # never recorded: nobody has touched it yet
         latest = self.ledger.latest_attempt(item.uow_id)

@@ -58,8 +58,12 @@ def test_a_task_whose_upstream_never_ran_is_blocked_not_run_on_missing_data(
     assert run.status == "blocked" and ran == []
     assert "dependency extract was not selected to run" in run.reason
     run_backfill(pipeline, ledger, [day()], sleep=clock.sleep)
+    [held] = run_backfill(pipeline, ledger, [day()], tasks=["load"], force=True,
+                          sleep=clock.sleep).runs
+    assert held.status == "held" and ran == ["extract", "load"]  # not safe_repeat
+    assert "--repeat load" in held.reason
     [again] = run_backfill(pipeline, ledger, [day()], tasks=["load"], force=True,
-                           sleep=clock.sleep).runs
+                           repeat=["load"], sleep=clock.sleep).runs
     assert again.status == "succeeded" and ran == ["extract", "load", "load"]
 
 

@@ -1,10 +1,10 @@
 """The validate-output step and reruns of stale successes.
 
 An attempt that finished without error is recorded succeeded only after its output passed the
-task's acceptance criteria (checked against the real destination) and the caller's
-``check_output``; otherwise it is failed-permanent with the reason as its error and its
-dependents do not run. ``reruns`` repeats a success the caller knows is stale, and keeps a
-newer one, so racing reruns execute a unit once.
+task's acceptance criteria (checked against the real destination) and its destination slice
+was fingerprinted and recorded (``twice.verification``); otherwise it is failed-permanent with
+the reason as its error and its dependents do not run. ``reruns`` repeats a success the caller
+knows is stale, and keeps a newer one, so racing reruns execute a unit once.
 """
 
 from __future__ import annotations
@@ -23,12 +23,11 @@ from twice.acceptance import AcceptanceCriteria
 from twice.destinations import open_destination
 from twice.executor import Executor
 from twice.ledger import Ledger
-from twice.pipeline import Pipeline, PipelineError, RemoteState, Task, TaskContext
+from twice.pipeline import Pipeline, PipelineError, RemoteState, TaskContext
 from twice.policy import RetryPolicy
 from twice.remote import reconcile_job, run_job
 from twice.remote.fake_bigquery import FakeBigQuery
 from twice.schedule import Schedule
-from twice.unit_of_work import UnitOfWork
 
 
 def table_spec(tmp_path: Path) -> str:
@@ -117,10 +116,17 @@ def test_non_fatal_errors_and_nulls_are_read_from_the_ledger_and_the_destination
                                "nulls in 'isin' is 1, criterion is nulls in 'isin' <= 0")
 
 
-def test_check_output_runs_after_success_only_and_can_reject(
+def test_output_is_verified_after_success_only_and_events_tell_the_story(
     tmp_path: Path, ledger: Ledger, clock: ManualClock
 ) -> None:
-    calls: list[tuple[str, str, int]] = []
+    from twice.events import (
+        AttemptFinished,
+        AttemptStarted,
+        Event,
+        OutputVerified,
+        UnitSettled,
+    )
+
     failures = iter([ConnectionError("flaky"), None])
 
     def flaky_then_writes(ctx: TaskContext) -> None:
@@ -129,48 +135,52 @@ def test_check_output_runs_after_success_only_and_can_reject(
             raise error
         writer(2)(ctx)
 
-    def check(task: Task, unit: UnitOfWork, attempt: int) -> None:
-        calls.append((task.name, unit.interval.label, attempt))
-        if task.name == "load":
-            raise RuntimeError("fingerprint differs from the expected one")
-
+    seen: list[Event] = []
     pipeline = pipeline_with(tmp_path, flaky_then_writes, None, safe_repeat=True,
                              retry=RetryPolicy(max_attempts=2, transient=(ConnectionError,)))
     result = Executor(pipeline, ledger, clock=clock, sleep=clock.sleep,
-                      check_output=check).run(day())
+                      listeners=[seen.append]).run(day())
     load = result.unit("load")
-    assert calls == [("load", day().label, 2)]  # not after the failed attempt 1
-    assert outcomes(ledger, load.uow_id) == ["failed-transient", "failed-permanent"]
-    assert load.error == "RuntimeError: fingerprint differs from the expected one"
-    assert result.unit("report").outcome == "blocked"
+    assert outcomes(ledger, load.uow_id) == ["failed-transient", "succeeded"]
+    mine = [e for e in seen if e.task == "load"]
+    assert [type(e) for e in mine] == [AttemptStarted, AttemptFinished, AttemptStarted,
+                                       OutputVerified, AttemptFinished, UnitSettled]
+    verified = mine[3]
+    assert isinstance(verified, OutputVerified) and verified.attempt == 2
+    assert verified.source == "commit record"  # taken inside the write transaction
+    recorded = ledger.latest_fingerprint(table_spec(tmp_path), day().label)
+    assert recorded is not None and recorded.uow_id == load.uow_id and recorded.attempt == 2
+    assert recorded.row_count == 2 and verified.diff.checksum_after == recorded.checksum
 
 
-def test_guard_is_held_around_the_attempt_and_its_output_check(
+def test_one_writer_per_embedded_file_on_every_path(
     tmp_path: Path, ledger: Ledger, clock: ManualClock
 ) -> None:
-    held = threading.Lock()
-    seen: list[tuple[str, bool]] = []
+    """Two independent tasks writing tables of one DuckDB file never overlap in one run."""
+    inside = threading.Semaphore(1)
+    overlaps: list[str] = []
+    spec = f"duckdb://{tmp_path / 'wh.duckdb'}?partition_column=day"
 
-    class Guard:
-        def __init__(self, task: Task) -> None:
-            self.task = task
+    def writes(table: str) -> Callable[[TaskContext], None]:
+        def task(ctx: TaskContext) -> None:
+            if not inside.acquire(blocking=False):
+                overlaps.append(table)
+                return
+            try:
+                with open_destination(f"{spec}#{table}") as dest:
+                    dest.replace_partition(pa.table({
+                        "day": pa.array([ctx.interval.start.date()], pa.date32()),
+                        "n": pa.array([1], pa.int64())}), ctx.interval)
+            finally:
+                inside.release()
+        return task
 
-        def __enter__(self) -> None:
-            held.acquire()
-
-        def __exit__(self, *_exc: object) -> None:
-            held.release()
-
-    def task(ctx: TaskContext) -> None:
-        seen.append(("attempt", held.locked()))
-
-    def check(_task: Task, _unit: UnitOfWork, _attempt: int) -> None:
-        seen.append(("check", held.locked()))
-
-    pipeline = Pipeline("guarded", schedule=Schedule.daily("UTC"))
-    pipeline.task(name="only", timeout=5)(task)
-    Executor(pipeline, ledger, clock=clock, guard=Guard, check_output=check).run(day())
-    assert seen == [("attempt", True), ("check", True)] and not held.locked()
+    pipeline = Pipeline("files", schedule=Schedule.daily("UTC"))
+    for table in ("a", "b", "c", "d"):
+        pipeline.task(name=table, destination=f"{spec}#{table}", timeout=30,
+                      safe_repeat=True)(writes(table))
+    result = Executor(pipeline, ledger, clock=clock, max_workers=4).run(day())
+    assert result.ok and overlaps == []
 
 
 def test_acceptance_is_declared_against_a_destination(tmp_path: Path) -> None:
@@ -187,7 +197,8 @@ def test_acceptance_is_declared_against_a_destination(tmp_path: Path) -> None:
 
 def counting_pipeline(runs: list[str]) -> Pipeline:
     pipeline = Pipeline("rerun", schedule=Schedule.daily("UTC"))
-    pipeline.task(name="only", timeout=5)(lambda ctx: runs.append(ctx.interval.label))
+    pipeline.task(name="only", timeout=5, safe_repeat=True)(
+        lambda ctx: runs.append(ctx.interval.label))
     return pipeline
 
 
@@ -222,16 +233,18 @@ def test_a_success_newer_than_the_planned_one_is_kept(ledger: Ledger, clock: Man
     assert "succeeded in attempt 2" in loser.reason
 
 
-def test_a_rerun_of_a_remote_task_finds_its_succeeded_job_instead_of_submitting_another(
+def test_a_rerun_of_a_remote_task_is_a_new_generation_and_really_runs_again(
     ledger: Ledger, clock: ManualClock
 ) -> None:
+    """A deliberate rerun (stale success, --force) takes a new job generation: the service
+    executes a new job instead of answering "duplicate" with the old one's result."""
     bq = FakeBigQuery(clock=clock, duration=1)
     pipeline = Pipeline("remote", schedule=Schedule.daily("UTC"))
 
     def reconcile(job_id: str, _ctx: TaskContext) -> RemoteState:
         return reconcile_job(bq, job_id)
 
-    @pipeline.task(timeout=30, reconcile=reconcile)
+    @pipeline.task(timeout=30, reconcile=reconcile, safe_repeat=True)
     def load(ctx: TaskContext) -> Any:
         return run_job(bq, ctx.job_id, {"day": ctx.interval.label}, poll_interval=1.0,
                        sleep=clock.sleep)
@@ -240,5 +253,7 @@ def test_a_rerun_of_a_remote_task_finds_its_succeeded_job_instead_of_submitting_
     rerun = Executor(pipeline, ledger, clock=clock, sleep=clock.sleep,
                      reruns={first.uow_id: 1}).run(day()).unit("load")
     assert rerun.outcome == "succeeded" and rerun.attempts == 1
-    assert rerun.job_id == first.job_id and list(bq.jobs) == [first.job_id]
-    assert len(bq.answers("submit")) == 2  # the second submit answered 409 duplicate
+    assert first.job_id is not None and first.job_id.endswith("_g1")
+    assert rerun.job_id == first.job_id[:-1] + "2"
+    assert sorted(bq.jobs) == sorted([first.job_id, rerun.job_id])  # two jobs really ran
+    assert [g.state for g in ledger.job_generations(first.uow_id)] == ["succeeded"] * 2

@@ -92,3 +92,28 @@ def use_pool(
     except BaseException as exc:
         results.put((holder, slots, granted, refused, overfull, repr(exc)))
         raise
+
+
+def acquire_tokens(
+    url: str, holder: str, uow_ids: list[str], rounds: int, barrier: Any, results: Any
+) -> None:
+    """Acquire, release and re-acquire leases on many units, reporting every token granted.
+
+    Each worker walks the units in its own order; a unit held by another worker is skipped.
+    Every acquisition that is not a renewal must get a token larger than any the worker saw
+    before (its own earlier acquisitions happened before, so their tokens are smaller).
+    """
+    granted: list[tuple[str, int]] = []
+    try:
+        with Ledger.open(url) as ledger:
+            barrier.wait(timeout=60)
+            for _ in range(rounds):
+                for uow_id in uow_ids:
+                    got = ledger.acquire_lease(uow_id, holder, 60)
+                    if got.acquired:
+                        granted.append((uow_id, got.token))
+                        ledger.release_lease(uow_id, holder)
+        results.put((holder, granted, None))
+    except BaseException as exc:
+        results.put((holder, granted, repr(exc)))
+        raise

@@ -515,8 +515,8 @@ def real(args: list[str], stdin: bytes = b"") -> subprocess.CompletedProcess[byt
     b'{"asOf": ' * 50_000,
     b" " * 3_000_000,  # larger than the input limit
     json.dumps(iso_case()).replace('"PT10S"', '"P99999999999D"').encode(),
-])
-@pytest.mark.parametrize("mode", [[], ["--extended"]])
+], ids=["not-utf8", "deep-array", "deep-object", "oversized", "huge-duration"])
+@pytest.mark.parametrize("mode", [[], ["--extended"]], ids=["lab", "extended"])
 def test_real_decide_process_refuses_without_a_traceback(stdin: bytes, mode: list[str]) -> None:
     done = real(["decide", *mode], stdin)
     err = done.stderr.decode("utf-8", "replace")

@@ -214,7 +214,9 @@ def _backfill_race(folder: Path, ledger: str) -> None:
         raise AssertionError(f"backfill did not settle: {report['counts']}")
 
     racers = []
-    for round_args in (args, [*args, "--force"]):
+    # The race tasks append and are not safe_repeat: the forced round names them (--repeat),
+    # as an operator must, or their successes would be held.
+    for round_args in (args, [*args, "--force", "--repeat", "extract,load"]):
         raced = _race(folder, ledger, round_args, 3, verb="backfill")
         # Not vacuous: racers planned to run units that another racer executed.
         lost = [run for racer in raced for run in racer.report["runs"]

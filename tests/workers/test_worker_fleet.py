@@ -11,6 +11,7 @@ import pytest
 
 from tests.workers.pipelines.twice_w_side import amounts
 from tests.workers.worker_procs import PIPELINES, rows, start
+from twice.executor import identify_unit
 from twice.ledger import Ledger
 from twice.pipeline_file import load_pipeline
 from twice.schedule import Schedule
@@ -62,7 +63,7 @@ def test_three_workers_run_every_unit_exactly_once(shared_db: str) -> None:
     schedule = Schedule.daily("UTC")
     with Ledger.open(shared_db) as ledger:
         for task, day in expected:
-            uow = pipeline.unit_of_work(task, schedule.interval_for(day))
+            uow = identify_unit(pipeline, ledger, task, schedule.interval_for(day))
             assert [a.outcome for a in ledger.attempts(uow.uow_id)] == ["succeeded"]
             lease = ledger.lease(uow.uow_id)
             assert lease is not None and lease.released_at is not None

@@ -116,43 +116,30 @@ def run_try(
     **executor_options: Any,
 ) -> TryOutcome:
     """Run one twice attempt of ``task_name`` for ``interval`` and say what Airflow does next."""
+    from twice.events import Event, OutputVerified
     from twice.executor import Executor
+
+    verified: list[OutputVerified] = []
+
+    def listen(event: Event) -> None:
+        if isinstance(event, OutputVerified) and event.diff is not None:
+            verified.append(event)
 
     executor = Executor(
         pipeline, ledger, holder=holder, max_workers=1, attempts_per_call=1,
-        continue_run=continue_run, **executor_options,
+        continue_run=continue_run, listeners=[listen], **executor_options,
     )
     unit = executor.run(interval, tasks=[task_name]).unit(task_name)
     verdict, message = verdict_for(pipeline, unit)
     partition = None
-    if verdict == "succeeded" and pipeline.get_task(task_name).destination:
-        try:
-            partition = record_output(pipeline, task_name, ledger, unit)
-        except Exception as exc:  # a schema change, an unreadable destination: say it, fail
-            verdict = "fail"
-            message += f"; but fingerprinting its destination failed: {type(exc).__name__}: {exc}"
-        else:
-            message += (
-                f"; partition {partition['partition']} fingerprint v{partition['version']}: "
-                f"{partition['verdict']} ({partition['rows_after']} rows)"
-            )
+    if verdict == "succeeded" and verified:
+        # the engine verified the output before recording success (one rule on every path)
+        partition = verified[-1].diff.to_dict()
+        message += (
+            f"; partition {partition['partition']} fingerprint v{partition['version']}: "
+            f"{partition['verdict']} ({partition['rows_after']} rows)"
+        )
     return TryOutcome(verdict, message, unit, continue_run, holder, partition)
-
-
-def record_output(
-    pipeline: Pipeline, task_name: str, ledger: Ledger, unit: UnitResult
-) -> dict[str, Any]:
-    """Fingerprint the partition the task owns for the interval and record it in the ledger.
-
-    Done after every successful try, including a rerun that found the unit already done: the
-    ledger then shows, version against version, that the rerun left the partition unchanged.
-    """
-    from twice.backfill import record_partition
-
-    task = pipeline.get_task(task_name)
-    attempt = unit.total_attempts or None
-    diff = record_partition(ledger, task, unit.uow_id or "", attempt, unit.interval)
-    return diff.to_dict()
 
 
 def verdict_for(pipeline: Pipeline, unit: UnitResult) -> tuple[Verdict, str]:

@@ -21,8 +21,15 @@ def main() -> None:
         from twice.retry_fixture import main as lab_main
 
         sys.exit(lab_main())
+    import warnings
+
     from twice.cli.app import cli
 
+    def show(message: Warning | str, category: type[Warning], *_args: object,
+             **_kwargs: object) -> None:
+        print(f"warning: {message}", file=sys.stderr)
+
+    warnings.showwarning = show
     cli()
 
 

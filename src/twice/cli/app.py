@@ -26,6 +26,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "Table of units of work and what the planner would do now.",
     ),
     "explain": ("twice.cli.explain_cmd", "explain", "Full recorded timeline of one unit of work."),
+    "resolve": (
+        "twice.cli.resolve_cmd",
+        "resolve",
+        "Record an operator's resolution of an unknown outcome (asserted, not observed).",
+    ),
     "fingerprint": (
         "twice.cli.fingerprint_cmd",
         "fingerprint",

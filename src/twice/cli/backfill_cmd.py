@@ -65,16 +65,21 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> None:
 @click.option("--dry-run", is_flag=True,
               help="Print the plan (intervals x tasks, what would be skipped and why); change "
               "nothing.")
+@click.option("--repeat", "repeat_text", default=None, metavar="a,b",
+              help="Execute these tasks again although they are not safe_repeat and already "
+              "succeeded (otherwise their units are held, with the reason).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (no progress bar).")
 def backfill(pipeline_file: str, start_text: str, end_text: str, tasks_text: str | None,
              concurrency: int, ledger_url: str | None, force: bool, accept_schema_change: bool,
-             deadline_text: str, dry_run: bool, as_json: bool) -> None:
+             deadline_text: str, dry_run: bool, repeat_text: str | None, as_json: bool) -> None:
     """Backfill PIPELINE_FILE for the intervals in [--start, --end).
 
     Intervals run in order with bounded concurrency. After each one, every partition written
     is fingerprinted in its engine and compared with the ledger's previous version (rows
     before/after, checksum changed or not); the difference is recorded and printed. Dependents
-    of the backfilled tasks are rerun for the same intervals. Units run through the executor:
+    of the backfilled tasks follow for the same intervals: they execute when the output they
+    read changed. A task not asserted safe_repeat that already succeeded is held unless named
+    with --repeat. Units run through the executor:
     a unit another process holds is left to it (exit 1, run again later), and an unknown
     outcome from an earlier run is reconciled by its job id before anything else.
     """
@@ -94,8 +99,13 @@ def backfill(pipeline_file: str, start_text: str, end_text: str, tasks_text: str
         tasks = [t.strip() for t in tasks_text.split(",") if t.strip()]
         if not tasks:  # "--tasks ," must not quietly mean every task
             raise click.BadParameter("no task names given", param_hint="--tasks")
+    repeat = [t.strip() for t in (repeat_text or "").split(",") if t.strip()]
+    if repeat_text is not None and not repeat:
+        raise click.BadParameter("no task names given", param_hint="--repeat")
     try:
         pipeline = load_pipeline(pipeline_file)
+        for name in repeat:
+            pipeline.get_task(name)  # an unknown name is bad input, with a suggestion
         intervals = pipeline.schedule.intervals(start, end)
         if not intervals:
             raise BackfillError(f"[{start_text}, {end_text}) holds no interval")
@@ -112,6 +122,7 @@ def backfill(pipeline_file: str, start_text: str, end_text: str, tasks_text: str
         options: dict[str, Any] = {
             "tasks": tasks, "concurrency": concurrency, "force": force,
             "accept_schema_change": accept_schema_change, "deadline": deadline,
+            "repeat": repeat,
         }
         if as_json:
             result = run_backfill(pipeline, ledger, intervals, **options)

@@ -51,6 +51,7 @@ def explain(uow_id: str, ledger_url: str | None, as_json: bool) -> None:
             "attempt": event.attempt,
             "summary": event.summary,
             "detail": dict(event.detail),
+            "assertedBy": _asserted_by(event),
         }
         for event in events
     ]
@@ -61,7 +62,7 @@ def explain(uow_id: str, ledger_url: str | None, as_json: bool) -> None:
     from rich.console import Console
     from rich.markup import escape
 
-    console = Console(width=160)
+    console = Console(width=240)
     console.print(f"[bold]{unit.uow_id}[/]  {unit.pipeline}.{unit.task}  {unit.interval}")
     console.print(
         f"  input {unit.input_partition or '-'} version {unit.input_version or '-'}, "
@@ -69,6 +70,26 @@ def explain(uow_id: str, ledger_url: str | None, as_json: bool) -> None:
     )
     for row in rows:
         attempt = f" #{row['attempt']}" if row["attempt"] is not None else ""
+        tag = "" if row["assertedBy"] is None else "[magenta]\\[asserted][/] "
         console.print(
-            f"{row['at']}  [cyan]{row['kind']:<17}[/]{attempt:<4} {escape(row['summary'])}"
+            f"{row['at']}  [cyan]{row['kind']:<17}[/]{attempt:<4} {tag}{escape(row['summary'])}"
         )
+    if any(row["assertedBy"] is not None for row in rows):
+        console.print("[asserted]: an operator's resolution (twice resolve), a person's word; "
+                      "neither twice nor a service observed it.", markup=False)
+
+
+def _asserted_by(event: Any) -> str | None:
+    """The operator whose resolution (``twice resolve``) this event records, if any."""
+    from twice.ledger import OPERATOR_SOURCE_PREFIX, resolution_outcome
+
+    detail = event.detail
+    source = detail.get("resolved_by")
+    if event.kind == "observation":
+        source = detail.get("source")
+        if not isinstance(source, str) or resolution_outcome(str(detail.get("state")),
+                                                             source) is None:
+            return None
+    if not isinstance(source, str) or not source.startswith(OPERATOR_SOURCE_PREFIX):
+        return None
+    return source[len(OPERATOR_SOURCE_PREFIX):]

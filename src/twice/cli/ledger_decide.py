@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:
     from twice.evidence import PlanSettings
-    from twice.ledger import Ledger, UnitRecord
+    from twice.ledger import AttemptRecord, Ledger, ResolutionRecord, UnitRecord
 
 SCHEMA = "twice.decide-ledger/v1"
 SettingsFor = Callable[["UnitRecord"], "PlanSettings | None"]
@@ -81,6 +81,7 @@ def unit_rows(
         evidence = gather_evidence(ledger, unit.uow_id, as_of=at, settings=settings)
         result = plan_unit(evidence)
         latest = evidence.latest
+        asserted = _assertion(ledger, unit.uow_id, latest, at)
         observed = evidence.observed_at
         deadline = evidence.deadline
         row: dict[str, Any] = {
@@ -102,6 +103,11 @@ def unit_rows(
             "deadline": iso(deadline),
             "deadlinePassed": deadline is not None and at > deadline,
             "policySource": evidence.settings_source,
+            # "asserted": the latest attempt's outcome is an operator's resolution (twice
+            # resolve), not something twice observed; None otherwise.
+            "basis": None if asserted is None else "asserted",
+            "assertedBy": None if asserted is None else asserted.operator,
+            "assertion": None if asserted is None else asserted.note,
             "note": None,
             "decision": None,
             "reason": "no policy recorded for this unit: pass the pipeline file",
@@ -128,6 +134,20 @@ def unit_rows(
             )
         rows.append(row)
     return at, rows
+
+
+def _assertion(
+    ledger: Ledger, uow_id: str, latest: AttemptRecord | None, at: datetime
+) -> ResolutionRecord | None:
+    """The operator's resolution the latest attempt's outcome comes from, as known at ``at``."""
+    if latest is None or latest.outcome in ("running", "unknown"):
+        return None
+    found = [
+        record for record in ledger.resolutions(uow_id)
+        if record.attempt.number == latest.number and record.resolved_at <= at
+        and record.attempt.outcome == latest.outcome
+    ]
+    return found[-1] if found else None
 
 
 def _report(ledger: Ledger, at: datetime, rows: list[dict[str, Any]]) -> dict[str, Any]:

@@ -63,19 +63,20 @@ def _intervals(pipeline: Pipeline, interval: str | None, start: str | None,
         raise _BadInput(str(exc)) from None
 
 
-def _task_names(pipeline: Pipeline, tasks: str | None) -> list[str] | None:
+def _task_names(pipeline: Pipeline, tasks: str | None, option: str = "--tasks"
+                ) -> list[str] | None:
     from twice.pipeline import PipelineError
 
     if tasks is None:
         return None
     names = [name.strip() for name in tasks.split(",") if name.strip()]
     if not names:
-        raise _BadInput("--tasks: no task names given")
+        raise _BadInput(f"{option}: no task names given")
     for name in names:
         try:
             pipeline.get_task(name)
         except PipelineError as exc:
-            raise _BadInput(f"--tasks: {exc}") from None
+            raise _BadInput(f"{option}: {exc}") from None
     return names
 
 
@@ -96,11 +97,15 @@ def _task_names(pipeline: Pipeline, tasks: str | None) -> list[str] | None:
               help="Override the pipeline's delivery deadline for this run (ISO-8601 instant "
                    "with offset), e.g. a rerun of a past interval with a newly agreed deadline; "
                    "'none' runs without one. The planner still refuses attempts past it.")
+@click.option("--repeat", default=None, metavar="A,B",
+              help="Execute these tasks again even though they are not safe_repeat and already "
+                   "succeeded (otherwise such units are held, with the reason).")
 @click.option("--json", "as_json", is_flag=True, help="JSON output.")
 def run(pipeline_file: str, interval: str | None, start: str | None, end: str | None,
         tasks: str | None, ledger_url: str | None, max_workers: int, seed: int | None,
-        deadline: str | None, as_json: bool) -> None:
+        deadline: str | None, repeat: str | None, as_json: bool) -> None:
     """Run a pipeline for one interval or a range."""
+    from twice.errors import Interrupted
     from twice.executor import Executor
     from twice.ledger import Ledger, LedgerError
     from twice.pipeline import PipelineError
@@ -116,6 +121,7 @@ def run(pipeline_file: str, interval: str | None, start: str | None, end: str | 
     try:
         spans = _intervals(pipeline, interval, start, end)
         names = _task_names(pipeline, tasks)
+        repeated = _task_names(pipeline, repeat, option="--repeat") or []
     except _BadInput as exc:
         _fail(str(exc))
     try:
@@ -125,10 +131,13 @@ def run(pipeline_file: str, interval: str | None, start: str | None, end: str | 
     with ledger:
         executor = Executor(
             pipeline, ledger, max_workers=max_workers,
-            rng=None if seed is None else random.Random(seed),
+            rng=None if seed is None else random.Random(seed), repeat=repeated,
         )
         try:
             result = executor.run(spans, names)
+        except Interrupted as exc:
+            click.echo(f"twice run: interrupted: {exc}", err=True)
+            sys.exit(130)
         except LedgerError as exc:
             click.echo(f"twice run: the ledger failed during the run: {exc}", err=True)
             sys.exit(1)
@@ -160,10 +169,11 @@ def _summary(result: RunResult, label: str) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    console = Console(width=170)
+    console = Console(width=240)
     table = Table(title=f"twice run {result.pipeline}  (ledger {label})")
     for column in ("task", "interval", "outcome", "attempts", "job id", "next", "why"):
-        table.add_column(column, overflow="fold")
+        table.add_column(column, overflow="fold", no_wrap=column == "job id",
+                         ratio=3 if column == "why" else None)
     for unit in result.units:
         style = _STYLE.get(unit.outcome, "white")
         why = unit.reason
@@ -180,7 +190,7 @@ def _summary(result: RunResult, label: str) -> None:
     counts = ", ".join(f"{count} {outcome}" for outcome, count in result.counts().items())
     console.print(
         f"{counts or 'nothing to run'}. attempts: this run (all recorded). Executed and recorded; "
-        "declared acceptance criteria checked; partitions not fingerprinted (`twice backfill` "
-        "and `twice verify` do that). "
+        "before any success: declared acceptance criteria checked, then the destination "
+        "partition fingerprinted and recorded (`twice verify` recomputes them). "
         f"`twice status` or `twice explain UOW_ID` for the evidence."
     )

@@ -70,11 +70,14 @@ def status(ledger_url: str | None, pipeline_file: str | None, as_of: str | None,
 
 def _print(label: str, at: Any, rows: list[dict[str, Any]]) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     from twice.evidence import iso
+    from twice.ledger import OPERATOR_SOURCE_PREFIX
+    from twice.reports import wording
 
-    console = Console(width=170)
+    console = Console(width=240)
     if not rows:
         console.print(f"{label}: no units of work recorded yet")
         return
@@ -83,7 +86,12 @@ def _print(label: str, at: Any, rows: list[dict[str, Any]]) -> None:
         table.add_column(column, overflow="fold")
     for row in rows:
         attempt = "-" if row["attempt"] is None else f"#{row['attempt']} {row['outcome']}"
-        evidence = "-" if row["source"] is None else f"{row['source']} ({row['ageText']})"
+        if row["basis"] == "asserted":
+            attempt += "\n" + escape(wording.asserted_by(row["assertedBy"], row["assertion"]))
+        source = row["source"]
+        if source is not None and source.startswith(OPERATOR_SOURCE_PREFIX):
+            source = wording.asserted_by(source[len(OPERATOR_SOURCE_PREFIX):])
+        evidence = "-" if source is None else f"{escape(source)} ({row['ageText']})"
         decision = row["decision"] or "-"
         if row["note"]:
             decision += f"\n[dim]{row['note']}[/]"
@@ -93,3 +101,6 @@ def _print(label: str, at: Any, rows: list[dict[str, Any]]) -> None:
         )
     console.print(table)
     console.print("Decisions are the planner's over recorded evidence; nothing was executed.")
+    if any(row["basis"] == "asserted" for row in rows):
+        console.print(f"Outcomes {wording.ASSERTED_BY_OPERATOR} were resolved by hand (twice "
+                      "resolve): a person's word, not observed by twice or a service.")

@@ -85,11 +85,14 @@ def _since(text: str | None) -> datetime | None:
               help="Runs of other workers that ended without success after this instant are "
                    "theirs to report, not retried here (default: when this worker starts).")
 @click.option("--seed", default=None, type=int, help="Seed the retry jitter (reproducible).")
+@click.option("--repeat", default=None, metavar="A,B",
+              help="Execute these tasks again although they are not safe_repeat and already "
+                   "succeeded (otherwise such units are held, with the reason).")
 @click.option("--json", "as_json", is_flag=True, help="JSON output.")
 def worker(pipeline_file: str, ledger_url: str | None, interval: str | None, start: str | None,
            end: str | None, tasks: str | None, name: str | None, lease_ttl: float,
            pool_ttl: float, poll: float, once: bool, max_units: int | None, since: str | None,
-           seed: int | None, as_json: bool) -> None:
+           seed: int | None, repeat: str | None, as_json: bool) -> None:
     """Work on a pipeline's units alongside other workers sharing the ledger."""
     from twice.cli.run_cmd import _BadInput, _intervals, _task_names
     from twice.ledger import Ledger, LedgerError
@@ -108,6 +111,7 @@ def worker(pipeline_file: str, ledger_url: str | None, interval: str | None, sta
     try:
         spans = _intervals(pipeline, interval, start, end)
         names = _task_names(pipeline, tasks)
+        repeated = _task_names(pipeline, repeat, option="--repeat") or []
     except _BadInput as exc:
         _fail(str(exc))
     try:
@@ -119,7 +123,7 @@ def worker(pipeline_file: str, ledger_url: str | None, interval: str | None, sta
             runner = Worker(
                 pipeline, ledger, spans, tasks=names, name=name, lease_ttl=lease_ttl,
                 pool_ttl=pool_ttl, poll=poll, once=once, max_units=max_units, since=since_at,
-                rng=None if seed is None else random.Random(seed),
+                rng=None if seed is None else random.Random(seed), repeat=repeated,
             )
         except (ValueError, PipelineError, ScheduleError) as exc:
             _fail(str(exc))
@@ -144,7 +148,7 @@ def _summary(report: WorkerReport, label: str) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    console = Console(width=170)
+    console = Console(width=240)
     table = Table(title=f"twice worker {report.worker}: {report.pipeline}  (ledger {label})")
     for column in ("task", "interval", "settled", "outcome", "attempts", "why"):
         table.add_column(column, overflow="fold")

@@ -2,7 +2,10 @@
 
 ``open_destination("sqlite:///data/out.db?partition_column=day#positions")`` returns an object
 with ``replace_partition`` (replace one interval's slice atomically), ``upsert`` (insert or
-update by a deterministic key), ``read_partition`` and the in-database fingerprint primitives.
+update by a deterministic key), ``append`` (exactly once per unit of work when stamped),
+``read_partition``, ``commit_records`` and the in-database fingerprint primitives. Writes made
+under an attempt's stamp commit a commit record with their rows and are fenced: see
+:mod:`twice.destinations.commits`.
 
 Spec strings, one engine module each (``twice.destinations.<scheme>``):
 
@@ -24,21 +27,33 @@ from __future__ import annotations
 import dataclasses
 import importlib
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
-from twice.destinations.base import Destination, DestinationSpec, WriteResult
-from twice.destinations.columns import ColumnType, SchemaError
 from twice.destinations.errors import DestinationError, DestinationUnavailableError
-from twice.destinations.identifiers import (
-    IdentifierError,
-    validate_identifier,
-    validate_identifiers,
-)
-from twice.destinations.rows import DuplicateKeyError
-from twice.destinations.slices import PartitionError, RowsOutsidePartitionError
+from twice.schemes import ENGINE_MODULES
 
-# scheme -> module name under twice.destinations, where they differ
-_ALIASES = {"postgresql": "postgres", "postgres": "postgres"}
-_ENGINES = ("sqlite", "duckdb", "postgres", "parquet", "spark")
+if TYPE_CHECKING:
+    from twice.destinations.base import Destination, DestinationSpec, WriteResult
+    from twice.destinations.columns import ColumnType, SchemaError
+    from twice.destinations.identifiers import IdentifierError
+    from twice.destinations.rows import DuplicateKeyError
+    from twice.destinations.slices import PartitionError, RowsOutsidePartitionError
+
+# Imported on first use: the engines and PyArrow load only when a destination is really used
+# (``twice.destinations.commits``, which every attempt needs, stays light).
+_LAZY = {
+    "Destination": "base", "DestinationSpec": "base", "WriteResult": "base",
+    "ColumnType": "columns", "SchemaError": "columns", "IdentifierError": "identifiers",
+    "DuplicateKeyError": "rows", "PartitionError": "slices",
+    "RowsOutsidePartitionError": "slices",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'twice.destinations' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"twice.destinations.{module}"), name)
 
 
 def open_destination(
@@ -49,9 +64,12 @@ def open_destination(
 ) -> Destination:
     """Open the destination named by ``spec``; keyword arguments fill in or must agree with
     the ``partition_column`` / ``key_columns`` query options."""
+    from twice.destinations.base import DestinationSpec
+    from twice.destinations.identifiers import validate_identifier, validate_identifiers
+
     parsed = DestinationSpec.parse(spec)
-    module_name = _ALIASES.get(parsed.scheme, parsed.scheme)
-    if module_name not in _ENGINES:
+    module_name = ENGINE_MODULES.get(parsed.scheme)
+    if module_name is None:
         raise DestinationError(
             f"unknown destination scheme {parsed.scheme!r}: use sqlite, duckdb, postgresql, "
             "parquet or spark"

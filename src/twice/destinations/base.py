@@ -1,13 +1,21 @@
 """The destination contract and the machinery every SQL engine shares.
 
 A *destination* is a table (or a Parquet dataset) a task writes to. It offers two idempotent
-writes, both safe to repeat:
+writes, both safe to repeat, and an append that is exactly-once when stamped:
 
 * :meth:`Destination.replace_partition` replaces the slice of one interval (or one explicit
   partition value): delete + insert in ONE transaction, so readers and crashes see the old slice
   or the new one, never both, never neither. Rows outside the slice are refused up front.
 * :meth:`Destination.upsert` inserts or updates by a deterministic key, for tables shared with
   other writers; a rerun updates, never appends, and a batch repeating a key is refused.
+* :meth:`Destination.append` inserts the rows. With a :class:`~twice.destinations.commits.
+  WriteStamp` it happens once per unit of work and generation (a repeat is a no-op); without
+  one it is a plain insert, and a retry appends again.
+
+Every write takes ``stamp=`` (default: the attempt's active stamp, see
+:mod:`twice.destinations.commits`). A stamped write commits a commit record with its rows, in
+the same transaction, after checking the fencing token; :meth:`Destination.commit_records`
+reads them back.
 
 :class:`SqlDestination` owns the SQL text (one place, parameters always bound); an engine module
 supplies a :class:`SqlDialect` (types, quoting, canonical text for fingerprints) and a handful
@@ -18,8 +26,8 @@ from __future__ import annotations
 
 import hashlib
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, runtime_checkable
 from urllib.parse import parse_qsl, unquote
@@ -27,6 +35,18 @@ from urllib.parse import parse_qsl, unquote
 import pyarrow as pa
 
 from twice.destinations.columns import ColumnType, Schema, SchemaError, schema_of
+from twice.destinations.commits import (
+    ACTIVE,
+    COMMIT_COLUMNS,
+    COMMITS_TABLE,
+    NO_FINGERPRINT,
+    CommitRecord,
+    StampArg,
+    WriteStamp,
+    check_fence,
+    resolve_stamp,
+    utc_now_text,
+)
 from twice.destinations.errors import DestinationError
 from twice.destinations.identifiers import (
     quote_identifier,
@@ -48,6 +68,7 @@ class WriteResult:
     rows_deleted: int | None = None
     partitions_written: tuple[str, ...] = ()
     partitions_removed: tuple[str, ...] = ()
+    commit: CommitRecord | None = None  # the commit record of a stamped write (None: unstamped)
 
 
 @runtime_checkable
@@ -59,9 +80,19 @@ class Destination(Protocol):
     partition_column: str | None
     key_columns: tuple[str, ...]
 
+    def __enter__(self) -> Destination: ...
+    def __exit__(self, *exc: object) -> None: ...
     def schema(self) -> Schema | None: ...
-    def replace_partition(self, rows: RowsLike, partition: PartitionSpec) -> WriteResult: ...
-    def upsert(self, rows: RowsLike, *, partition: PartitionSpec = None) -> WriteResult: ...
+    def replace_partition(
+        self, rows: RowsLike, partition: PartitionSpec, *, stamp: StampArg = ACTIVE
+    ) -> WriteResult: ...
+    def upsert(
+        self, rows: RowsLike, *, partition: PartitionSpec = None, stamp: StampArg = ACTIVE
+    ) -> WriteResult: ...
+    def append(
+        self, rows: RowsLike, *, partition: PartitionSpec = None, stamp: StampArg = ACTIVE
+    ) -> WriteResult: ...
+    def commit_records(self, uow_id: str | None = None) -> list[CommitRecord]: ...
     def read_partition(
         self, partition: PartitionSpec = None, columns: Sequence[str] | None = None
     ) -> pa.Table: ...
@@ -161,6 +192,7 @@ class SqlDialect:
     placeholder: ClassVar[str] = "?"
     unit_separator: ClassVar[str] = "chr(31)"
     index_partition_column: ClassVar[bool] = True
+    index_commits: ClassVar[bool] = True
 
     def quote(self, name: str) -> str:
         return quote_identifier(name, self.name)
@@ -236,7 +268,16 @@ class SqlDestination(ABC):
 
     @abstractmethod
     def _query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        """Run a small read query outside any write transaction."""
+        """Run a small read query on the destination's connection.
+
+        Outside a write it reads committed data; inside :meth:`_transaction` it runs in that
+        transaction (every engine uses one connection), so it sees the uncommitted rows: the
+        commit record's fingerprint relies on this.
+        """
+
+    @abstractmethod
+    def _commits_table_exists(self) -> bool:
+        """Whether ``twice_commits`` exists (never creating anything, not even the file)."""
 
     @abstractmethod
     def close(self) -> None: ...
@@ -253,12 +294,38 @@ class SqlDestination(ABC):
         """
         return None
 
+    def _owned_write_lock(self) -> AbstractContextManager[Any]:
+        """Held around a stamped write's transaction (engines whose transactions would not
+        serialise the fencing read on their own)."""
+        return nullcontext()
+
+    def _lock_fence(self, tx: Any, stamp: WriteStamp) -> None:
+        """First statement of a stamped transaction: serialise writers of the same fence key."""
+        return None
+
+    def _clock(self, tx: Any) -> str:
+        """``committed_at``: the destination's clock, ISO-8601 UTC text."""
+        return utc_now_text()
+
     # -- shared implementation --------------------------------------------------------------
 
     @property
     def qualified(self) -> str:
         q = self.dialect.quote
         return f"{q(self.schema_name)}.{q(self.table)}" if self.schema_name else q(self.table)
+
+    @property
+    def table_label(self) -> str:
+        """The table as commit records name it: ``schema.table`` or ``table``, unquoted."""
+        return f"{self.schema_name}.{self.table}" if self.schema_name else self.table
+
+    @property
+    def commits_qualified(self) -> str:
+        """``twice_commits`` in the destination table's schema (see commits.py)."""
+        q = self.dialect.quote
+        return (
+            f"{q(self.schema_name)}.{q(COMMITS_TABLE)}" if self.schema_name else q(COMMITS_TABLE)
+        )
 
     def __enter__(self) -> SqlDestination:
         return self
@@ -269,8 +336,15 @@ class SqlDestination(ABC):
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.spec}>"
 
-    def replace_partition(self, rows: RowsLike, partition: PartitionSpec) -> WriteResult:
-        """Replace exactly the slice ``partition`` with ``rows`` (all inside it), atomically."""
+    def replace_partition(
+        self, rows: RowsLike, partition: PartitionSpec, *, stamp: StampArg = ACTIVE
+    ) -> WriteResult:
+        """Replace exactly the slice ``partition`` with ``rows`` (all inside it), atomically.
+
+        With a stamp (default: the active one) the commit record is committed in the same
+        transaction, after the fencing check (:class:`FencedWriteError`: nothing written).
+        """
+        owner = resolve_stamp(stamp)
         column = self._require_partition_column()
         existing = self.schema()
         table = to_arrow(rows, target=existing)
@@ -280,7 +354,8 @@ class SqlDestination(ABC):
         slc.check_rows(table)
         check_keys(table, self.key_columns)
         where, params = self._where(slc)
-        with self._transaction() as tx:
+        commit = None
+        with self._owned(owner) as tx:
             if existing is None:
                 self._create_table(tx, schema)
             self._lock_for_replace(tx)
@@ -288,24 +363,55 @@ class SqlDestination(ABC):
             self._after_delete()
             if table.num_rows:
                 self._insert_arrow(tx, table)
-        return WriteResult(self.spec, slc.label, "replace", table.num_rows, deleted)
+            if owner is not None:
+                commit = self._commit_record(
+                    tx, owner, "replace", slc.label, partition, table.num_rows,
+                    {"rows_deleted": deleted},
+                )
+        return WriteResult(self.spec, slc.label, "replace", table.num_rows, deleted,
+                           commit=commit)
 
-    def upsert(self, rows: RowsLike, *, partition: PartitionSpec = None) -> WriteResult:
-        """Insert or update by ``key_columns``; with ``partition``, rows must lie inside it."""
+    def append(
+        self, rows: RowsLike, *, partition: PartitionSpec = None, stamp: StampArg = ACTIVE
+    ) -> WriteResult:
+        """Insert ``rows`` (inside ``partition`` when given).
+
+        With a stamp (default: the active one) this is exactly once per unit of work and
+        generation: if this table already has an ``append`` commit record of the stamp's
+        ``uow_id`` and ``generation``, nothing is written and the result carries that record
+        (``rows_written=0``). Without a stamp it is a plain INSERT, NOT exactly-once: a retry
+        after an unknown outcome appends the rows again.
+        """
+        owner = resolve_stamp(stamp)
+        existing, schema, table, label = self._incoming(rows, partition)
+        commit = None
+        with self._owned(owner) as tx:
+            if owner is not None:
+                done = self._appended(owner)
+                if done is not None:
+                    return WriteResult(self.spec, label, "append", 0, None, commit=done)
+            if existing is None:
+                self._create_table(tx, schema)
+            if table.num_rows:
+                self._insert_arrow(tx, table)
+            if owner is not None:
+                commit = self._commit_record(
+                    tx, owner, "append", label, partition, table.num_rows, {}
+                )
+        return WriteResult(self.spec, label, "append", table.num_rows, None, commit=commit)
+
+    def upsert(
+        self, rows: RowsLike, *, partition: PartitionSpec = None, stamp: StampArg = ACTIVE
+    ) -> WriteResult:
+        """Insert or update by ``key_columns``; with ``partition``, rows must lie inside it.
+
+        With a stamp (default: the active one) the commit record (fingerprint of ``partition``,
+        or of all rows) is committed in the same transaction, after the fencing check.
+        """
+        owner = resolve_stamp(stamp)
         if not self.key_columns:
             raise DestinationError(f"{self.spec}: upsert needs key_columns (e.g. source id)")
-        existing = self.schema()
-        table = to_arrow(rows, target=existing)
-        schema = existing or schema_of(table)
-        self._require_columns(schema, self.key_columns)
-        label = "all rows"
-        if partition is not None:
-            column = self._require_partition_column()
-            self._require_columns(schema, [column])
-            slc = Slice.of(column, schema[column], partition)
-            slc.check_rows(table)
-            label = slc.label
-        check_keys(table, self.key_columns)
+        existing, schema, table, label = self._incoming(rows, partition)
         q = self.dialect.quote
         keys = ", ".join(q(k) for k in self.key_columns)
         updates = [c for c in schema if c not in self.key_columns]
@@ -314,12 +420,125 @@ class SqlDestination(ABC):
             conflict = f"ON CONFLICT ({keys}) DO UPDATE SET {sets}"
         else:
             conflict = f"ON CONFLICT ({keys}) DO NOTHING"
-        with self._transaction() as tx:
+        commit = None
+        with self._owned(owner) as tx:
             if existing is None:
                 self._create_table(tx, schema)
             if table.num_rows:
                 self._upsert_arrow(tx, table, conflict)
-        return WriteResult(self.spec, label, "upsert", table.num_rows, None)
+            if owner is not None:
+                commit = self._commit_record(
+                    tx, owner, "upsert", label, partition, table.num_rows, {}
+                )
+        return WriteResult(self.spec, label, "upsert", table.num_rows, None, commit=commit)
+
+    def commit_records(self, uow_id: str | None = None) -> list[CommitRecord]:
+        """This table's commit records (of ``uow_id`` only, if given), by (token, committed_at).
+
+        ``[]`` when there is no ``twice_commits`` table (nothing is created by looking).
+        """
+        if not self._commits_table_exists():
+            return []
+        p = self.dialect.placeholder
+        sql = (
+            f"SELECT {self._commit_names()} FROM {self.commits_qualified} "
+            f"WHERE {self.dialect.quote('table_name')} = {p}"
+        )
+        params: list[Any] = [self.table_label]
+        if uow_id is not None:
+            sql += f" AND {self.dialect.quote('uow_id')} = {p}"
+            params.append(uow_id)
+        sql += f" ORDER BY {self.dialect.quote('token')}, {self.dialect.quote('committed_at')}"
+        return [CommitRecord.from_row(row) for row in self._query(sql, params)]
+
+    # -- commit records (stamped writes) ------------------------------------------------------
+
+    def _owned(self, owner: WriteStamp | None) -> AbstractContextManager[Any]:
+        """The write's transaction; for a stamped write, opened by the fencing steps."""
+        if owner is None:
+            return self._transaction()
+        return self._owned_transaction(owner)
+
+    @contextmanager
+    def _owned_transaction(self, owner: WriteStamp) -> Iterator[Any]:
+        if self.table == COMMITS_TABLE:
+            raise DestinationError(f"{self.spec}: {COMMITS_TABLE} is twice's own table")
+        with self._owned_write_lock(), self._transaction() as tx:
+            self._lock_fence(tx, owner)
+            self._create_commits_table(tx)
+            q, p = self.dialect.quote, self.dialect.placeholder
+            ((newest,),) = self._query(
+                f"SELECT max({q('token')}) FROM {self.commits_qualified} "
+                f"WHERE {q('table_name')} = {p} AND {q('fence_key')} = {p}",
+                [self.table_label, owner.fence_key],
+            )
+            check_fence(owner, None if newest is None else int(newest), self.spec)
+            yield tx
+
+    def _create_commits_table(self, tx: Any) -> None:
+        q = self.dialect.quote
+        columns = ", ".join(
+            f"{q(name)} {self.dialect.ddl_type(ColumnType(kind))}"
+            + (" NOT NULL" if name in ("table_name", "fence_key", "token") else "")
+            for name, kind in COMMIT_COLUMNS
+        )
+        self._execute(tx, f"CREATE TABLE IF NOT EXISTS {self.commits_qualified} ({columns})")
+        if self.dialect.index_commits:
+            self._execute(
+                tx,
+                f"CREATE INDEX IF NOT EXISTS {q('twice_commits_fence_ix')} ON "
+                f"{self.commits_qualified} ({q('table_name')}, {q('fence_key')}, {q('token')})",
+            )
+
+    def _commit_names(self) -> str:
+        return ", ".join(self.dialect.quote(name) for name, _ in COMMIT_COLUMNS)
+
+    def _appended(self, owner: WriteStamp) -> CommitRecord | None:
+        """The existing ``append`` record of this unit and generation in this table, if any."""
+        q, p = self.dialect.quote, self.dialect.placeholder
+        rows = self._query(
+            f"SELECT {self._commit_names()} FROM {self.commits_qualified} "
+            f"WHERE {q('table_name')} = {p} AND {q('uow_id')} = {p} AND {q('generation')} = {p} "
+            f"AND {q('mode')} = {p} ORDER BY {q('token')}, {q('committed_at')}",
+            [self.table_label, owner.uow_id, owner.generation, "append"],
+        )
+        return CommitRecord.from_row(rows[0]) if rows else None
+
+    def _commit_record(
+        self, tx: Any, owner: WriteStamp, mode: str, label: str, partition: PartitionSpec,
+        rows_written: int, extra: dict[str, Any],
+    ) -> CommitRecord:
+        """Fingerprint the slice as it is inside ``tx`` and insert the commit record."""
+        count, checksum, algorithm, columns = self._slice_fingerprint(partition)
+        record = CommitRecord.create(
+            owner, table=self.table_label, slice=label, mode=mode, rows_written=rows_written,
+            row_count=count, checksum=checksum, algorithm=algorithm, columns=columns,
+            committed_at=self._clock(tx), extra=extra,
+        )
+        marks = ", ".join(self.dialect.placeholder for _ in COMMIT_COLUMNS)
+        self._execute(
+            tx,
+            f"INSERT INTO {self.commits_qualified} ({self._commit_names()}) VALUES ({marks})",
+            record.to_row(),
+        )
+        return record
+
+    def _slice_fingerprint(
+        self, partition: PartitionSpec
+    ) -> tuple[int, str, str, tuple[str, ...]]:
+        """(row count, checksum, algorithm, columns) of the slice, as ``fingerprint()`` would
+        compute it by default; ``algorithm "none"`` (row count only, empty checksum) when the
+        slice cannot be fingerprinted (no fingerprintable column, or a PostgreSQL database
+        that is not UTF8): the write still commits."""
+        from twice.fingerprint import ALGORITHM, checksum_from_sums, resolve_columns
+
+        schema = self._existing_schema()
+        try:
+            columns = resolve_columns(schema, self.key_columns or None)
+            count, high, low = self.fingerprint_sums(partition, columns)
+        except DestinationError:
+            return self.row_count(partition), "", NO_FINGERPRINT, ()
+        return count, checksum_from_sums(high, low), ALGORITHM, columns
 
     def read_partition(
         self, partition: PartitionSpec = None, columns: Sequence[str] | None = None
@@ -372,6 +591,29 @@ class SqlDestination(ABC):
         return int(count), int(high or 0), int(low or 0)
 
     # -- helpers ----------------------------------------------------------------------------
+
+    def _incoming(
+        self, rows: RowsLike, partition: PartitionSpec
+    ) -> tuple[Schema | None, Schema, pa.Table, str]:
+        """Rows conformed to the table (existing schema, schema, rows, slice label), checked
+        before any write starts: key columns present and unique, rows inside ``partition``."""
+        existing = self.schema()
+        table = to_arrow(rows, target=existing)
+        schema = existing or schema_of(table)
+        self._require_columns(schema, self.key_columns)
+        label = self._check_slice(schema, table, partition)
+        check_keys(table, self.key_columns)
+        return existing, schema, table, label
+
+    def _check_slice(self, schema: Schema, table: pa.Table, partition: PartitionSpec) -> str:
+        """The slice label of ``partition`` ("all rows" if None), refusing rows outside it."""
+        if partition is None:
+            return "all rows"
+        column = self._require_partition_column()
+        self._require_columns(schema, [column])
+        slc = Slice.of(column, schema[column], partition)
+        slc.check_rows(table)
+        return slc.label
 
     def _require_partition_column(self) -> str:
         if self.partition_column is None:

@@ -3,11 +3,19 @@
 Rows are inserted by registering the Arrow table and running ``INSERT ... SELECT`` over it, a
 columnar scan with no per-row Python. DuckDB writes its WAL only at commit, so a process killed
 between the delete and the insert leaves nothing of the transaction behind.
+
+Commit records of stamped writes (see :mod:`twice.destinations.commits`) go to
+``twice_commits`` in the destination table's schema (``main``, or ``s`` for ``#s.t``), in the
+write's transaction. DuckDB lets one process open a file for writing; inside that process,
+stamped writes to one file are serialised by a per-file lock, because DuckDB's optimistic
+concurrency control would not stop two transactions that both read "no newer token" and then
+only insert.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -19,8 +27,18 @@ import pyarrow as pa
 
 from twice.destinations.base import DestinationSpec, SqlDestination, SqlDialect, split_table_name
 from twice.destinations.columns import ColumnType, Schema, SchemaError
+from twice.destinations.commits import COMMITS_TABLE
 from twice.destinations.errors import DestinationError, DestinationUnavailableError
 from twice.destinations.rows import to_arrow
+
+_FILE_LOCKS: dict[str, threading.Lock] = {}
+_FILE_LOCKS_GUARD = threading.Lock()
+
+
+def _file_lock(path: str) -> threading.Lock:
+    """One lock per database file in this process (stamped writes; see the module doc)."""
+    with _FILE_LOCKS_GUARD:
+        return _FILE_LOCKS.setdefault(os.path.realpath(path), threading.Lock())
 
 
 class DuckDBDialect(SqlDialect):
@@ -29,6 +47,7 @@ class DuckDBDialect(SqlDialect):
     unit_separator = "chr(31)"
     # DuckDB prunes by zone maps; an ART index would only slow bulk inserts down.
     index_partition_column = False
+    index_commits = False
 
     _DDL: ClassVar[dict[str, str]] = {
         "integer": "BIGINT", "float": "DOUBLE", "boolean": "BOOLEAN", "string": "VARCHAR",
@@ -99,6 +118,19 @@ class DuckDBDestination(SqlDestination):
             except SchemaError:
                 schema[column.name] = ColumnType("unsupported", engine_type=str(column.type))
         return schema
+
+    def _commits_table_exists(self) -> bool:
+        if self._conn is None and not os.path.exists(self.path):
+            return False  # do not create an empty database file just by looking
+        found = self.connection.execute(
+            "SELECT count(*) FROM information_schema.tables "
+            "WHERE table_schema = ? AND table_name = ?",
+            [self.schema_name or "main", COMMITS_TABLE],
+        ).fetchall()
+        return bool(found[0][0])
+
+    def _owned_write_lock(self) -> threading.Lock:
+        return _file_lock(self.path)
 
     @contextmanager
     def _transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:

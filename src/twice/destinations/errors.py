@@ -6,8 +6,10 @@ Every subclass is also a ``ValueError``; every message names the field or column
 
 from __future__ import annotations
 
+from twice.errors import TwiceError
 
-class DestinationError(ValueError):
+
+class DestinationError(TwiceError, ValueError):
     """A destination cannot be opened, read or written as asked; nothing was changed."""
 
 

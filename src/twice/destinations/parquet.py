@@ -36,12 +36,27 @@ next run. Each partition commits atomically; a write touching several partitions
 across them (a crash may leave some replaced and some not; rerunning the interval converges).
 A reader that listed files just before a swap may find them gone and must retry; it never mixes
 old and new files of one partition. Single machine, POSIX file systems only (``flock``).
+
+Commit records (stamped writes, see :mod:`twice.destinations.commits`): the record is written as
+``_twice_commit.json`` into the staging directory of every partition the write swaps in, so it
+lands atomically with that partition's files. Every swap carries the partition's earlier records
+into ``_twice_commits.jsonl`` beside it (also on unstamped writes), so records are never lost
+(they grow by one short line per write of the partition). A static overwrite that empties a
+partition holding records (or with a stamp) leaves the directory with its records and no data
+files instead of deleting it: readers see no rows there. A write that changes no partition (zero
+rows, nothing to empty) keeps its record in ``<dataset>/_twice_commits.jsonl``. Fencing reads the
+records of the slice's partitions under the lock, before anything is staged. ``append`` stages
+the partition's existing files (hard links) plus one new ``part-<token>.parquet``; stamped, it is
+exactly once per unit and generation *per partition* (a retry after a crash in the middle of a
+multi-partition append completes the partitions that lack the record). Readers list
+``*.parquet`` only, and Hive readers skip ``_`` names, so the JSON files are invisible to data.
 """
 
 from __future__ import annotations
 
 import ctypes
 import errno
+import json
 import os
 import shutil
 import uuid
@@ -57,6 +72,18 @@ import pyarrow.parquet as pq
 
 from twice.destinations.base import DestinationSpec, WriteResult
 from twice.destinations.columns import ColumnType, Schema, SchemaError, schema_of
+from twice.destinations.commits import (
+    ACTIVE,
+    NO_FINGERPRINT,
+    PARQUET_COMMIT_FILE,
+    PARQUET_HISTORY_FILE,
+    CommitRecord,
+    StampArg,
+    WriteStamp,
+    check_fence,
+    newest_token,
+    resolve_stamp,
+)
 from twice.destinations.errors import DestinationError
 from twice.destinations.identifiers import (
     validate_identifier,
@@ -147,9 +174,15 @@ class ParquetDestination:
     # -- writes -----------------------------------------------------------------------------
 
     def replace_partition(
-        self, rows: RowsLike, partition: PartitionSpec, *, overwrite: str | None = None
+        self, rows: RowsLike, partition: PartitionSpec, *, overwrite: str | None = None,
+        stamp: StampArg = ACTIVE,
     ) -> WriteResult:
-        """Replace the partitions of ``partition`` (static) or those receiving rows (dynamic)."""
+        """Replace the partitions of ``partition`` (static) or those receiving rows (dynamic).
+
+        With a stamp (default: the active one) every partition swapped in carries the commit
+        record; an older fencing token than the slice's newest is refused before staging.
+        """
+        owner = resolve_stamp(stamp)
         mode = _check_mode(overwrite or self.overwrite)
         self.root.mkdir(parents=True, exist_ok=True)
         with self._locked():
@@ -161,42 +194,139 @@ class ParquetDestination:
             slc = Slice.of(column, schema[column], partition)
             slc.check_rows(table)
             check_keys(table, self.key_columns)
+            current = self._partitions(slc, schema[column])
+            if owner is not None:
+                self._check_fence(owner, current)
+            receiving = self._split(table, column, schema[column])
+            emptied = sorted(
+                n for n in current if n not in receiving and _data_files(self.root / n)
+            ) if mode == "static" else []
             if existing is None:
                 self._write_schema(table, column)
-            receiving = self._split(table, column, schema[column])
-            current = self._partitions(slc, schema[column]) if mode == "static" else {}
+            record = None
+            if owner is not None:
+                deleting = sum(_count_rows(self.root / n) for n in [*receiving, *emptied]
+                               if (self.root / n).is_dir())
+                kept = {n: v for n, v in current.items() if n not in receiving and n not in emptied}
+                record = self._new_record(
+                    owner, "replace", slc.label, table, kept, sorted([*receiving, *emptied]),
+                    {"rows_deleted": deleting},
+                )
             deleted = 0
             for name, part in receiving.items():
-                deleted += self._commit(name, part.drop_columns([column]))
-            removed = sorted(set(current) - set(receiving))
-            for name in removed:
+                deleted += self._commit(name, part.drop_columns([column]), record=record)
+            for name in emptied:
                 deleted += _count_rows(self.root / name)
-                self._remove(name)
+                if record is not None or _record_files(self.root / name):
+                    self._commit(name, None, record=record)  # keep the records, drop the rows
+                else:
+                    self._remove(name)
+            if record is not None and not receiving and not emptied:
+                self._add_dataset_record(record)
             _fsync_dir(self.root)
         return WriteResult(
             self.spec, slc.label, mode, table.num_rows, deleted,
-            partitions_written=tuple(sorted(receiving)), partitions_removed=tuple(removed),
+            partitions_written=tuple(sorted(receiving)), partitions_removed=tuple(emptied),
+            commit=record,
         )
 
-    def upsert(self, rows: RowsLike, *, partition: PartitionSpec = None) -> WriteResult:
+    def append(
+        self, rows: RowsLike, *, partition: PartitionSpec = None, stamp: StampArg = ACTIVE
+    ) -> WriteResult:
+        """Add ``rows`` (inside ``partition`` when given) as a new file in each partition.
+
+        With a stamp (default: the active one): exactly once per unit of work and generation.
+        A partition already holding an ``append`` record of the stamp's unit and generation is
+        skipped; when that earlier append is complete, nothing is written and the result
+        carries its record (``rows_written=0``). Without a stamp a retry appends again.
+        """
+        owner = resolve_stamp(stamp)
+        self.root.mkdir(parents=True, exist_ok=True)
+        with self._locked():
+            self._recover()
+            existing = self.schema()
+            table = to_arrow(rows, target=existing)
+            schema = existing or schema_of(table)
+            column = self._require_partition_column(schema)
+            slc = None if partition is None else Slice.of(column, schema[column], partition)
+            if slc is not None:
+                slc.check_rows(table)
+            elif table.column(column).null_count:
+                raise PartitionError(
+                    f"{self.spec}: {table.column(column).null_count} row(s) have a null "
+                    f"partition column {column!r}; nothing was written"
+                )
+            label = "all rows" if slc is None else slc.label
+            check_keys(table, self.key_columns)
+            current = self._partitions(slc, schema[column])
+            receiving = self._split(table, column, schema[column])
+            if owner is not None:
+                self._check_fence(owner, current)
+                done, skip = self._appended(owner, current)
+                if done is not None:
+                    return WriteResult(self.spec, label, "append", 0, None, commit=done)
+                receiving = {n: t for n, t in receiving.items() if n not in skip}
+            if existing is None:
+                self._write_schema(table, column)
+            written = sum(t.num_rows for t in receiving.values())
+            record = None
+            if owner is not None:
+                new = (pa.concat_tables(list(receiving.values())) if receiving
+                       else table.slice(0, 0))
+                record = self._new_record(
+                    owner, "append", label, new, current, sorted(receiving), {}
+                )
+            for name, part in receiving.items():
+                self._commit(name, part.drop_columns([column]), keep=True, record=record)
+            if record is not None and not receiving:
+                self._add_dataset_record(record)
+            _fsync_dir(self.root)
+        return WriteResult(
+            self.spec, label, "append", written, None,
+            partitions_written=tuple(sorted(receiving)), commit=record,
+        )
+
+    def upsert(
+        self, rows: RowsLike, *, partition: PartitionSpec = None, stamp: StampArg = ACTIVE
+    ) -> WriteResult:
         raise DestinationError(
-            f"{self.spec}: Parquet datasets support replace_partition only; an upsert needs a "
-            "table format with row-level updates (Delta, Iceberg) or a SQL destination"
+            f"{self.spec}: Parquet datasets support replace_partition only (and append); an "
+            "upsert needs a table format with row-level updates (Delta, Iceberg) or a SQL "
+            "destination"
         )
 
-    def _commit(self, name: str, table: pa.Table) -> int:
-        """Stage ``table`` and swap it in as partition directory ``name``; return old rows."""
+    def _commit(
+        self, name: str, table: pa.Table | None, *, keep: bool = False,
+        record: CommitRecord | None = None,
+    ) -> int:
+        """Stage and swap in partition directory ``name``; return the old directory's rows.
+
+        The staging directory gets: the current files when ``keep`` (append: hard links),
+        ``table`` as a new file (none: a directory of records only), the current directory's
+        records as history, and ``record`` as ``_twice_commit.json``.
+        """
         token = uuid.uuid4().hex[:12]
         staging = self.root / f"{_NEW}{name}-{token}"
         staging.mkdir()
-        with open(staging / "part-00000.parquet", "wb") as handle:
-            pq.write_table(table, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
+        target = self.root / name
+        exists = target.is_dir()
+        if keep and exists:
+            for path in _data_files(target):
+                _link_or_copy(path, staging / path.name)
+        if table is not None:
+            file_name = f"part-{token}.parquet" if keep else "part-00000.parquet"
+            with open(staging / file_name, "wb") as handle:
+                pq.write_table(table, handle)
+                handle.flush()
+                os.fsync(handle.fileno())
+        history = _history_text(target) if exists else ""
+        if history:
+            _write_durable(staging / PARQUET_HISTORY_FILE, history)
+        if record is not None:
+            _write_durable(staging / PARQUET_COMMIT_FILE, record.to_json() + "\n")
         _fsync_dir(staging)
         self._before_swap(name)
-        target = self.root / name
-        if not target.exists():
+        if not exists:
             os.rename(staging, target)
             return 0
         old_rows = _count_rows(target)
@@ -211,6 +341,125 @@ class ParquetDestination:
             _fsync_dir(self.root)
             shutil.rmtree(aside)
         return old_rows
+
+    # -- commit records -----------------------------------------------------------------------
+
+    def commit_records(self, uow_id: str | None = None) -> list[CommitRecord]:
+        """This dataset's commit records (of ``uow_id`` only, if given), by (token,
+        committed_at). A record of a multi-partition write counts once, and only when every
+        partition it wrote carries it. ``[]`` when there is no dataset (nothing is created)."""
+        if not self.root.is_dir():
+            return []
+        self._recover_before_read()
+        with self._shared_lock():
+            found = [(where, record) for where in self._record_dirs()
+                     for record in _read_records(self.root / where)]
+            found += [("", record) for record in _read_records(self.root)]
+        groups: dict[str, tuple[CommitRecord, set[str]]] = {}
+        records = []
+        for where, record in found:
+            write_id = str(record.extra.get("write_id") or "")
+            if not write_id:
+                records.append(record)
+                continue
+            groups.setdefault(write_id, (record, set()))[1].add(where)
+        for record, places in groups.values():
+            if set(record.extra.get("partitions") or ()) <= places:
+                records.append(record)
+        if uow_id is not None:
+            records = [r for r in records if r.uow_id == uow_id]
+        return sorted(records, key=lambda r: r.sort_key)
+
+    def _record_dirs(self) -> list[str]:
+        column = self.partition_column
+        if column is None:
+            return []
+        return sorted(e.name for e in self.root.iterdir()
+                      if e.is_dir() and e.name.startswith(f"{column}="))
+
+    def _slice_records(self, names: Sequence[str]) -> list[tuple[str, CommitRecord]]:
+        """Records of the partitions ``names`` and of the dataset itself (where, record)."""
+        found = [(n, r) for n in names for r in _read_records(self.root / n)]
+        return found + [("", r) for r in _read_records(self.root)]
+
+    def _check_fence(self, owner: WriteStamp, names: Sequence[str]) -> None:
+        records = [r for _, r in self._slice_records(names)]
+        check_fence(owner, newest_token(records, owner.fence_key), self.spec)
+
+    def _appended(
+        self, owner: WriteStamp, names: Sequence[str]
+    ) -> tuple[CommitRecord | None, set[str]]:
+        """(a complete earlier append of this unit and generation, or None; the partitions
+        already holding such a record)."""
+        matches = [
+            (where, r) for where, r in self._slice_records(names)
+            if (r.uow_id, r.generation, r.mode) == (owner.uow_id, owner.generation, "append")
+        ]
+        for _, record in sorted(matches, key=lambda m: m[1].sort_key):
+            write_id = record.extra.get("write_id")
+            partitions = record.extra.get("partitions") or ()
+            if all(any(r.extra.get("write_id") == write_id for r in _read_records(self.root / p))
+                   for p in partitions):
+                return record, set()
+        return None, {where for where, _ in matches if where}
+
+    def _new_record(
+        self, owner: WriteStamp, mode: str, label: str, new_rows: pa.Table,
+        kept: dict[str, Any], partitions: list[str], extra: dict[str, Any],
+    ) -> CommitRecord:
+        """The record of a write whose slice will hold ``new_rows`` plus the current rows of
+        the partitions ``kept``; its fingerprint is the one ``fingerprint()`` will compute
+        after the write (the checksum is a sum over rows, so the parts add up)."""
+        from twice.fingerprint import ALGORITHM, arrow_sums, checksum_from_sums, resolve_columns
+
+        arrow_schema = self._arrow_schema()
+        assert arrow_schema is not None  # written before any record is made
+        schema = schema_of(arrow_schema.empty_table())
+        column = self._require_partition_column(schema)
+        try:
+            columns: tuple[str, ...] | None = resolve_columns(schema, self.key_columns or None)
+        except DestinationError:
+            columns = None
+        read = list(columns or (column,))
+        parts = [new_rows.select(read), self._read_dirs(kept, read, arrow_schema, column)]
+        count = high = low = 0
+        for part in parts:
+            if columns is None:
+                count += part.num_rows
+                continue
+            n, h, lo = arrow_sums(part, [(c, schema[c]) for c in columns])
+            count, high, low = count + n, high + h, low + lo
+        return CommitRecord.create(
+            owner, table=str(self.root), slice=label, mode=mode,
+            rows_written=new_rows.num_rows, row_count=count,
+            checksum="" if columns is None else checksum_from_sums(high, low),
+            algorithm=NO_FINGERPRINT if columns is None else ALGORITHM, columns=columns or (),
+            extra={"write_id": uuid.uuid4().hex, "partitions": partitions, **extra},
+        )
+
+    def _add_dataset_record(self, record: CommitRecord) -> None:
+        """Record a write that changed no partition (atomic replace of the dataset's file)."""
+        text = _history_text(self.root) + record.to_json() + "\n"
+        temp = self.root / f"{_NEW}commits-{uuid.uuid4().hex}"
+        _write_durable(temp, text)
+        os.replace(temp, self.root / PARQUET_HISTORY_FILE)
+        _fsync_dir(self.root)
+
+    @contextmanager
+    def _shared_lock(self) -> Iterator[None]:
+        """A shared ``flock`` for readers of the records (none if no writer ever ran)."""
+        import fcntl
+
+        path = self.root / LOCK_FILE
+        if not path.exists():
+            yield
+            return
+        with open(path, "rb") as handle:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_SH)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
     def _remove(self, name: str) -> None:
         doomed = self.root / f"{_DEL}{name}-{uuid.uuid4().hex[:12]}"
@@ -294,16 +543,23 @@ class ParquetDestination:
         if missing:
             raise SchemaError(f"columns {missing} are not in the dataset (has {list(schema)})")
         slc = None if partition is None else Slice.of(column, schema[column], partition)
+        return self._read_dirs(self._partitions(slc, schema[column]), names, arrow_schema, column)
+
+    def _read_dirs(
+        self, parts: dict[str, Any], names: Sequence[str], arrow_schema: pa.Schema, column: str
+    ) -> pa.Table:
+        """Columns ``names`` of the partition directories ``parts`` (name -> value)."""
         file_columns = [n for n in names if n != column]
         file_schema = pa.schema([arrow_schema.field(n) for n in file_columns])
+        ctype = ColumnType.from_arrow(arrow_schema.field(column).type, column)
         pieces = []
-        for name, value in sorted(self._partitions(slc, schema[column]).items()):
-            for path in sorted((self.root / name).glob("*.parquet")):
+        for name, value in sorted(parts.items()):
+            for path in _data_files(self.root / name):
                 piece = pq.read_table(path, columns=file_columns, schema=file_schema)
                 if column in names:
-                    constant = pa.array([value] * piece.num_rows, schema[column].arrow())
+                    constant = pa.array([value] * piece.num_rows, ctype.arrow())
                     piece = piece.append_column(column, constant)
-                pieces.append(piece.select(names))
+                pieces.append(piece.select(list(names)))
         out_schema = pa.schema([arrow_schema.field(n) for n in names])
         if not pieces:
             return out_schema.empty_table()
@@ -396,8 +652,50 @@ def _check_mode(mode: str) -> str:
     return mode
 
 
+def _data_files(directory: Path) -> list[Path]:
+    """The data files of a partition directory (sorted; twice's JSON files are not data)."""
+    return sorted(directory.glob("*.parquet"))
+
+
 def _count_rows(directory: Path) -> int:
-    return sum(pq.ParquetFile(p).metadata.num_rows for p in directory.glob("*.parquet"))
+    return sum(pq.ParquetFile(p).metadata.num_rows for p in _data_files(directory))
+
+
+def _record_files(directory: Path) -> bool:
+    return (directory / PARQUET_COMMIT_FILE).exists() or (
+        directory / PARQUET_HISTORY_FILE).exists()
+
+
+def _history_text(directory: Path) -> str:
+    """The records of ``directory`` as JSON lines, oldest first (carried into the next swap)."""
+    lines = []
+    for name in (PARQUET_HISTORY_FILE, PARQUET_COMMIT_FILE):
+        path = directory / name
+        if path.exists():
+            lines += [line for line in path.read_text().splitlines() if line.strip()]
+    return "".join(line + "\n" for line in lines)
+
+
+def _read_records(directory: Path) -> list[CommitRecord]:
+    return [CommitRecord.from_dict(json.loads(line))
+            for line in _history_text(directory).splitlines()]
+
+
+def _write_durable(path: Path, text: str) -> None:
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def _link_or_copy(source: Path, target: Path) -> None:
+    """Hard-link an immutable data file into a staging directory (copy where links fail)."""
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copyfile(source, target)
+        with open(target, "rb") as handle:
+            os.fsync(handle.fileno())
 
 
 def _remove_path(path: Path) -> None:

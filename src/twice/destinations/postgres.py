@@ -7,6 +7,10 @@ queue instead of interleaving (under READ COMMITTED two delete+insert transactio
 slice could otherwise both insert), while readers (ACCESS SHARE) are never blocked and keep
 seeing the old slice until commit. ``upsert`` copies into a temporary table and merges with
 ``INSERT ... SELECT ... ON CONFLICT``.
+
+Commit records of stamped writes (see :mod:`twice.destinations.commits`) go to
+``<schema>.twice_commits``, in the destination table's own schema (the writer can create
+tables there, and the records live and die with the data), in the write's transaction.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import pyarrow.csv as pacsv
 
 from twice.destinations.base import DestinationSpec, SqlDestination, SqlDialect, split_table_name
 from twice.destinations.columns import ColumnType, Schema, schema_of
+from twice.destinations.commits import COMMITS_TABLE, WriteStamp
 from twice.destinations.errors import DestinationError, DestinationUnavailableError
 
 _COPY_BATCH_ROWS = 65_536
@@ -126,6 +131,51 @@ class PostgresDestination(SqlDestination):
 
     def _lock_for_replace(self, tx: psycopg.Cursor[Any]) -> None:
         tx.execute(f"LOCK TABLE {self.qualified} IN SHARE ROW EXCLUSIVE MODE")
+
+    def _lock_fence(self, tx: psycopg.Cursor[Any], stamp: WriteStamp) -> None:
+        """Serialise stamped writers of one (table, fence key), race-free.
+
+        Under READ COMMITTED the fencing ``SELECT max(token)`` alone could run in two writers at
+        once, both see no newer token, and both commit. A transaction-scoped advisory lock on
+        (table, fence key) makes the second writer wait until the first commits; its SELECT,
+        a later statement, then takes a snapshot that includes the first writer's record.
+        Advisory rather than ``LOCK TABLE twice_commits``: it serialises only writers of the
+        same slot in the same table (the only ones whose fencing decisions interact), not every
+        stamped write in the schema, and it never blocks readers. ``SET TRANSACTION`` first
+        (it must be the transaction's first statement): under REPEATABLE READ the snapshot
+        would be taken before the wait, and the SELECT would miss the record.
+        A hash collision only serialises two unrelated writers.
+        """
+        tx.execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
+        tx.execute(
+            "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
+            [f"{COMMITS_TABLE}|{self.table_label}|{stamp.fence_key}"],
+        )
+
+    def _create_commits_table(self, tx: psycopg.Cursor[Any]) -> None:
+        """Create ``twice_commits`` once: concurrent ``CREATE TABLE IF NOT EXISTS`` can fail
+        on the catalog's unique index, so first writers take an advisory lock per schema."""
+        if self._commits_table_exists():
+            return
+        tx.execute(
+            "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
+            [f"{COMMITS_TABLE}|create|{self.schema_name}"],
+        )
+        super()._create_commits_table(tx)
+
+    def _commits_table_exists(self) -> bool:
+        ((found,),) = self._query("SELECT to_regclass(%s) IS NOT NULL", [self.commits_qualified])
+        return bool(found)
+
+    def _clock(self, tx: psycopg.Cursor[Any]) -> str:
+        """The server's clock (``clock_timestamp()``: now, not the transaction's start)."""
+        tx.execute(
+            "SELECT to_char(clock_timestamp() AT TIME ZONE 'UTC', "
+            "'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"
+        )
+        row = tx.fetchone()
+        assert row is not None
+        return str(row[0])
 
     def _copy(self, tx: psycopg.Cursor[Any], target_sql: str, table: pa.Table) -> None:
         q = self.dialect.quote

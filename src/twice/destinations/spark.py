@@ -31,6 +31,16 @@ Fingerprints run in Spark as one DataFrame aggregation (md5 of the canonical row
 the high and low 30 bits of its first 60 bits), equal to :mod:`twice.fingerprint`'s
 ``twice-fp-v1`` on every other engine. Operations pin ``spark.sql.session.timeZone=UTC`` (for
 ``timestamptz`` text and Arrow conversion) and restore the session's settings afterwards.
+
+Commit records (stamped writes, see :mod:`twice.destinations.commits`) are **not atomic with the
+data** here: Spark cannot commit a file of ours in its job commit. A stamped
+``replace_partition`` commits the data first, then fingerprints the slice (one more Spark job)
+and writes the record as ``<warehouse>/_twice_commits/<table>/<token>-<id>.json`` (temp file +
+rename). A crash between the two leaves the data without its record: reconcile then reads
+"absent" and the retry rewrites the slice, which replace makes harmless. Fencing is best-effort:
+the records are checked before the job, not under a lock (one writer per table, as above). A
+stamped ``append`` is refused, since a crash between data and record would make its retry append
+twice; unstamped, ``append`` is a plain ``INSERT INTO`` (not exactly-once).
 """
 
 from __future__ import annotations
@@ -52,6 +62,17 @@ import pyarrow as pa
 
 from twice.destinations.base import DestinationSpec, WriteResult
 from twice.destinations.columns import ColumnType, Schema, SchemaError, schema_of
+from twice.destinations.commits import (
+    ACTIVE,
+    NO_FINGERPRINT,
+    SPARK_COMMITS_DIR,
+    CommitRecord,
+    StampArg,
+    WriteStamp,
+    check_fence,
+    newest_token,
+    resolve_stamp,
+)
 from twice.destinations.errors import DestinationError, DestinationUnavailableError
 from twice.destinations.identifiers import (
     validate_identifier,
@@ -297,9 +318,17 @@ class SparkDestination:
     # -- writes -----------------------------------------------------------------------------
 
     def replace_partition(
-        self, rows: RowsLike, partition: PartitionSpec, *, overwrite: str | None = None
+        self, rows: RowsLike, partition: PartitionSpec, *, overwrite: str | None = None,
+        stamp: StampArg = ACTIVE,
     ) -> WriteResult:
-        """Replace the slice (static) or the partitions receiving rows (dynamic)."""
+        """Replace the slice (static) or the partitions receiving rows (dynamic).
+
+        With a stamp (default: the active one) the commit record is written AFTER the data
+        commits (not atomically: see the module docstring); fencing is best-effort.
+        """
+        owner = resolve_stamp(stamp)
+        if owner is not None:
+            self._check_fence(owner)
         mode = _check_mode(overwrite or self.overwrite)
         existing = self.schema()
         table = to_arrow(rows, target=existing)
@@ -347,11 +376,120 @@ class SparkDestination:
                 raise
             finally:
                 self.spark.catalog.dropTempView(view)
+        commit = None
+        if owner is not None:
+            commit = self._write_record(
+                owner, "replace", slc.label, partition, table.num_rows, {"rows_deleted": deleted}
+            )
         return WriteResult(
             self.spec, slc.label, mode, table.num_rows, deleted,
             partitions_written=tuple(self._dir_name(column, v) for v in sorted(receiving)),
             partitions_removed=tuple(self._dir_name(column, v) for v in cleared),
+            commit=commit,
         )
+
+    def append(
+        self, rows: RowsLike, *, partition: PartitionSpec = None, stamp: StampArg = ACTIVE
+    ) -> WriteResult:
+        """Plain ``INSERT INTO`` (not exactly-once); a stamped append is refused here."""
+        if resolve_stamp(stamp) is not None:
+            raise DestinationError(
+                f"{self.spec}: a stamped (exactly-once) append needs a commit record atomic "
+                "with the rows, which Spark Parquet tables cannot give; use replace_partition, "
+                "or a SQL or Parquet destination"
+            )
+        existing = self.schema()
+        table = to_arrow(rows, target=existing)
+        schema = existing or schema_of(table)
+        column = self._require_partition_column(schema)
+        label = "all rows"
+        if partition is not None:
+            slc = Slice.of(column, schema[column], partition)
+            slc.check_rows(table)
+            label = slc.label
+        elif table.column(column).null_count:
+            raise PartitionError(f"{self.spec}: rows with a null partition column {column!r}")
+        check_keys(table, self.key_columns)
+        for ctype in schema.values():
+            ddl_type(ctype)
+        receiving = _distinct(table, column)
+        for value in receiving:
+            self._dir_name(column, value)
+        if existing is None:
+            self._create_table(schema, column)
+            schema = self.schema() or schema
+        if table.num_rows:
+            view = f"twice_incoming_{uuid.uuid4().hex[:12]}"
+            with self._utc():
+                spark_schema = self.spark.table(self.table).schema
+                frame = self.spark.createDataFrame(table.select(list(schema)),
+                                                   schema=spark_schema)
+                frame.createOrReplaceTempView(view)
+                try:
+                    names = ", ".join(_q(n) for n in schema)
+                    self.spark.sql(f"INSERT INTO {_q(self.table)} SELECT {names} FROM {view}")
+                finally:
+                    self.spark.catalog.dropTempView(view)
+        return WriteResult(
+            self.spec, label, "append", table.num_rows, None,
+            partitions_written=tuple(self._dir_name(column, v) for v in sorted(receiving)),
+        )
+
+    # -- commit records (not atomic with the data: see the module docstring) -----------------
+
+    @property
+    def _records_dir(self) -> Path:
+        return self.warehouse / SPARK_COMMITS_DIR / self.table
+
+    def commit_records(self, uow_id: str | None = None) -> list[CommitRecord]:
+        """This table's commit records (of ``uow_id`` only, if given), by (token,
+        committed_at); ``[]`` when there are none (nothing is created by looking)."""
+        directory = self._records_dir
+        if not directory.is_dir():
+            return []
+        records = []
+        for path in sorted(directory.glob("*.json")):
+            try:
+                record = CommitRecord.from_dict(json.loads(path.read_text()))
+            except FileNotFoundError:
+                continue
+            if uow_id is None or record.uow_id == uow_id:
+                records.append(record)
+        return sorted(records, key=lambda r: r.sort_key)
+
+    def _check_fence(self, owner: WriteStamp) -> None:
+        check_fence(owner, newest_token(self.commit_records(), owner.fence_key), self.spec)
+
+    def _write_record(
+        self, owner: WriteStamp, mode: str, label: str, partition: PartitionSpec,
+        rows_written: int, extra: dict[str, Any],
+    ) -> CommitRecord:
+        from twice.fingerprint import ALGORITHM, checksum_from_sums, resolve_columns
+
+        schema = self.schema()
+        assert schema is not None  # the data was just written
+        try:
+            columns: tuple[str, ...] = resolve_columns(schema, self.key_columns or None)
+        except DestinationError:
+            count, checksum, algorithm, columns = self.row_count(partition), "", NO_FINGERPRINT, ()
+        else:
+            count, high, low = self.fingerprint_sums(partition, columns)
+            checksum, algorithm = checksum_from_sums(high, low), ALGORITHM
+        record = CommitRecord.create(
+            owner, table=self.table, slice=label, mode=mode, rows_written=rows_written,
+            row_count=count, checksum=checksum, algorithm=algorithm, columns=columns,
+            extra={"location": str(self.location), **extra},
+        )
+        directory = self._records_dir
+        directory.mkdir(parents=True, exist_ok=True)
+        name = f"{owner.token:020d}-{uuid.uuid4().hex[:12]}.json"
+        temp = directory / f".{name}.tmp"
+        with open(temp, "w", encoding="utf-8") as handle:
+            handle.write(record.to_json())
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temp, directory / name)
+        return record
 
     def _staging_dirs(self) -> set[Path]:
         root = Path(self.location)
@@ -377,7 +515,9 @@ class SparkDestination:
         failure tests wrap it so that one task of the INSERT job raises mid-write."""
         return frame
 
-    def upsert(self, rows: RowsLike, *, partition: PartitionSpec = None) -> WriteResult:
+    def upsert(
+        self, rows: RowsLike, *, partition: PartitionSpec = None, stamp: StampArg = ACTIVE
+    ) -> WriteResult:
         raise DestinationError(
             f"{self.spec}: Spark Parquet tables support replace_partition only; an upsert needs "
             "a table format with MERGE (Delta Lake, Iceberg) or a SQL destination"

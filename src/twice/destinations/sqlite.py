@@ -6,6 +6,10 @@ decimal storage, so twice stores those as their canonical text in columns whose 
 has TEXT affinity (``DATE_TEXT``, ``TIMESTAMP_TEXT``, ``TIMESTAMPTZ_TEXT``, ``DECIMAL_TEXT(p,s)``):
 exact, sortable, and hashable as is. A crash mid-transaction leaves a hot journal that SQLite
 rolls back on the next open, so the old slice survives.
+
+Commit records of stamped writes (see :mod:`twice.destinations.commits`) go to a
+``twice_commits`` table in the same database file, inside the write's ``BEGIN IMMEDIATE``
+transaction: the write lock taken up front also makes the fencing read race-free.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from twice.destinations.columns import (
     from_canonical_text,
     schema_of,
 )
+from twice.destinations.commits import COMMITS_TABLE
 from twice.destinations.errors import DestinationError, DestinationUnavailableError
 from twice.fingerprint import hash60
 
@@ -133,6 +138,15 @@ class SQLiteDestination(SqlDestination):
         if not rows:
             return None
         return {name: SQLiteDialect.column_type(declared) for _, name, declared, *_ in rows}
+
+    def _commits_table_exists(self) -> bool:
+        if self._conn is None and not os.path.exists(self.path):
+            return False  # do not create an empty database file just by looking
+        found = self.connection.execute(
+            "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?",
+            (COMMITS_TABLE,),
+        ).fetchone()
+        return bool(found and found[0])
 
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:

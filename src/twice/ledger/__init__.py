@@ -14,7 +14,13 @@ failed) instead of storing it. SQLAlchemy is imported only by this package::
 
 from __future__ import annotations
 
-from twice.ledger.errors import LedgerError, SchemaVersionError, UnknownUnitError
+from twice.ledger.errors import (
+    LedgerError,
+    LedgerStorageError,
+    LedgerUnavailableError,
+    SchemaVersionError,
+    UnknownUnitError,
+)
 from twice.ledger.migrations import LATEST_VERSION, MIGRATIONS, Migration
 from twice.ledger.records import (
     ATTEMPT_OUTCOMES,
@@ -27,6 +33,12 @@ from twice.ledger.records import (
     INTERMEDIATE_STATUSES,
     LEASE_SOURCE,
     LEASE_TAKEOVER_STATE,
+    OPERATOR_SOURCE_PREFIX,
+    RESOLUTION_OUTCOMES,
+    RESOLUTION_STATES,
+    RESOLVED_ATTEMPT_OUTCOME,
+    RESOLVED_FAILED_STATE,
+    RESOLVED_SUCCEEDED_STATE,
     AttemptOutcome,
     AttemptRecord,
     DecisionName,
@@ -47,8 +59,12 @@ from twice.ledger.records import (
     NonfatalErrorRecord,
     ObservationRecord,
     PoolHolding,
+    ResolutionOutcome,
+    ResolutionRecord,
     TimelineEvent,
     UnitRecord,
+    operator_source,
+    resolution_outcome,
 )
 from twice.ledger.store import Clock, Ledger
 
@@ -65,6 +81,12 @@ __all__ = [
     "LEASE_SOURCE",
     "LEASE_TAKEOVER_STATE",
     "MIGRATIONS",
+    "OPERATOR_SOURCE_PREFIX",
+    "RESOLUTION_OUTCOMES",
+    "RESOLUTION_STATES",
+    "RESOLVED_ATTEMPT_OUTCOME",
+    "RESOLVED_FAILED_STATE",
+    "RESOLVED_SUCCEEDED_STATE",
     "AttemptOutcome",
     "AttemptRecord",
     "Clock",
@@ -85,12 +107,18 @@ __all__ = [
     "LeaseResult",
     "Ledger",
     "LedgerError",
+    "LedgerStorageError",
+    "LedgerUnavailableError",
     "Migration",
     "NonfatalErrorRecord",
     "ObservationRecord",
     "PoolHolding",
+    "ResolutionOutcome",
+    "ResolutionRecord",
     "SchemaVersionError",
     "TimelineEvent",
     "UnitRecord",
     "UnknownUnitError",
+    "operator_source",
+    "resolution_outcome",
 ]

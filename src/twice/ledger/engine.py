@@ -84,14 +84,58 @@ def resolve_url(url: str | os.PathLike[str] | None) -> URL:
     )
 
 
-def create_ledger_engine(url: URL) -> Engine:
-    """An engine configured for durable, concurrent ledger use on its dialect."""
+def create_ledger_engine(
+    url: URL,
+    *,
+    busy_timeout: float = SQLITE_BUSY_TIMEOUT_SECONDS,
+    read_only: bool = False,
+    immutable: bool = False,
+) -> Engine:
+    """An engine configured for durable, concurrent ledger use on its dialect.
+
+    ``busy_timeout``: how long a SQLite statement waits for another connection's lock before
+    failing with "database is locked" (the ``Ledger`` then retries the whole transaction).
+    ``read_only``: open without ever writing: SQLite in ``mode=ro`` (or ``immutable=1`` when
+    ``immutable``, for a WAL file on a read-only file system whose ``-shm`` cannot be created),
+    with no switch to WAL and plain deferred transactions; PostgreSQL sessions read-only.
+    """
     if url.get_backend_name() == "sqlite":
-        return _sqlite_engine(url)
+        return _sqlite_engine(url, busy_timeout=busy_timeout, read_only=read_only,
+                              immutable=immutable)
     connect_args: dict[str, Any] = {"application_name": "twice-ledger"}
     if "connect_timeout" not in url.query:
         connect_args["connect_timeout"] = POSTGRES_CONNECT_TIMEOUT_SECONDS
+    if read_only:
+        connect_args["options"] = "-c default_transaction_read_only=on"
     return create_engine(url, pool_pre_ping=True, connect_args=connect_args)
+
+
+def sqlite_path(url: URL) -> Path | None:
+    """The file of a SQLite ledger; None for PostgreSQL and in-memory databases."""
+    if url.get_backend_name() != "sqlite" or is_in_memory(url):
+        return None
+    return Path(url.database or "")
+
+
+def read_only_reason(url: URL) -> str | None:
+    """Why an existing SQLite ledger file cannot be written here, or None if it can.
+
+    ``access(2)`` answers for the file system too (``EROFS`` even for root); the folder must be
+    writable as well, since SQLite creates the ``-wal`` and ``-shm`` files beside the ledger.
+    """
+    path = sqlite_path(url)
+    if path is None or not path.is_file():
+        return None
+    try:
+        if os.statvfs(path).f_flag & os.ST_RDONLY:
+            return f"{path.parent} is on a read-only file system"
+    except (OSError, AttributeError):  # pragma: no cover - statvfs missing (Windows)
+        pass
+    if not os.access(path, os.W_OK):
+        return f"{path} is not writable"
+    if not os.access(path.parent, os.W_OK):
+        return f"its folder {path.parent} is not writable (SQLite needs its -wal and -shm files)"
+    return None
 
 
 def is_in_memory(url: URL) -> bool:
@@ -111,7 +155,7 @@ def _refuse_foreign_database(path: Path, url: URL) -> None:
     if not path.is_file() or path.stat().st_size == 0:
         return
     try:
-        with closing(sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)) as conn:
+        with closing(sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True)) as conn:
             names = [row[0] for row in conn.execute(
                 "SELECT name FROM sqlite_master WHERE type = 'table' "
                 "AND name NOT LIKE 'sqlite_%' ORDER BY name"
@@ -127,7 +171,14 @@ def _refuse_foreign_database(path: Path, url: URL) -> None:
         )
 
 
-def _sqlite_engine(url: URL) -> Engine:
+def _read_only_url(url: URL, *, immutable: bool) -> URL:
+    """``file:`` URI of the ledger opened read-only (SQLite's ``mode=ro`` or ``immutable=1``)."""
+    uri = Path(url.database or "").absolute().as_uri()
+    query = {"immutable": "1"} if immutable else {"mode": "ro"}
+    return URL.create("sqlite", database=uri, query={**query, "uri": "true"})
+
+
+def _sqlite_engine(url: URL, *, busy_timeout: float, read_only: bool, immutable: bool) -> Engine:
     database = url.database or ""
     in_memory = is_in_memory(url)
     if in_memory:
@@ -137,8 +188,13 @@ def _sqlite_engine(url: URL) -> Engine:
         folder = Path(database).parent
         if not folder.is_dir():
             raise LedgerError(f"cannot open ledger {mask_url(url)}: folder {folder} does not exist")
+        if read_only and not Path(database).is_file():
+            raise LedgerError(
+                f"cannot open ledger {mask_url(url)} read-only: no file {database}"
+            )
         _refuse_foreign_database(Path(database), url)
-        engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_SECONDS})
+        target = _read_only_url(url, immutable=immutable) if read_only else url
+        engine = create_engine(target, connect_args={"timeout": busy_timeout})
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
@@ -147,17 +203,20 @@ def _sqlite_engine(url: URL) -> Engine:
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
         try:
-            cursor.execute(f"PRAGMA busy_timeout = {int(SQLITE_BUSY_TIMEOUT_SECONDS * 1000)}")
-            if not in_memory:
-                _enter_wal(cursor)
-            cursor.execute("PRAGMA synchronous = FULL")
+            cursor.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
+            if read_only:
+                cursor.execute("PRAGMA query_only = ON")
+            elif not in_memory:
+                _enter_wal(cursor, busy_timeout)
+            if not read_only:
+                cursor.execute("PRAGMA synchronous = FULL")
             cursor.execute("PRAGMA foreign_keys = ON")
         finally:
             cursor.close()
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
-        if conn.get_execution_options().get(READ_ONLY_OPTION):
+        if read_only or conn.get_execution_options().get(READ_ONLY_OPTION):
             conn.exec_driver_sql("BEGIN DEFERRED")
         else:
             conn.exec_driver_sql("BEGIN IMMEDIATE")
@@ -165,7 +224,7 @@ def _sqlite_engine(url: URL) -> Engine:
     return engine
 
 
-def _enter_wal(cursor: Any) -> None:
+def _enter_wal(cursor: Any, busy_timeout: float = SQLITE_BUSY_TIMEOUT_SECONDS) -> None:
     """Switch the database to WAL, waiting out other processes' locks.
 
     SQLite answers "database is locked" at once, without calling the busy handler, when this
@@ -175,7 +234,7 @@ def _enter_wal(cursor: Any) -> None:
     """
     import sqlite3
 
-    give_up = time.monotonic() + SQLITE_BUSY_TIMEOUT_SECONDS
+    give_up = time.monotonic() + busy_timeout
     delay = 0.002
     while True:
         try:

@@ -2,12 +2,17 @@
 
 They subclass ``ValueError`` because almost every failure is bad input (a malformed URL, an
 unknown unit of work, a future observation time); callers catch ``LedgerError`` for all of them.
+Two are about the storage rather than the input, and say what to do about it:
+``LedgerUnavailableError`` (the database could not be reached or locked, even after retrying)
+and ``LedgerStorageError`` (the disk is full, or the ledger is read-only).
 """
 
 from __future__ import annotations
 
+from twice.errors import TwiceError
 
-class LedgerError(ValueError):
+
+class LedgerError(TwiceError, ValueError):
     """The ledger refused an operation; the message says which record and why."""
 
 
@@ -17,3 +22,24 @@ class SchemaVersionError(LedgerError):
 
 class UnknownUnitError(LedgerError):
     """A record refers to a unit of work that was never recorded with ``record_unit``."""
+
+
+class LedgerUnavailableError(LedgerError):
+    """The ledger could not be reached or locked, even after retrying for the retry window.
+
+    Also raised when a connection was lost while a transaction was committing: the write may
+    or may not have been recorded, and the message says so. ``original`` is the driver error.
+    """
+
+    def __init__(self, message: str, *, original: BaseException | None = None) -> None:
+        super().__init__(message)
+        self.original = original
+
+
+class LedgerStorageError(LedgerError):
+    """The ledger's storage refused the write: disk full, read-only file system or file, or an
+    I/O error. Retrying does not help; the message names the ledger and what to fix."""
+
+    def __init__(self, message: str, *, original: BaseException | None = None) -> None:
+        super().__init__(message)
+        self.original = original

@@ -10,6 +10,17 @@ holdings never exceeds the capacity, whatever the number of free workers. Holdin
 after release (``released_at``) as evidence of who held which slots when; a holding that
 expired without release is what a crashed or cancelled run leaves behind.
 
+A lease's ``token`` is a fencing token. Units of work that write the same destination slot
+(a rerun, a backfill with a new transform version) compare tokens, so they come from one
+ledger-wide sequence (``next_fencing_token``): every acquisition that is not a renewal by the
+active holder (a fresh lease, one released or expired, a takeover, the same holder coming back
+after its own release or expiry) takes the next value; a renewal keeps its token. An
+acquisition that starts after another committed always gets a larger token. On PostgreSQL the
+value is taken only once the lease row is locked, so two acquisitions of one unit are ordered
+by that lock; acquisitions of different units that run concurrently may commit out of token
+order, which fencing does not care about (neither is "later" than the other). A rolled-back
+acquisition leaves a gap: tokens are increasing, not dense.
+
 These functions run inside a write transaction supplied by the ``Ledger``: on SQLite it began
 with ``BEGIN IMMEDIATE`` (one writer at a time), on PostgreSQL they lock the rows they decide on.
 """
@@ -19,10 +30,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
-from sqlalchemy import ColumnElement, func, select, update
+from sqlalchemy import ColumnElement, func, select, text, update
 from sqlalchemy.engine import Connection, RowMapping
 
-from twice.ledger.engine import insert_ignore, lock_key
+from twice.ledger.engine import insert_ignore, is_postgres, lock_key
 from twice.ledger.errors import LedgerError
 from twice.ledger.journal import insert_observation
 from twice.ledger.records import (
@@ -32,7 +43,14 @@ from twice.ledger.records import (
     LeaseResult,
     PoolHolding,
 )
-from twice.ledger.schema import attempts, leases, pool_holdings
+from twice.ledger.schema import (
+    LEASE_TOKEN_COUNTER,
+    LEASE_TOKEN_SEQUENCE,
+    attempts,
+    counters,
+    leases,
+    pool_holdings,
+)
 
 Clock = Callable[[], datetime]
 
@@ -71,26 +89,57 @@ def get_lease(conn: Connection, uow_id: str, *, for_update: bool = False) -> Lea
     return None if row is None else lease_from_row(row)
 
 
+def next_fencing_token(conn: Connection) -> int:
+    """The next value of the ledger-wide lease token sequence (1 in a new ledger).
+
+    PostgreSQL: ``nextval`` of a ``CACHE 1`` sequence, atomic across sessions and never handing
+    out a value twice, without a row lock held until commit. SQLite: the counter row, updated
+    inside the ``BEGIN IMMEDIATE`` write transaction that already excludes every other writer.
+    """
+    if is_postgres(conn):
+        return int(conn.execute(text(f"SELECT nextval('{LEASE_TOKEN_SEQUENCE}')")).scalar_one())
+    row = conn.execute(
+        update(counters)
+        .where(counters.c.name == LEASE_TOKEN_COUNTER)
+        .values(value=counters.c.value + 1)
+        .returning(counters.c.value)
+    ).first()
+    if row is None:
+        raise LedgerError(
+            f"the ledger has no {LEASE_TOKEN_COUNTER!r} counter: its schema is incomplete"
+        )
+    return int(row[0])
+
+
 def acquire_lease(
     conn: Connection, *, uow_id: str, holder: str, ttl_seconds: float, clock: Clock
 ) -> LeaseResult:
-    """Take the lease if it is free, released, expired, or already ours (then it is extended)."""
+    """Take the lease if it is free, released, expired, or already ours (then it is extended).
+
+    A new holding (anything but extending our own active lease) takes the next fencing token.
+    """
     holder = _holder(holder)
     ttl = _ttl(ttl_seconds)
-    now = clock()
-    expires_at = now + ttl
-    fresh = {
-        "uow_id": uow_id,
-        "holder": holder,
-        "token": 1,
-        "acquired_at": now,
-        "renewed_at": now,
-        "expires_at": expires_at,
-        "released_at": None,
-    }
-    if insert_ignore(conn, leases, fresh):
-        return LeaseResult(acquired=True, holder=holder, expires_at=expires_at, token=1)
     current = get_lease(conn, uow_id, for_update=True)
+    if current is None:
+        now = clock()
+        expires_at = now + ttl
+        token = next_fencing_token(conn)
+        fresh = {
+            "uow_id": uow_id,
+            "holder": holder,
+            "token": token,
+            "acquired_at": now,
+            "renewed_at": now,
+            "expires_at": expires_at,
+            "released_at": None,
+        }
+        if insert_ignore(conn, leases, fresh):
+            return LeaseResult(acquired=True, holder=holder, expires_at=expires_at, token=token)
+        # PostgreSQL: another transaction inserted the row first and we waited for its commit.
+        # The token taken above is dropped (a gap): one taken before the row was locked could
+        # be lower than the winner's.
+        current = get_lease(conn, uow_id, for_update=True)
     if current is None:  # rows are never deleted, so the insert above conflicted with a row
         raise LedgerError(f"lease row of {uow_id} vanished during acquisition")
     # Judge expiry when the row is locked: we may have waited for another holder's commit.
@@ -116,7 +165,7 @@ def acquire_lease(
     if current.released_at is None and current.holder != holder:
         taken_over_from = current.holder
         _record_takeover(conn, current, new_holder=holder, now=now)
-    token = current.token + 1
+    token = next_fencing_token(conn)
     conn.execute(
         update(leases)
         .where(leases.c.uow_id == uow_id)

@@ -24,7 +24,7 @@ from sqlalchemy.engine import Connection
 
 from twice.ledger import schema
 from twice.ledger.engine import is_postgres
-from twice.ledger.errors import SchemaVersionError
+from twice.ledger.errors import LedgerError, SchemaVersionError
 
 # pg_advisory_xact_lock key: the bytes of "twice" as an integer, unlikely to clash.
 _MIGRATION_LOCK_KEY = int.from_bytes(b"twice", "big")
@@ -57,6 +57,24 @@ def _create_intermediates_catalog(conn: Connection) -> None:
     schema.metadata.create_all(conn, tables=_tables_of(2))
 
 
+def _create_fencing_counter(conn: Connection) -> None:
+    """One ledger-wide counter of lease tokens, starting above every token already handed out
+    (existing leases keep theirs). PostgreSQL: a sequence, so acquisitions of different units
+    never queue on one counter row; SQLite: a counter row, its writers being serialised anyway.
+    """
+    top = int(conn.execute(select(func.coalesce(func.max(schema.leases.c.token), 0))).scalar_one())
+    if is_postgres(conn):
+        name = schema.LEASE_TOKEN_SEQUENCE
+        conn.execute(text(
+            f"CREATE SEQUENCE IF NOT EXISTS {name} AS BIGINT MINVALUE 1 START WITH 1 CACHE 1 "
+            "NO CYCLE"
+        ))
+        conn.execute(text("SELECT setval(:name, :next, false)"), {"name": name, "next": top + 1})
+        return
+    schema.metadata.create_all(conn, tables=[schema.counters])
+    conn.execute(insert(schema.counters).values(name=schema.LEASE_TOKEN_COUNTER, value=top))
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         1,
@@ -68,6 +86,11 @@ MIGRATIONS: tuple[Migration, ...] = (
         2,
         "catalog of materialized intermediates and their history",
         _create_intermediates_catalog,
+    ),
+    Migration(
+        3,
+        "ledger-wide fencing tokens for leases (a counter above every existing token)",
+        _create_fencing_counter,
     ),
 )
 LATEST_VERSION: int = MIGRATIONS[-1].version
@@ -81,6 +104,30 @@ def read_version(conn: Connection) -> int:
     return int(version or 0)
 
 
+def _refuse_newer(version: int, label: str) -> None:
+    if version > LATEST_VERSION:
+        raise SchemaVersionError(
+            f"ledger schema version {version} is newer than this twice "
+            f"(knows {LATEST_VERSION}); upgrade twice (ledger {label})"
+        )
+
+
+def check_readable(conn: Connection, *, label: str) -> int:
+    """The schema version of a ledger opened read-only (nothing is migrated).
+
+    An older schema is fine to read (later steps only add tables the readers do not need); a
+    newer one is refused as when writing, and a database without ledger tables is not a ledger.
+    """
+    version = read_version(conn)
+    if version == 0:
+        raise LedgerError(
+            f"{label} is not a twice ledger (it has no {schema.schema_versions.name} table) and "
+            "cannot be created: it was opened read-only"
+        )
+    _refuse_newer(version, label)
+    return version
+
+
 def migrate(conn: Connection, *, now: datetime, label: str) -> int:
     """Bring the schema to ``LATEST_VERSION`` inside the caller's write transaction.
 
@@ -89,11 +136,7 @@ def migrate(conn: Connection, *, now: datetime, label: str) -> int:
     if is_postgres(conn):
         conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _MIGRATION_LOCK_KEY})
     version = read_version(conn)
-    if version > LATEST_VERSION:
-        raise SchemaVersionError(
-            f"ledger schema version {version} is newer than this twice "
-            f"(knows {LATEST_VERSION}); upgrade twice (ledger {label})"
-        )
+    _refuse_newer(version, label)
     if version == 0:
         schema.schema_versions.create(conn, checkfirst=True)
     for step in MIGRATIONS[version:]:

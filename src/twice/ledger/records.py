@@ -112,6 +112,41 @@ LEASE_SOURCE = "twice.ledger.lease"
 #: ``state`` of that observation: the previous holder's attempt outcome is now unknown.
 LEASE_TAKEOVER_STATE = "lease-taken-over"
 
+#: What an operator may assert about an attempt whose outcome twice could not see
+#: (``twice resolve``): its effect happened, or it did not.
+ResolutionOutcome = Literal["succeeded", "failed"]
+RESOLUTION_OUTCOMES: tuple[ResolutionOutcome, ...] = ("succeeded", "failed")
+#: The attempt outcome each resolution records: "failed" means the effect did not happen, so
+#: the failure is transient (a later run may try again).
+RESOLVED_ATTEMPT_OUTCOME: dict[ResolutionOutcome, AttemptOutcome] = {
+    "succeeded": "succeeded",
+    "failed": "failed-transient",
+}
+#: ``state`` of the observation an operator's resolution writes.
+RESOLVED_SUCCEEDED_STATE = "resolved-succeeded"
+RESOLVED_FAILED_STATE = "resolved-failed"
+RESOLUTION_STATES: dict[ResolutionOutcome, str] = {
+    "succeeded": RESOLVED_SUCCEEDED_STATE,
+    "failed": RESOLVED_FAILED_STATE,
+}
+#: ``source`` of that observation is ``operator:<name>``: asserted by a person, not observed.
+OPERATOR_SOURCE_PREFIX = "operator:"
+
+
+def operator_source(operator: str) -> str:
+    """``operator:<name>``, the source of an operator's resolution."""
+    return f"{OPERATOR_SOURCE_PREFIX}{operator}"
+
+
+def resolution_outcome(state: str, source: str) -> ResolutionOutcome | None:
+    """The outcome an observation asserts if it is an operator's resolution, else None."""
+    if not source.startswith(OPERATOR_SOURCE_PREFIX):
+        return None
+    for outcome, resolved_state in RESOLUTION_STATES.items():
+        if state == resolved_state:
+            return outcome
+    return None
+
 
 def _detail() -> Any:
     return field(default_factory=dict, hash=False)
@@ -325,8 +360,11 @@ class DecisionRecord:
 class LeaseResult:
     """Answer to a lease request: who holds the unit of work now, and until when.
 
-    When ``acquired`` is False, ``holder`` and ``expires_at`` describe the other holder. ``token``
-    grows by one every time the lease changes hands, so a writer can fence out a stale holder.
+    When ``acquired`` is False, ``holder`` and ``expires_at`` describe the other holder (and
+    ``token`` is theirs). ``token`` is a fencing token from one ledger-wide sequence: every
+    acquisition except a renewal by the active holder takes the next value, so a holder that
+    acquired later, of this unit or of any other, has a larger token, and a destination slot
+    written by several units can refuse a stale writer. A renewal keeps the token.
     """
 
     acquired: bool
@@ -334,6 +372,26 @@ class LeaseResult:
     expires_at: datetime
     token: int = 0
     taken_over_from: str | None = None
+
+
+@dataclass(frozen=True)
+class ResolutionRecord:
+    """An operator's resolution of an attempt twice could not settle (``twice resolve``).
+
+    ``attempt`` is the attempt as closed by it and ``observation`` the ``resolved-*``
+    observation (source ``operator:<name>``) carrying the note. It is an assertion by a
+    person, not something twice or a service observed. ``repeated``: the attempt was already
+    resolved the same way, and nothing new was recorded.
+    """
+
+    uow_id: str
+    outcome: ResolutionOutcome
+    operator: str
+    note: str
+    resolved_at: datetime
+    attempt: AttemptRecord
+    observation: ObservationRecord
+    repeated: bool = False
 
 
 @dataclass(frozen=True)

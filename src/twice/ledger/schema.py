@@ -268,6 +268,7 @@ leases = Table(
     metadata,
     Column("uow_id", String(400), ForeignKey("twice_units_of_work.uow_id"), primary_key=True),
     Column("holder", String(400), nullable=False),
+    # Fencing token: from the ledger-wide counter (version 3); per-unit before that.
     Column("token", BigInteger, nullable=False),
     Column("acquired_at", UTCDateTime, nullable=False),
     Column("renewed_at", UTCDateTime, nullable=False),
@@ -364,5 +365,26 @@ intermediate_events = Table(
     Index("ix_twice_intermediate_events_entry", "name", "version", "seq"),
 )
 
+# -- version 3: ledger-wide fencing tokens for leases ---------------------------------------
+
+# Lease tokens are fencing tokens compared across units of work writing the same slot, so they
+# come from one ledger-wide counter, never per unit. SQLite keeps it in this one-row-per-counter
+# table (every write transaction holds the database write lock, so an UPDATE ... RETURNING is
+# race-free); PostgreSQL uses the sequence below instead and has no such table.
+counters = Table(
+    "twice_counters",
+    metadata,
+    Column("name", String(64), primary_key=True),
+    Column("value", BigInteger, nullable=False),
+)
+#: ``twice_counters`` row (SQLite) holding the last lease token handed out.
+LEASE_TOKEN_COUNTER = "lease-token"
+#: PostgreSQL sequence of lease tokens (``CACHE 1``: values are handed out in order).
+LEASE_TOKEN_SEQUENCE = "twice_lease_tokens"
+
 #: The schema version that introduced each table; tables not listed are version 1.
-INTRODUCED_IN: dict[str, int] = {intermediates.name: 2, intermediate_events.name: 2}
+INTRODUCED_IN: dict[str, int] = {
+    intermediates.name: 2,
+    intermediate_events.name: 2,
+    counters.name: 3,
+}

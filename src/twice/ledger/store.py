@@ -5,33 +5,66 @@ returns loses nothing), unless it runs inside ``with ledger.transaction():``, wh
 several writes into one atomic commit. Query methods return frozen dataclasses from
 ``twice.ledger.records``. Times omitted by callers come from the ledger's clock (injectable,
 so tests and the planner agree on "now"); all times are stored and returned as aware UTC.
+
+Transient faults (the SQLite write lock still held after the busy timeout, a PostgreSQL
+connection cut before commit, a serialization failure, a deadlock) do not reach callers: each
+public method runs its whole transaction again, with capped exponential backoff and jitter,
+for up to ``retry_seconds`` (``Ledger.open``), then raises ``LedgerUnavailableError``. The
+methods are re-runnable because everything they write happens inside that one transaction
+(values such as "now" and the next attempt number are recomputed on every run). Storage
+faults (disk full, read-only) raise ``LedgerStorageError`` at once. A grouped
+``with ledger.transaction():`` block cannot be run again by the ledger (the block is the
+caller's code): only its start is retried; use ``ledger.atomic(fn)`` to have it all retried.
 """
 
 from __future__ import annotations
 
+import functools
 import os
+import re
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from sqlalchemy import Engine, func, insert, select, update
-from sqlalchemy.engine import URL, Connection, RowMapping
+from sqlalchemy.engine import URL, Connection, RootTransaction, RowMapping
 from sqlalchemy.exc import DBAPIError
 
 from twice.ledger import catalog
 from twice.ledger import lease as leasing
+from twice.ledger import migrations as schema_steps
 from twice.ledger.engine import (
     READ_ONLY_OPTION,
+    SQLITE_BUSY_TIMEOUT_SECONDS,
     create_ledger_engine,
     insert_ignore,
     is_in_memory,
     lock_key,
     mask_url,
+    read_only_reason,
     resolve_url,
+    sqlite_path,
 )
-from twice.ledger.errors import LedgerError, UnknownUnitError
+from twice.ledger.errors import (
+    LedgerError,
+    LedgerStorageError,
+    LedgerUnavailableError,
+    UnknownUnitError,
+)
+from twice.ledger.faults import (
+    DEFAULT_RETRY_SECONDS,
+    Backoff,
+    Fault,
+    advice,
+    classify,
+    first_line,
+    mark_phase,
+    phase_of,
+    root_failure,
+)
 from twice.ledger.journal import (
     append_event,
     decode_detail,
@@ -39,12 +72,16 @@ from twice.ledger.journal import (
     insert_observation,
     observation_from_row,
 )
-from twice.ledger.migrations import migrate, read_version
+from twice.ledger.migrations import check_readable, migrate, read_version
 from twice.ledger.records import (
     DECISIONS,
     ERROR_CLASSIFICATIONS,
     FINISH_OUTCOMES,
     GENERATION_STATES,
+    OPERATOR_SOURCE_PREFIX,
+    RESOLUTION_OUTCOMES,
+    RESOLUTION_STATES,
+    RESOLVED_ATTEMPT_OUTCOME,
     AttemptOutcome,
     AttemptRecord,
     DecisionName,
@@ -63,8 +100,12 @@ from twice.ledger.records import (
     NonfatalErrorRecord,
     ObservationRecord,
     PoolHolding,
+    ResolutionOutcome,
+    ResolutionRecord,
     TimelineEvent,
     UnitRecord,
+    operator_source,
+    resolution_outcome,
 )
 from twice.ledger.schema import (
     attempts,
@@ -80,6 +121,7 @@ from twice.ledger.schema import (
 from twice.unit_of_work import UnitOfWork
 
 Clock = Callable[[], datetime]
+T = TypeVar("T")
 
 # Which generation states may follow which: late evidence may show a job confirmed failed
 # (e.g. after jobs.cancel) did finish, never the other way round.
@@ -89,6 +131,10 @@ _GENERATION_TRANSITIONS: dict[str, frozenset[str]] = {
     "succeeded": frozenset({"succeeded"}),
 }
 _TERMINAL_OUTCOMES = frozenset({"succeeded", "failed-transient", "failed-permanent"})
+#: Attempts an operator may resolve: twice could not settle how they ended.
+_RESOLVABLE_OUTCOMES = frozenset({"unknown", "running"})
+#: Longest operator name: ``operator:<name>`` must fit the observation's source column.
+_MAX_OPERATOR_NAME = 150
 
 
 def _system_clock() -> datetime:
@@ -218,10 +264,23 @@ class Ledger:
     own ``transaction()``), processes open their own.
     """
 
-    def __init__(self, engine: Engine, *, label: str, clock: Clock) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        label: str,
+        clock: Clock,
+        retry_seconds: float = DEFAULT_RETRY_SECONDS,
+        read_only: str | None = None,
+        path: str | None = None,
+    ) -> None:
         self._engine = engine
         self._label = label
         self._clock = clock
+        self._retry_seconds = retry_seconds
+        self._read_only = read_only  # why the ledger is read-only; None when writable
+        self._path = path
+        self._password: str | None = None
         self._local = threading.local()
         self._closed = False
 
@@ -229,8 +288,14 @@ class Ledger:
 
     @classmethod
     def open(
-        cls, url: str | os.PathLike[str] | None = None, *, clock: Clock | None = None,
+        cls,
+        url: str | os.PathLike[str] | None = None,
+        *,
+        clock: Clock | None = None,
         durable: bool = False,
+        read_only: bool | None = None,
+        busy_timeout: float | None = None,
+        retry_seconds: float = DEFAULT_RETRY_SECONDS,
     ) -> Ledger:
         """Open (creating and migrating if needed) the ledger at ``url``.
 
@@ -238,7 +303,18 @@ class Ledger:
         ``$TWICE_LEDGER`` or ``twice-ledger.db`` in the working directory. ``clock`` returns
         the aware "now" used whenever a caller omits a time (default: the system clock, UTC).
         ``durable=True`` refuses an in-memory SQLite database: a command that executes work
-        must not record its evidence where it vanishes when the process exits.
+        must not record its evidence where it vanishes when the process exits; it also
+        refuses a ledger that cannot be written here.
+
+        ``read_only``: True opens without writing anything (no migration, no switch to WAL;
+        SQLite ``mode=ro``, or ``immutable=1`` on a read-only file system where SQLite cannot
+        create its ``-shm`` file); every write then raises ``LedgerStorageError``. None (the
+        default) opens an existing SQLite file read-only when it cannot be written here (a
+        read-only mount, no write permission on the file or its folder), so reports still work.
+
+        ``busy_timeout``: seconds a SQLite statement waits for another connection's lock
+        (default 30). ``retry_seconds``: how long a write keeps retrying transient faults
+        before ``LedgerUnavailableError`` (default 60; 0 never retries).
         """
         resolved = resolve_url(url)
         label = mask_url(resolved)
@@ -247,10 +323,45 @@ class Ledger:
                 f"ledger {label} is in memory: the evidence of this run would vanish when it "
                 "exits; give a file path or a PostgreSQL URL"
             )
-        ledger = cls(create_ledger_engine(resolved), label=label, clock=clock or _system_clock)
+        if isinstance(retry_seconds, bool) or not isinstance(retry_seconds, int | float) or (
+            not retry_seconds >= 0
+        ):
+            raise LedgerError(f"retry_seconds must be a number >= 0, got {retry_seconds!r}")
+        busy = SQLITE_BUSY_TIMEOUT_SECONDS if busy_timeout is None else busy_timeout
+        if isinstance(busy, bool) or not isinstance(busy, int | float) or not busy > 0:
+            raise LedgerError(f"busy_timeout must be a number of seconds > 0, got {busy!r}")
+        path = sqlite_path(resolved)
+        reason = None
+        if read_only:
+            if durable:
+                raise LedgerError(
+                    f"ledger {label}: durable=True records evidence, read_only=True cannot"
+                )
+            reason = "opened read-only"
+        elif read_only is None:
+            reason = read_only_reason(resolved)
+        if reason is not None and durable:
+            raise LedgerStorageError(
+                f"ledger {label} cannot be written here: {reason}. This command records "
+                "evidence, so it needs a writable ledger: copy it to writable storage or fix "
+                "the mount or permissions (reading it works: twice status, explain, report)"
+            )
+        options = {"clock": clock or _system_clock, "retry_seconds": float(retry_seconds),
+                   "busy": float(busy), "path": None if path is None else str(path)}
+        if reason is not None:
+            return cls._open_read_only(resolved, label, reason, **options)
+        ledger = cls._create(resolved, label, read_only=None, **options)
         try:
-            with ledger._engine.connect() as conn, conn.begin():
-                migrate(conn, now=ledger.now(), label=label)
+            ledger._retrying(ledger._migrate, what="opening the ledger", opening=True)
+        except LedgerStorageError as exc:
+            ledger._engine.dispose()
+            fault = None if exc.original is None else classify(exc.original)
+            fallback = (read_only is None and fault is not None and fault.read_only
+                        and path is not None and path.is_file())
+            if not fallback:
+                raise
+            return cls._open_read_only(resolved, label, fault.cause if fault else "read-only",
+                                       **options)
         except DBAPIError as exc:
             ledger._engine.dispose()
             raise LedgerError(f"cannot open ledger {label}: {_reason(exc, resolved)}") from None
@@ -258,6 +369,61 @@ class Ledger:
             ledger._engine.dispose()
             raise
         return ledger
+
+    @classmethod
+    def _create(
+        cls, resolved: URL, label: str, *, read_only: str | None, clock: Clock,
+        retry_seconds: float, busy: float, path: str | None, immutable: bool = False,
+    ) -> Ledger:
+        engine = create_ledger_engine(resolved, busy_timeout=busy,
+                                      read_only=read_only is not None, immutable=immutable)
+        ledger = cls(engine, label=label, clock=clock, retry_seconds=retry_seconds,
+                     read_only=read_only, path=path)
+        ledger._password = None if resolved.password is None else str(resolved.password)
+        return ledger
+
+    @classmethod
+    def _open_read_only(
+        cls, resolved: URL, label: str, reason: str, *, clock: Clock, retry_seconds: float,
+        busy: float, path: str | None,
+    ) -> Ledger:
+        """Open without writing; SQLite falls back to ``immutable=1`` when ``mode=ro`` cannot
+        open a WAL ledger (its ``-shm`` file cannot be created on a read-only file system)."""
+        tries = [False, True] if path is not None else [False]
+        for immutable in tries:
+            why = reason + (" (immutable: changes by others are not seen)" if immutable else "")
+            ledger = cls._create(resolved, label, read_only=why, clock=clock,
+                                 retry_seconds=retry_seconds, busy=busy, path=path,
+                                 immutable=immutable)
+            try:
+                ledger._retrying(ledger._check_schema, what="opening the ledger read-only",
+                                 opening=True)
+            except LedgerStorageError:
+                ledger._engine.dispose()
+                if immutable or path is None:
+                    raise
+                continue
+            except DBAPIError as exc:
+                ledger._engine.dispose()
+                raise LedgerError(f"cannot open ledger {label}: {_reason(exc, resolved)}") from None
+            except BaseException:
+                ledger._engine.dispose()
+                raise
+            return ledger
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _migrate(self) -> None:
+        """Migrate if needed; an up-to-date ledger is checked without taking the write lock
+        (opening must not queue behind another process's long write transaction)."""
+        with self._scope(read_only=True) as conn:
+            if read_version(conn) == schema_steps.LATEST_VERSION:
+                return
+        with self._scope(read_only=False) as conn:
+            migrate(conn, now=self.now(), label=self._label)
+
+    def _check_schema(self) -> None:
+        with self._scope(read_only=True) as conn:
+            check_readable(conn, label=self._label)
 
     @property
     def url(self) -> str:
@@ -268,6 +434,11 @@ class Ledger:
     def dialect(self) -> str:
         """``sqlite`` or ``postgresql``."""
         return self._engine.dialect.name
+
+    @property
+    def read_only(self) -> str | None:
+        """Why the ledger was opened read-only (every write is refused); None when writable."""
+        return self._read_only
 
     @property
     def schema_version(self) -> int:
@@ -300,18 +471,44 @@ class Ledger:
         """Group the writes in the block into one atomic commit (rolled back on exception).
 
         Nested blocks join the outer one. On SQLite the block holds the database write lock,
-        so keep it short and free of remote calls.
+        so keep it short and free of remote calls. Starting the transaction is retried like
+        any write; a transient fault inside the block is raised as ``LedgerUnavailableError``
+        (nothing in the block was recorded), since the ledger cannot run the caller's block
+        again: ``atomic(fn)`` can.
         """
         if self._current() is not None:
             yield self
             return
         self._check_open()
-        with self._engine.connect() as conn, conn.begin():
-            self._local.conn = conn
-            try:
-                yield self
-            finally:
-                self._local.conn = None
+        self._check_writable("transaction()")
+        translate = not self._in_retry()
+        try:
+            with self._scope(read_only=False, retry_start=True, what="transaction()") as conn:
+                self._local.conn = conn
+                try:
+                    yield self
+                finally:
+                    self._local.conn = None
+        except Exception as exc:
+            typed = self._typed(exc, what="transaction()") if translate else None
+            if typed is None:
+                raise
+            raise typed from None
+
+    def atomic(self, fn: Callable[[Ledger], T]) -> T:
+        """``fn(ledger)`` inside one ``transaction()``, run again whole on a transient fault.
+
+        ``fn`` must be re-runnable: only ledger writes as side effects, everything it records
+        computed inside it. Inside another transaction it joins that one and is not retried.
+        """
+        if self._current() is not None:
+            return fn(self)
+
+        def once() -> T:
+            with self.transaction():
+                return fn(self)
+
+        return self._retrying(once, what=f"atomic({getattr(fn, '__name__', 'fn')})")
 
     @contextmanager
     def snapshot(self) -> Iterator[Ledger]:
@@ -325,12 +522,11 @@ class Ledger:
             yield self
             return
         self._check_open()
-        with self._engine.connect() as conn:
-            options: dict[str, Any] = {READ_ONLY_OPTION: True}
-            if conn.dialect.name == "postgresql":
-                options["isolation_level"] = "REPEATABLE READ"
-            conn.execution_options(**options)
-            with conn.begin():
+        isolation = "REPEATABLE READ" if self.dialect == "postgresql" else None
+        translate = not self._in_retry()
+        try:
+            with self._scope(read_only=True, isolation=isolation, retry_start=True,
+                             what="snapshot()") as conn:
                 self._local.conn = conn
                 self._local.read_only = True
                 try:
@@ -338,6 +534,12 @@ class Ledger:
                 finally:
                     self._local.conn = None
                     self._local.read_only = False
+        except Exception as exc:
+            typed = (self._typed(exc, what="snapshot()", note="its reads were interrupted; "
+                                 "run them again") if translate else None)
+            if typed is None:
+                raise
+            raise typed from None
 
     def _current(self) -> Connection | None:
         return cast(Connection | None, getattr(self._local, "conn", None))
@@ -345,6 +547,14 @@ class Ledger:
     def _check_open(self) -> None:
         if self._closed:
             raise LedgerError(f"ledger {self._label} is closed")
+
+    def _check_writable(self, what: str) -> None:
+        if self._read_only is not None:
+            raise LedgerStorageError(
+                f"ledger {self._label} is read-only ({self._read_only}): {what} cannot be "
+                "recorded in it. To record, open it where it can be written (a writable copy, "
+                "or fix the mount or permissions); reading it works as it is"
+            )
 
     @contextmanager
     def _write(self) -> Iterator[Connection]:
@@ -355,7 +565,8 @@ class Ledger:
             yield current
             return
         self._check_open()
-        with self._engine.connect() as conn, conn.begin():
+        self._check_writable("a write")
+        with self._scope(read_only=False) as conn:
             yield conn
 
     @contextmanager
@@ -365,10 +576,178 @@ class Ledger:
             yield current
             return
         self._check_open()
-        with self._engine.connect() as conn:
-            conn.execution_options(**{READ_ONLY_OPTION: True})
-            with conn.begin():
+        with self._scope(read_only=True) as conn:
+            yield conn
+
+    def _start(
+        self, *, read_only: bool, isolation: str | None = None
+    ) -> tuple[Connection, RootTransaction]:
+        """A connection with its transaction begun (SQLite: BEGIN IMMEDIATE for writes)."""
+        try:
+            conn = self._engine.connect()
+        except BaseException as exc:
+            mark_phase(exc, "connect")
+            raise
+        try:
+            options: dict[str, Any] = {}
+            if read_only:
+                options[READ_ONLY_OPTION] = True
+            if isolation is not None:
+                options["isolation_level"] = isolation
+            if options:
+                conn.execution_options(**options)
+            return conn, conn.begin()
+        except BaseException:
+            _close_quietly(conn)
+            raise
+
+    @contextmanager
+    def _scope(
+        self, *, read_only: bool, isolation: str | None = None, retry_start: bool = False,
+        what: str = "",
+    ) -> Iterator[Connection]:
+        """One transaction on its own connection: committed if the block returns, rolled back
+        if it raises. A rollback that fails (SQLite has often rolled back by itself after a
+        disk-full error) never replaces the error that caused it; a failed commit is marked,
+        since on PostgreSQL a connection lost while committing leaves the outcome unknown."""
+        if retry_start:
+            conn, trans = self._retrying(
+                lambda: self._start(read_only=read_only, isolation=isolation), what=what
+            )
+        else:
+            conn, trans = self._start(read_only=read_only, isolation=isolation)
+        try:
+            try:
                 yield conn
+            except BaseException:
+                _rollback_quietly(trans)
+                raise
+            try:
+                trans.commit()
+            except BaseException as exc:
+                mark_phase(exc, "commit")
+                _rollback_quietly(trans)
+                raise
+            if not read_only:
+                self._local.commits = self._commits() + 1
+        finally:
+            _close_quietly(conn)
+
+    # -- retrying transient faults ------------------------------------------------------------
+
+    def _commits(self) -> int:
+        return int(getattr(self._local, "commits", 0))
+
+    def _in_retry(self) -> bool:
+        return bool(getattr(self._local, "retrying", False))
+
+    def _retrying(self, fn: Callable[[], T], *, what: str, opening: bool = False) -> T:
+        """``fn()``, run again on transient faults with capped exponential backoff and jitter
+        for up to ``retry_seconds``; faults become ``LedgerUnavailableError`` or
+        ``LedgerStorageError``, other errors pass unchanged.
+
+        Not retried: a PostgreSQL connection lost while committing (the commit may have
+        happened), a fault after ``fn`` already committed a transaction of its own (running it
+        again would record that twice), and, when ``opening``, a PostgreSQL server that cannot
+        be reached at all (a wrong host or port should not take a minute to report). Inside
+        another retry loop it runs once: the outermost loop retries.
+        """
+        if self._in_retry():
+            return fn()
+        started = time.monotonic()
+        backoff = Backoff()
+        tries = 0
+        self._local.retrying = True
+        try:
+            while True:
+                tries += 1
+                commits = self._commits()
+                try:
+                    return fn()
+                except Exception as exc:
+                    fault = classify(exc)
+                    if fault is None:
+                        raise
+                    phase = phase_of(exc) or phase_of(fault.original)
+                    if fault.kind == "storage":
+                        raise self._storage_error(fault, what, opening=opening) from None
+                    if phase == "commit" and fault.connection_lost:
+                        raise self._ambiguous_error(fault, what) from None
+                    if self._commits() != commits:
+                        raise self._unavailable_error(
+                            fault, what, tries, time.monotonic() - started,
+                            note="part of it was already committed, so it was not run again; "
+                            "check what was recorded before repeating it",
+                        ) from None
+                    if opening and phase == "connect" and fault.connection_lost:
+                        raise self._unavailable_error(fault, what, tries, 0.0,
+                                                      opening=True) from None
+                    elapsed = time.monotonic() - started
+                    left = self._retry_seconds - elapsed
+                    if left <= 0:
+                        raise self._unavailable_error(fault, what, tries, elapsed,
+                                                      opening=opening) from None
+                    time.sleep(min(backoff.delay(), left))  # the last try at the deadline
+        finally:
+            self._local.retrying = False
+
+    def _typed(
+        self, exc: Exception, *, what: str,
+        note: str = "nothing in the block was recorded; run it again, or use Ledger.atomic(fn) "
+        "to have it retried",
+    ) -> LedgerError | None:
+        """The typed error for a fault in a block the ledger cannot run again; None if
+        ``exc`` is not a transient or storage fault."""
+        fault = classify(exc)
+        if fault is None:
+            return None
+        if fault.kind == "storage":
+            return self._storage_error(fault, what)
+        if (phase_of(exc) or phase_of(fault.original)) == "commit" and fault.connection_lost:
+            return self._ambiguous_error(fault, what)
+        return self._unavailable_error(fault, what, 1, 0.0, note=note)
+
+    def _scrub(self, text: str) -> str:
+        return text.replace(self._password, "***") if self._password else text
+
+    def _driver_says(self, fault: Fault) -> str:
+        said = self._scrub(first_line(root_failure(fault.original)))
+        return "" if said.lower() in fault.cause.lower() else f" ({said})"
+
+    def _storage_error(self, fault: Fault, what: str, *, opening: bool = False) -> LedgerError:
+        head = f"cannot open ledger {self._label}" if opening else f"ledger {self._label}"
+        todo = advice(fault, dialect=self.dialect, path=self._path)
+        return LedgerStorageError(
+            f"{head}: {fault.cause}{self._driver_says(fault)} during {what}. What to do: {todo}",
+            original=fault.original,
+        )
+
+    def _unavailable_error(
+        self, fault: Fault, what: str, tries: int, elapsed: float, *, opening: bool = False,
+        note: str = "nothing of it was recorded",
+    ) -> LedgerError:
+        head = f"cannot open ledger {self._label}" if opening else (
+            f"ledger {self._label} is unavailable"
+        )
+        if tries > 1:
+            gave_up = (f"gave up on {what} after {tries} tries in {elapsed:.1f} s "
+                       f"(retry window {self._retry_seconds:g} s)")
+        else:
+            gave_up = f"during {what}"
+        todo = advice(fault, dialect=self.dialect, path=self._path)
+        return LedgerUnavailableError(
+            f"{head}: {fault.cause}{self._driver_says(fault)}; {gave_up}: {note}. "
+            f"What to do: {todo}",
+            original=fault.original,
+        )
+
+    def _ambiguous_error(self, fault: Fault, what: str) -> LedgerError:
+        return LedgerUnavailableError(
+            f"ledger {self._label}: {fault.cause}{self._driver_says(fault)} while committing "
+            f"{what}: it may or may not have been recorded, so it was not run again. Check what "
+            "the ledger holds (twice explain UOW_ID) before repeating it",
+            original=fault.original,
+        )
 
     def _past(self, value: datetime | None, name: str, now: datetime) -> datetime:
         """A caller-supplied event time: defaults to now; the future is invalid input."""
@@ -651,6 +1030,168 @@ class Ledger:
         ).scalar()
         return int(value or 0)
 
+    # -- operator resolutions -----------------------------------------------------------------
+
+    def record_resolution(
+        self,
+        uow_id: str,
+        *,
+        attempt: int | None = None,
+        outcome: ResolutionOutcome,
+        note: str,
+        operator: str,
+    ) -> ResolutionRecord:
+        """Record an operator's resolution of an attempt whose outcome twice could not settle.
+
+        The attempt (default: the latest, which must be ``unknown`` or ``running``) is closed
+        as ``succeeded`` (``outcome="succeeded"``: its effect happened) or ``failed-transient``
+        (``outcome="failed"``: it did not, so a later run may try again), and an observation
+        ``resolved-succeeded`` / ``resolved-failed`` from ``operator:<operator>`` keeps the
+        note: an assertion by a person, which reports show as such, never as verified. All in
+        one transaction. Resolving an attempt again the same way returns the recorded
+        resolution (``repeated=True``); any other finished attempt is refused, and so is a
+        running one whose holder still holds the unit's lease (it may still finish).
+        """
+        if outcome not in RESOLUTION_OUTCOMES:
+            raise LedgerError(
+                f"outcome must be one of {', '.join(RESOLUTION_OUTCOMES)}, got {outcome!r}"
+            )
+        note = _text(note.strip() if isinstance(note, str) else note, "note")
+        operator = _operator_name(operator)
+        if attempt is not None:
+            _count(attempt, "attempt", minimum=1)
+        state = RESOLUTION_STATES[outcome]
+        closed_as = RESOLVED_ATTEMPT_OUTCOME[outcome]
+        source = operator_source(operator)
+        with self._write() as conn:
+            now = self.now()
+            self._require_unit(conn, uow_id, lock=True)
+            number = self._max_attempt(conn, uow_id) if attempt is None else attempt
+            if number == 0:
+                raise LedgerError(
+                    f"unit of work {uow_id} has no attempt to resolve: it never started"
+                )
+            row = (
+                conn.execute(
+                    select(attempts)
+                    .where(attempts.c.uow_id == uow_id, attempts.c.number == number)
+                    .with_for_update(key_share=True)
+                )
+                .mappings()
+                .first()
+            )
+            if row is None:
+                raise LedgerError(f"unit of work {uow_id} has no attempt {number}")
+            current = _attempt_from_row(row)
+            if current.outcome not in _RESOLVABLE_OUTCOMES:
+                previous = self._resolution_of(conn, uow_id, number)
+                if previous is not None and previous.state == state and (
+                    current.outcome == closed_as
+                ):
+                    return _resolution_record(current, previous, repeated=True)
+                how = ("resolved by " + previous.source if previous is not None
+                       else "recorded by twice")
+                raise LedgerError(
+                    f"attempt {number} of {uow_id} is {current.outcome} ({how}), not unknown "
+                    "or running: only an attempt whose outcome twice could not settle can be "
+                    "resolved"
+                )
+            if current.outcome == "running":
+                held = leasing.get_lease(conn, uow_id)
+                if held is not None and held.active(now) and held.holder == current.holder:
+                    raise LedgerError(
+                        f"attempt {number} of {uow_id} is running and {current.holder} holds "
+                        f"the unit's lease until {held.expires_at.isoformat()}: it may still "
+                        "finish; wait for it to end or for the lease to expire, then resolve it"
+                    )
+            finished = max(now, current.started_at)
+            one_line = " ".join(note.split())
+            seq = append_event(
+                conn,
+                kind="attempt-finished",
+                at=finished,
+                recorded_at=now,
+                summary=(f"attempt {number} resolved as {closed_as}: asserted by an operator "
+                         f"({operator}), not observed by twice: {one_line}"),
+                uow_id=uow_id,
+                attempt=number,
+                data={"outcome": closed_as, "previous_outcome": current.outcome,
+                      "resolved_by": source, "operator": operator, "note": note},
+            )
+            conn.execute(
+                update(attempts)
+                .where(attempts.c.uow_id == uow_id, attempts.c.number == number)
+                .values(outcome=closed_as, finished_at=finished, finished_seq=seq)
+            )
+            observation = insert_observation(
+                conn,
+                uow_id=uow_id,
+                state=state,
+                source=source,
+                observed_at=now,
+                recorded_at=now,
+                attempt=number,
+                detail={"note": note, "operator": operator, "outcome": outcome,
+                        "attempt_outcome": closed_as, "previous_outcome": current.outcome},
+                summary=(f"{state} (attempt {number}): asserted by an operator ({operator}): "
+                         f"{one_line}"),
+            )
+        closed = AttemptRecord(
+            uow_id=current.uow_id,
+            number=current.number,
+            holder=current.holder,
+            started_at=current.started_at,
+            outcome=closed_as,
+            generation=current.generation,
+            job_id=current.job_id,
+            finished_at=finished,
+        )
+        return _resolution_record(closed, observation, repeated=False)
+
+    def resolutions(self, uow_id: str) -> list[ResolutionRecord]:
+        """Operators' resolutions of the unit's attempts, in recording order."""
+        query = (
+            select(observations)
+            .where(
+                observations.c.uow_id == uow_id,
+                observations.c.source.startswith(OPERATOR_SOURCE_PREFIX, autoescape=True),
+                observations.c.state.in_(list(RESOLUTION_STATES.values())),
+            )
+            .order_by(observations.c.seq)
+        )
+        with self._read() as conn:
+            found = [observation_from_row(row) for row in conn.execute(query).mappings()]
+            by_number = {
+                row["number"]: _attempt_from_row(row)
+                for row in conn.execute(
+                    select(attempts).where(attempts.c.uow_id == uow_id)
+                ).mappings()
+            }
+        return [
+            _resolution_record(by_number[record.attempt], record, repeated=False)
+            for record in found
+            if record.attempt in by_number
+        ]
+
+    @staticmethod
+    def _resolution_of(conn: Connection, uow_id: str, number: int) -> ObservationRecord | None:
+        row = (
+            conn.execute(
+                select(observations)
+                .where(
+                    observations.c.uow_id == uow_id,
+                    observations.c.attempt == number,
+                    observations.c.source.startswith(OPERATOR_SOURCE_PREFIX, autoescape=True),
+                    observations.c.state.in_(list(RESOLUTION_STATES.values())),
+                )
+                .order_by(observations.c.seq.desc())
+                .limit(1)
+            )
+            .mappings()
+            .first()
+        )
+        return None if row is None else observation_from_row(row)
+
     # -- observations -------------------------------------------------------------------------
 
     def record_observation(
@@ -853,14 +1394,18 @@ class Ledger:
     # -- job generations ----------------------------------------------------------------------
 
     def record_job_generation(
-        self, uow_id: str, generation: int | None = None, *, job_id: str | None = None
+        self, uow_id: str, generation: int | None = None, *, job_id: str | None = None,
+        supersede: bool = False,
     ) -> JobGenerationRecord:
         """Take a job generation (state ``active``); default: the next one.
 
         A new generation is only taken once every earlier one is ``confirmed-failed``:
-        otherwise a second remote job could duplicate the first's effects. Recording an
-        existing generation again returns it (a retried call is harmless). ``job_id``
-        defaults to ``UnitOfWork.job_id(generation)``.
+        otherwise a second remote job could duplicate the first's effects. ``supersede``
+        is a deliberate rerun of a unit whose job succeeded (changed input, ``--force``): then
+        ``succeeded`` generations do not block either, and the new generation's new job id
+        makes the service really execute it again. Recording an existing generation again
+        returns it (a retried call is harmless). ``job_id`` defaults to
+        ``UnitOfWork.job_id(generation)``.
         """
         with self._write() as conn:
             now = self.now()
@@ -883,7 +1428,8 @@ class Ledger:
                     f"generations of {uow_id} are taken in order: the next is {following}, "
                     f"not {number}"
                 )
-            blocking = [record for record in existing if record.state != "confirmed-failed"]
+            settled = ("confirmed-failed", "succeeded") if supersede else ("confirmed-failed",)
+            blocking = [record for record in existing if record.state not in settled]
             if blocking:
                 last = blocking[-1]
                 raise LedgerError(
@@ -906,9 +1452,11 @@ class Ledger:
                 kind="job-generation",
                 at=now,
                 recorded_at=now,
-                summary=f"job generation {number}: {job_id}",
+                summary=f"job generation {number}: {job_id}"
+                + (" (a deliberate rerun: supersedes the succeeded one)" if supersede else ""),
                 uow_id=uow_id,
-                data={"generation": number, "job_id": job_id, "state": "active"},
+                data={"generation": number, "job_id": job_id, "state": "active",
+                      "supersede": supersede},
             )
             conn.execute(
                 insert(job_generations).values(
@@ -1272,6 +1820,14 @@ class Ledger:
         with self._write() as conn:
             return leasing.release_lease(conn, uow_id=uow_id, holder=holder, clock=self.now)
 
+    def next_fencing_token(self) -> int:
+        """Take the next value of the ledger-wide fencing sequence (the one leases take).
+
+        The engine takes one per attempt, so a timed-out attempt whose thread commits late is
+        fenced by the retry that followed it, exactly like a paused worker by its successor."""
+        with self._write() as conn:
+            return leasing.next_fencing_token(conn)
+
     def lease(self, uow_id: str) -> LeaseRecord | None:
         """The stored lease (check ``active(ledger.now())``: it may be expired or released)."""
         with self._read() as conn:
@@ -1460,6 +2016,97 @@ class Ledger:
             "fingerprint": by(fingerprints, _fingerprint_from_row, "seq"),
             "decision": by(decisions, _decision_from_row, "seq"),
         }
+
+
+_OPERATOR_NAME = re.compile(r"[^\s:][^\r\n\t]*")
+
+
+def _operator_name(value: object) -> str:
+    """An operator's name as given (``--operator``, ``$USER``): one line, not blank."""
+    name = value.strip() if isinstance(value, str) else value
+    if not isinstance(name, str) or not _OPERATOR_NAME.fullmatch(name):
+        raise LedgerError(
+            f"operator must be a person's name or login on one line, got {value!r}"
+        )
+    if len(name) > _MAX_OPERATOR_NAME:
+        raise LedgerError(f"operator name is longer than {_MAX_OPERATOR_NAME} characters")
+    return name
+
+
+def _resolution_record(
+    attempt: AttemptRecord, observation: ObservationRecord, *, repeated: bool
+) -> ResolutionRecord:
+    detail = observation.detail
+    outcome = resolution_outcome(observation.state, observation.source)
+    assert outcome is not None
+    return ResolutionRecord(
+        uow_id=attempt.uow_id,
+        outcome=outcome,
+        operator=str(detail.get("operator") or observation.source[len(OPERATOR_SOURCE_PREFIX):]),
+        note=str(detail.get("note", "")),
+        resolved_at=observation.observed_at,
+        attempt=attempt,
+        observation=observation,
+        repeated=repeated,
+    )
+
+
+def _rollback_quietly(trans: RootTransaction) -> None:
+    """Roll back without letting a failed rollback hide the error being handled."""
+    try:
+        trans.rollback()
+    except Exception:
+        try:
+            trans.connection.invalidate()  # its state is unknown: never reuse it
+        except Exception:
+            pass
+
+
+def _close_quietly(conn: Connection) -> None:
+    try:
+        conn.close()
+    except Exception:
+        pass
+
+
+#: Public methods that do not run a ledger transaction of their own (or, like
+#: ``transaction``, handle faults themselves): not wrapped by ``_retried``.
+_NOT_RETRIED = frozenset({"open", "now", "close", "transaction", "snapshot", "atomic"})
+
+
+def _retried(method: Callable[..., T]) -> Callable[..., T]:
+    """Run ``method`` whole again on transient faults (see ``Ledger._retrying``).
+
+    Inside a ``transaction()`` or ``snapshot()`` it joins the caller's transaction and is not
+    retried on its own: the block as a whole is.
+    """
+    what = f"{method.__name__}()"
+
+    @functools.wraps(method)
+    def call(self: Ledger, *args: Any, **kwargs: Any) -> T:
+        if self._current() is not None or self._in_retry():
+            return method(self, *args, **kwargs)
+        return self._retrying(lambda: method(self, *args, **kwargs), what=what)
+
+    call.__twice_retried__ = True  # type: ignore[attr-defined]
+    return call
+
+
+def _wrap_public_methods(cls: type) -> None:
+    """Every public method of the ``Ledger`` retries transient faults and raises typed errors.
+
+    Applied here rather than by a decorator on each method so that no write method can be
+    added without it; ``tests/ledger`` checks that each one is wrapped.
+    """
+    for name, value in list(vars(cls).items()):
+        if name.startswith("_") or name in _NOT_RETRIED or not callable(value):
+            continue
+        if isinstance(value, staticmethod | classmethod | property):
+            continue
+        setattr(cls, name, _retried(value))
+
+
+_wrap_public_methods(Ledger)
 
 
 def _reason(exc: DBAPIError, url: URL) -> str:

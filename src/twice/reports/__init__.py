@@ -1,9 +1,9 @@
 """Operator reports built from the ledger: an HTML page, a short status update, a runbook.
 
 All three read one model (``twice.reports.evidence.Evidence``), gathered as of one instant, so
-they never disagree; each fact in it is marked decided, executed, verified or assumed. The
-ledger records (hence SQLAlchemy) load with this package, so the CLI commands import it inside
-their functions and ``twice --help`` stays fast::
+they never disagree; each fact in it is marked decided, executed, verified, assumed or asserted
+(by an operator, ``twice resolve``). The ledger records (hence SQLAlchemy) load with this
+package, so the CLI commands import it inside their functions and ``twice --help`` stays fast::
 
     from twice.reports import load_evidence, render_html, render_update, render_handover
 
@@ -24,6 +24,7 @@ from twice.reports.evidence import (
     Evidence,
     Generation,
     Observation,
+    OperatorAssertion,
     OutcomeChange,
     PartitionHistory,
     ReportError,
@@ -47,6 +48,7 @@ __all__ = [
     "Evidence",
     "Generation",
     "Observation",
+    "OperatorAssertion",
     "OutcomeChange",
     "PartitionHistory",
     "ReportError",

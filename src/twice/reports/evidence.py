@@ -9,6 +9,8 @@ about what happened. Every fact carries its *basis* (DESIGN.md, "Truthfulness"):
   in the database); its age is part of the fact.
 - ``assumed``: the caller asserted or estimated it (safeRepeat, durations, a deadline given on
   the command line); twice did not check it.
+- ``asserted``: an operator resolved an outcome twice could not see (``twice resolve``): a
+  person's word, with their name and note; neither twice nor a service observed it.
 
 The model is rebuilt from each unit's timeline, keeping only events at or before ``as_of`` (and
 observations *recorded* by then), so ``--as-of`` shows what an operator could have known at
@@ -24,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 
 from twice.ledger.records import (
     LEASE_SOURCE,
+    OPERATOR_SOURCE_PREFIX,
     AttemptOutcome,
     DecisionRecord,
     ErrorRecord,
@@ -34,19 +37,22 @@ from twice.ledger.records import (
     ObservationRecord,
     TimelineEvent,
     UnitRecord,
+    resolution_outcome,
 )
 from twice.reports import wording
 
 if TYPE_CHECKING:
     from twice.ledger import Ledger
 
-Basis = Literal["decided", "executed", "verified", "assumed"]
-BASES: tuple[Basis, ...] = ("decided", "executed", "verified", "assumed")
+Basis = Literal["decided", "executed", "verified", "assumed", "asserted"]
+BASES: tuple[Basis, ...] = ("decided", "executed", "verified", "assumed", "asserted")
 BASIS_MEANING: dict[Basis, str] = {
     "decided": "chosen by the planner from the evidence; deciding executes nothing",
     "executed": "run by twice and recorded as it ended; not proof that the output is correct",
     "verified": "seen by a named source at a known time; as good as its age",
     "assumed": "asserted or estimated by the caller; twice did not check it",
+    "asserted": f"{wording.ASSERTED_BY_OPERATOR} (twice resolve), with their name and note; "
+                "neither twice nor a service observed it",
 }
 
 UnitState = Literal[
@@ -80,6 +86,27 @@ DeadlineSpec = datetime | Callable[[UnitRecord], datetime | None] | None
 
 class ReportError(ValueError):
     """A report cannot be built from what was given; the message names the input."""
+
+
+def assertion_of(record: ObservationRecord) -> OperatorAssertion | None:
+    """The operator's resolution an observation records (``twice resolve``), else None."""
+    from twice.ledger.records import RESOLVED_ATTEMPT_OUTCOME
+
+    outcome = resolution_outcome(record.state, record.source)
+    if outcome is None:
+        return None
+    operator = record.detail.get("operator") or record.source[len(OPERATOR_SOURCE_PREFIX):]
+    return OperatorAssertion(str(operator), str(record.detail.get("note", "")),
+                             record.observed_at, RESOLVED_ATTEMPT_OUTCOME[outcome])
+
+
+def _event_assertion(event: TimelineEvent, outcome: AttemptOutcome) -> OperatorAssertion | None:
+    """The resolution an ``attempt-finished`` event records (its ``resolved_by`` detail)."""
+    source = event.detail.get("resolved_by")
+    if not isinstance(source, str) or not source.startswith(OPERATOR_SOURCE_PREFIX):
+        return None
+    operator = event.detail.get("operator") or source[len(OPERATOR_SOURCE_PREFIX):]
+    return OperatorAssertion(str(operator), str(event.detail.get("note", "")), event.at, outcome)
 
 
 # -- reading recorded detail ---------------------------------------------------------------------
@@ -135,12 +162,29 @@ def _flag(value: Any) -> bool:
 
 
 @dataclass(frozen=True)
+class OperatorAssertion:
+    """An operator's resolution of an attempt (``twice resolve``): asserted, not observed."""
+
+    operator: str
+    note: str
+    at: datetime
+    outcome: AttemptOutcome
+
+    @property
+    def label(self) -> str:
+        """``asserted by an operator (alice): checked the table by hand``."""
+        return wording.asserted_by(self.operator, self.note)
+
+
+@dataclass(frozen=True)
 class OutcomeChange:
-    """An attempt's outcome as recorded at ``at``: by finishing it, or by a lease takeover."""
+    """An attempt's outcome as recorded at ``at``: by finishing it, by a lease takeover, or by
+    an operator's resolution (``asserted`` set)."""
 
     at: datetime
     outcome: AttemptOutcome
     cause: str
+    asserted: OperatorAssertion | None = None
 
 
 @dataclass(frozen=True)
@@ -156,6 +200,11 @@ class Attempt:
     changes: tuple[OutcomeChange, ...] = ()
     gap_before: timedelta | None = None
     basis: Basis = "executed"
+
+    @property
+    def asserted(self) -> OperatorAssertion | None:
+        """The operator's resolution that set the current outcome, if one did."""
+        return self.changes[-1].asserted if self.changes else None
 
     @property
     def ended_at(self) -> datetime | None:
@@ -180,7 +229,8 @@ class Observation:
 
     ``kinds`` tags what it shows: ``duplicate`` (the service already had the job id),
     ``done-with-error`` (ended, but with an error result), ``reconcile`` (looked up after an
-    outcome became unknown), ``validated`` / ``validation-failed``, ``lease-takeover``.
+    outcome became unknown), ``validated`` / ``validation-failed``, ``lease-takeover``,
+    ``operator-resolution`` (an operator's resolution: basis ``asserted``, not verified).
     """
 
     record: ObservationRecord
@@ -189,6 +239,11 @@ class Observation:
     stale_at: datetime | None
     kinds: frozenset[str] = frozenset()
     basis: Basis = "verified"
+
+    @property
+    def asserted(self) -> OperatorAssertion | None:
+        """The resolution this observation records, if it is an operator's."""
+        return assertion_of(self.record)
 
 
 @dataclass(frozen=True)
@@ -275,6 +330,22 @@ class UnitReport:
         """``funds.load 2026-12-01``: how people name the unit in a meeting."""
         unit = self.unit
         return f"{unit.pipeline}.{unit.task} {wording.interval(unit.interval)}"
+
+    @property
+    def asserted(self) -> OperatorAssertion | None:
+        """The operator's resolution the unit's state rests on, if it rests on one."""
+        if self.status.basis != "asserted" or not self.attempts:
+            return None
+        return self.attempts[-1].asserted
+
+    @property
+    def state_label(self) -> str:
+        """The state in one word, plus who asserted it when an operator did: ``succeeded
+        (asserted by an operator (alice))``."""
+        asserted = self.asserted
+        if asserted is None:
+            return self.status.state
+        return f"{self.status.state} ({wording.asserted_by(asserted.operator)})"
 
     @property
     def latest_decision(self) -> Decision | None:
@@ -442,7 +513,11 @@ def _unit_report(
             )
         elif kind == "attempt-finished" and event.attempt in drafts:
             outcome = cast(AttemptOutcome, detail.get("outcome", "unknown"))
-            drafts[event.attempt].changes.append(OutcomeChange(event.at, outcome, "finished"))
+            asserted = _event_assertion(event, outcome)
+            cause = "finished" if asserted is None else asserted.label
+            drafts[event.attempt].changes.append(
+                OutcomeChange(event.at, outcome, cause, asserted)
+            )
         elif kind in ("observation", "lease-takeover") and isinstance(record, ObservationRecord):
             observations.append(record)
             for number in detail_value(record.detail, ("attempts_now_unknown",)) or ():
@@ -508,6 +583,7 @@ def _attempts(drafts: Mapping[int, _AttemptDraft]) -> tuple[Attempt, ...]:
         gap = None
         if previous_end is not None and draft.started_at >= previous_end:
             gap = draft.started_at - previous_end
+        asserted = changes[-1].asserted if changes else None
         built.append(Attempt(
             number=number,
             holder=draft.holder,
@@ -517,6 +593,7 @@ def _attempts(drafts: Mapping[int, _AttemptDraft]) -> tuple[Attempt, ...]:
             job_id=draft.job_id,
             changes=changes,
             gap_before=gap,
+            basis="executed" if asserted is None else "asserted",
         ))
     return tuple(built)
 
@@ -531,6 +608,8 @@ def _observation_kinds(
     detail = record.detail
     state = record.state.strip().lower()
     kinds: set[str] = set()
+    if assertion_of(record) is not None:
+        return frozenset({"operator-resolution"})  # a person's word: it shows nothing else
     if record.source == LEASE_SOURCE:
         kinds.add("lease-takeover")
     status_code = detail_value(detail, ("http_status", "status_code", "code"))
@@ -573,6 +652,7 @@ def _observation(
         stale=None if stale_at is None else as_of > stale_at,
         stale_at=stale_at,
         kinds=_observation_kinds(record, attempts),
+        basis="verified" if assertion_of(record) is None else "asserted",
     )
 
 
@@ -650,6 +730,9 @@ def _status(
     freshest = max(after, key=lambda o: (o.record.observed_at, o.record.seq), default=None)
     seen = _seen(freshest, as_of)
     number = latest.number
+    asserted = latest.asserted
+    if asserted is not None:
+        return _asserted_status(latest, asserted, after, as_of)
     if latest.outcome == "running":
         return Status("running", "executed",
                       f"attempt {number} running since {wording.instant(latest.started_at)}"
@@ -675,6 +758,31 @@ def _status(
                       freshest)
     return Status(latest.outcome, "executed", f"attempt {number} {latest.outcome}{seen}",
                   freshest)
+
+
+def _asserted_status(
+    latest: Attempt, asserted: OperatorAssertion, after: list[Observation], as_of: datetime
+) -> Status:
+    """The state an operator's resolution gives the unit: asserted, never verified by it.
+
+    Only a validation by a named source after the resolution makes it verified.
+    """
+    number = latest.number
+    resolution = next((o for o in reversed(after) if o.asserted is not None
+                       and o.record.attempt == number), None)
+    checks = [o for o in after if o.kinds & {"validated", "validation-failed"}
+              and o.record.observed_at >= asserted.at]
+    check = max(checks, key=lambda o: (o.record.observed_at, o.record.seq), default=None)
+    if latest.outcome == "succeeded" and check is not None and "validated" in check.kinds:
+        return Status("verified", "verified",
+                      f"attempt {number} succeeded ({asserted.label}) and its output was "
+                      f"validated{_seen(check, as_of)}", check)
+    text = (f"attempt {number} {latest.outcome}, {asserted.label} "
+            f"{wording.span(as_of - asserted.at)} ago; not observed by twice")
+    if check is not None:
+        text += f"; its output FAILED validation{_seen(check, as_of)}"
+    state = cast(UnitState, latest.outcome)
+    return Status(state, "asserted", text, resolution)
 
 
 def _seen(observation: Observation | None, as_of: datetime) -> str:
@@ -772,7 +880,15 @@ def _decision_assumptions(
 def _open_questions(unit: UnitReport) -> list[Assumption]:
     questions = []
     state = unit.status.state
-    if state == "unknown":
+    asserted = unit.attempts[-1].asserted if unit.attempts else None
+    if unit.status.basis == "asserted" and asserted is not None:
+        questions.append(Assumption(
+            unit.label,
+            f"attempt {unit.attempts[-1].number}'s outcome ({asserted.outcome}) is "
+            f"{asserted.label}; neither twice nor a service observed it",
+            f"{OPERATOR_SOURCE_PREFIX}{asserted.operator}",
+        ))
+    elif state == "unknown":
         questions.append(Assumption(
             unit.label,
             "the remote outcome is unknown: a retry may duplicate work until the job is "

@@ -69,7 +69,7 @@ def _identifiers(evidence: Evidence) -> list[str]:
     rows = [
         (_code(u.uow_id), f"{u.unit.pipeline}.{u.unit.task}", _code(u.unit.interval.label),
          _code(u.unit.input_partition), _code(u.unit.input_version),
-         _code(u.unit.transform_version), u.status.state)
+         _code(u.unit.transform_version), u.state_label)
         for u in evidence.units
     ]
     return ["## 1. Identifiers (units of work)", "",
@@ -136,14 +136,36 @@ def _state_sources(evidence: Evidence) -> list[str]:
             f"Where each status came from and how old it is at {wording.instant(evidence.as_of)}"
             f". {limit} An old value is not current evidence: refresh it.", "",
             *_table(["Source", "Observations", "Units", "Latest state", "Observed at",
-                     "Age at as-of"], rows)]
+                     "Age at as-of"], rows), "", *_operator_resolutions(evidence)]
+
+
+def _operator_resolutions(evidence: Evidence) -> list[str]:
+    """Outcomes an operator resolved by hand: a person's word, listed apart from observations."""
+    rows = []
+    for unit in evidence.units:
+        for observation in unit.observations:
+            asserted = observation.asserted
+            if asserted is None:
+                continue
+            record = observation.record
+            rows.append((unit.label, record.attempt or "", asserted.outcome,
+                         wording.asserted_by(asserted.operator), asserted.note,
+                         wording.instant(asserted.at)))
+    return ["Outcomes asserted by an operator (`twice resolve`): what a person said after "
+            "checking, not something twice or a service observed:", "",
+            *_table(["Unit", "Attempt", "Outcome", "Basis", "Note", "At"], rows)]
 
 
 def _errors(evidence: Evidence) -> list[str]:
     counts = Counter(e.classification for u in evidence.units for e in u.errors)
     outcomes = Counter(a.outcome for u in evidence.units for a in u.attempts)
+    asserted = Counter(a.outcome for u in evidence.units for a in u.attempts if a.asserted)
     summary = ", ".join(f"{name}: {counts[name]}" for name in ERROR_CLASSIFICATIONS)
-    attempts = ", ".join(f"{name}: {n}" for name, n in sorted(outcomes.items())) or "none"
+    attempts = ", ".join(
+        f"{name}: {n}" + (f" ({asserted[name]} {wording.ASSERTED_BY_OPERATOR})"
+                          if asserted[name] else "")
+        for name, n in sorted(outcomes.items())
+    ) or "none"
     rows = [
         (unit.label, e.attempt or "", e.classification, _code(e.error_class), e.message)
         for unit in evidence.units for e in unit.errors
@@ -255,7 +277,8 @@ def _duplicate_example(unit: UnitReport) -> str | None:
                  for o in shown)
     if unit.attempts:
         latest = unit.attempts[-1]
-        story.append(f"latest attempt {latest.number}: {latest.outcome}")
+        how = f" ({latest.asserted.label})" if latest.asserted is not None else ""
+        story.append(f"latest attempt {latest.number}: {latest.outcome}{how}")
     generations = ", ".join(f"g{g.generation} {_code(g.job_id)} {g.state}"
                             for g in unit.generations)
     if generations:
@@ -276,7 +299,10 @@ def _done_error_example(unit: UnitReport) -> str | None:
         shown = f" with errorResult {_code(error)}" if error else ""
         items.append(_describe_observation(observation) + shown)
     latest = unit.attempts[-1] if unit.attempts else None
-    outcome = f" Attempt outcome recorded: {latest.outcome}." if latest else ""
+    outcome = ""
+    if latest is not None:
+        how = f" ({latest.asserted.label})" if latest.asserted is not None else ""
+        outcome = f" Attempt outcome recorded: {latest.outcome}{how}."
     classes = ", ".join(sorted({f"{e.classification} {_code(e.error_class)}"
                                 for e in unit.errors}))
     errors = f" Errors: {classes}." if classes else ""
@@ -324,10 +350,10 @@ def _next_actions(evidence: Evidence) -> list[str]:
     for unit in evidence.units:
         decision = unit.latest_decision
         if decision is None:
-            rows.append((unit.label, unit.status.state, "no decision recorded", "", ""))
+            rows.append((unit.label, unit.state_label, "no decision recorded", "", ""))
             continue
         record = decision.record
-        rows.append((unit.label, unit.status.state, record.decision, record.reason,
+        rows.append((unit.label, unit.state_label, record.decision, record.reason,
                      "current" if decision.current else "evidence came after it"))
     return ["## 9. Current state and planner decisions", "",
             "Decisions are what the planner chose from the evidence at the time; they execute "
@@ -387,8 +413,10 @@ def render_handover(evidence: Evidence, pipeline: Pipeline | None = None,
     if generated_at is not None:
         lines.append(f"- Generated: {wording.instant(generated_at)}")
     lines += ["", "> Built from recorded evidence only. Each fact is decided (planner), executed "
-              "(twice ran it), verified (a named source saw it, with its age) or assumed (the "
-              "caller's assertion). This runbook executed nothing and approves nothing.", ""]
+              "(twice ran it), verified (a named source saw it, with its age), assumed (the "
+              "caller's assertion) or asserted by an operator (`twice resolve`: a person's word, "
+              "with their name and note). This runbook executed nothing and approves nothing.",
+              ""]
     for section in (
         _identifiers(evidence), _job_locations(evidence), _state_sources(evidence),
         _errors(evidence), _attempt_limits(evidence, pipeline), _validation(evidence, pipeline),

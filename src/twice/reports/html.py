@@ -1,8 +1,9 @@
 """The operator's report: one self-contained HTML page (inline CSS and SVG, nothing fetched).
 
 It is read during an incident, maybe offline, maybe forwarded by mail, so it needs no network,
-no fonts and no scripts. Each fact shows its basis (decided / executed / verified / assumed) as a
-badge, and every recorded time is shown with the age it had at the report's as_of.
+no fonts and no scripts. Each fact shows its basis (decided / executed / verified / assumed /
+asserted by an operator) as a badge, and every recorded time is shown with the age it had at the
+report's as_of.
 """
 
 from __future__ import annotations
@@ -77,6 +78,8 @@ time, td.holder { white-space: nowrap; } details.detail summary { font-weight: n
 .basis-executed { color: #1565c0; border-color: #90caf9; background: #eef5fd; }
 .basis-verified { color: var(--ok); border-color: #a5d6a7; background: #eef7ee; }
 .basis-assumed { color: #8d6e00; border-color: #ffe082; background: #fffbea; }
+.basis-asserted { color: #ad1457; border-color: #f48fb1; background: #fdeef4; }
+.asserted-by { color: #ad1457; }
 .state { font-weight: 600; white-space: nowrap; }
 .state-verified, .state-succeeded { color: var(--ok); }
 .state-failed-transient { color: var(--transient); }
@@ -111,6 +114,7 @@ svg .kind-duplicate { fill: #f9a825; } svg .kind-done-with-error { fill: var(--p
 svg .kind-validation-failed { fill: var(--permanent); }
 svg .kind-reconcile { fill: var(--unknown); }
 svg .kind-validated { fill: var(--ok); } svg .kind-lease-takeover { fill: #757575; }
+svg .kind-operator-resolution { fill: #ad1457; }
 svg .observation-marker.stale { stroke: var(--permanent); stroke-dasharray: 2 2; }
 svg .decision-marker { fill: #7e57c2; stroke: #fff; }
 svg .decision-marker.superseded { fill: #c5b8e3; }
@@ -134,6 +138,7 @@ _SWATCHES = (
 _MARKERS = (
     ("observation", "#1e88e5"), ("duplicate", "#f9a825"), ("DONE with error", "var(--permanent)"),
     ("reconcile", "var(--unknown)"), ("validated", "var(--ok)"), ("decision", "#7e57c2"),
+    ("asserted by an operator", "#ad1457"),
 )
 
 
@@ -189,10 +194,14 @@ def _latest_evidence(unit: UnitReport) -> str:
     if latest is None:
         return '<span class="note">no observation</span>'
     record = latest.record
+    asserted = latest.asserted
+    if asserted is not None:
+        return (f'{escape(record.state)}, <span class="asserted-by">{escape(asserted.label)}'
+                f"</span>, {escape(wording.span(latest.age))} ago {badge(latest.basis)}")
     stale = (' <span class="stale">stale</span>'
              if latest.stale and unit.status.state in OPEN_STATES else "")
     return (f"{escape(record.state)} via <code>{escape(record.source)}</code>, "
-            f"{escape(wording.span(latest.age))} old{stale} {badge('verified')}")
+            f"{escape(wording.span(latest.age))} old{stale} {badge(latest.basis)}")
 
 
 def _next(unit: UnitReport) -> str:
@@ -255,18 +264,24 @@ def _observations(unit: UnitReport) -> str:
     for o in unit.observations:
         r = o.record
         stale = ""
-        if o.stale and unit.status.state in OPEN_STATES:
+        asserted = o.asserted
+        if asserted is not None:
+            stale = ' <span class="note">(an assertion: it does not go stale)</span>'
+        elif o.stale and unit.status.state in OPEN_STATES:
             stale = ' <span class="stale">stale</span>'
         elif o.stale:
             stale = ' <span class="note">(over the age limit; the job has ended)</span>'
         elif o.stale is None:
             stale = ' <span class="note">(no age limit recorded)</span>'
-        kinds = ", ".join(sorted(o.kinds))
+        if asserted is not None:
+            kinds = f'<span class="asserted-by">{escape(asserted.label)}</span>'
+        else:
+            kinds = escape(", ".join(sorted(o.kinds)))
         rows.append(
             f'<tr class="observation-row" data-seq="{r.seq}"><td>{_time(r.observed_at)}</td>'
             f"<td>{escape(r.state)}</td><td><code>{escape(r.source)}</code></td>"
             f"<td>{escape(wording.span(o.age))}{stale}</td>"
-            f"<td>{'' if r.attempt is None else r.attempt}</td><td>{escape(kinds)}</td>"
+            f"<td>{'' if r.attempt is None else r.attempt}</td><td>{kinds}</td>"
             f"<td>{_detail(r.detail)}</td><td>{badge(o.basis)}</td></tr>"
         )
     if not rows:

@@ -35,20 +35,30 @@ def _check_sqlite_file(database: str, shown: str) -> None:
     if not path.is_file():
         raise ReportError(f"ledger {shown} is not a file: {path}")
     try:
-        conn = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)
+        found = _has_ledger_table(path, "mode=ro")
+    except sqlite3.OperationalError:
+        # A WAL ledger on a read-only file system: mode=ro needs a -shm file it cannot create.
         try:
-            found = conn.execute(
-                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (LEDGER_TABLE,)
-            ).fetchone()
-        finally:
-            conn.close()
+            found = _has_ledger_table(path, "immutable=1")
+        except sqlite3.DatabaseError as exc:
+            raise ReportError(f"cannot read ledger {shown}: {exc}") from None
     except sqlite3.DatabaseError as exc:
         raise ReportError(f"cannot read ledger {shown}: {exc}") from None
-    if found is None:
+    if not found:
         raise ReportError(
             f"{shown} is not a twice ledger (it has no {LEDGER_TABLE} table); "
             "point --ledger at the database the runs wrote"
         )
+
+
+def _has_ledger_table(path: Path, mode: str) -> bool:
+    conn = sqlite3.connect(f"{path.absolute().as_uri()}?{mode}", uri=True)
+    try:
+        return conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (LEDGER_TABLE,)
+        ).fetchone() is not None
+    finally:
+        conn.close()
 
 
 def load_evidence(

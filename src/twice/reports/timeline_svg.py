@@ -31,8 +31,8 @@ _TICK_STEPS = [
 ]
 _UNSAFE_ID = re.compile(r"[^A-Za-z0-9_-]")
 #: Observation kinds in the order their marker colour is chosen (the first match wins).
-MARKER_KINDS = ("done-with-error", "validation-failed", "duplicate", "reconcile", "validated",
-                "lease-takeover")
+MARKER_KINDS = ("operator-resolution", "done-with-error", "validation-failed", "duplicate",
+                "reconcile", "validated", "lease-takeover")
 
 
 def slug(text: str) -> str:
@@ -137,7 +137,9 @@ def _attempt_marks(attempt: Attempt, scale: _Scale, as_of: datetime, y: float,
     shown_end = "not ended" if end is None else wording.instant(end)
     duration = "" if end is None else f" ({wording.span(end - start)})"
     job = f", job {attempt.job_id}" if attempt.job_id else ""
-    title = (f"Attempt {attempt.number}: {attempt.outcome} (executed) from "
+    asserted = attempt.asserted
+    how = attempt.basis if asserted is None else asserted.label
+    title = (f"Attempt {attempt.number}: {attempt.outcome} ({how}) from "
              f"{wording.instant(start)} to {shown_end}{duration}{job}")
     parts = [
         f'<rect class="{classes}" id="attempt-{unit_slug}-{attempt.number}" '
@@ -149,8 +151,12 @@ def _attempt_marks(attempt: Attempt, scale: _Scale, as_of: datetime, y: float,
     if since is not None:
         until = attempt.resolved_at or as_of
         u0, u1 = scale.x(scale.clamp(since)), scale.x(scale.clamp(until))
-        settled = (f"resolved {attempt.outcome} at {wording.instant(until)}"
-                   if attempt.resolved_at else "still unknown")
+        if attempt.resolved_at is None:
+            settled = "still unknown"
+        elif asserted is not None:
+            settled = f"{attempt.outcome} {asserted.label}, at {wording.instant(until)}"
+        else:
+            settled = f"resolved {attempt.outcome} at {wording.instant(until)}"
         parts.append(
             f'<rect class="unknown-span" x="{u0:.1f}" y="{y + 3:.1f}" '
             f'width="{max(u1 - u0, 2):.1f}" height="{BAR - 6}" fill="url(#hatch-{unit_slug})">'
@@ -189,9 +195,14 @@ def _observation_marker(observation: Observation, scale: _Scale, y: float) -> st
     if observation.stale:
         classes += " stale"
     x = scale.x(record.observed_at)
-    title = (f"Observed {record.state} via {record.source} at "
-             f"{wording.instant(record.observed_at)} (verified, {wording.span(observation.age)} "
-             f"old{', stale' if observation.stale else ''})")
+    asserted = observation.asserted
+    if asserted is not None:
+        title = (f"{record.state}: {asserted.label}, at {wording.instant(record.observed_at)} "
+                 f"({observation.basis}, not observed; {wording.span(observation.age)} ago)")
+    else:
+        title = (f"Observed {record.state} via {record.source} at "
+                 f"{wording.instant(record.observed_at)} ({observation.basis}, "
+                 f"{wording.span(observation.age)} old{', stale' if observation.stale else ''})")
     return (f'<circle class="{classes}" data-seq="{record.seq}" cx="{x:.1f}" '
             f'cy="{y + BAR / 2:.1f}" r="6"><title>{escape(title)}</title></circle>')
 

@@ -51,6 +51,9 @@ def _namer(evidence: Evidence) -> tuple[Namer, str]:
 
 
 def _age(unit: UnitReport, as_of: datetime) -> str:
+    asserted = unit.asserted
+    if asserted is not None:
+        return f"{asserted.label}, {wording.span(as_of - asserted.at)} ago"
     evidence = unit.status.evidence
     if evidence is None:
         return "no observation recorded"
@@ -61,7 +64,9 @@ def _age(unit: UnitReport, as_of: datetime) -> str:
 
 def _confirmed(evidence: Evidence, name: Namer) -> str:
     verified = evidence.in_state("verified")
-    unvalidated = evidence.in_state("succeeded")
+    succeeded = evidence.in_state("succeeded")
+    unvalidated = [u for u in succeeded if u.status.basis != "asserted"]
+    asserted = [u for u in succeeded if u.status.basis == "asserted"]
     total = len(evidence.units)
     if verified:
         names = [f"{name(u)} ({_age(u, evidence.as_of)})" for u in verified]
@@ -72,6 +77,10 @@ def _confirmed(evidence: Evidence, name: Namer) -> str:
     if unvalidated:
         names = [f"{name(u)} ({_age(u, evidence.as_of)})" for u in unvalidated]
         line += (f" Finished without error but not yet validated: {_listing(names)}.")
+    if asserted:
+        names = [f"{name(u)} ({_age(u, evidence.as_of)})" for u in asserted]
+        line += (f" Succeeded as {wording.ASSERTED_BY_OPERATOR}, not observed by twice: "
+                 f"{_listing(names)}.")
     return line
 
 
@@ -109,6 +118,8 @@ def _failed(evidence: Evidence, name: Namer) -> str | None:
         decision = unit.current_decision
         if unit.status.state == "not-started" and decision is not None:
             cause = f" ({decision.record.decision})"
+        elif unit.asserted is not None:
+            cause = f" ({_age(unit, evidence.as_of)})"
         else:
             cause = f" ({error.classification}: {error.message})" if error else ""
         items.append(f"{name(unit)} {unit.status.state}{cause}")

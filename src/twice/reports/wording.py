@@ -50,3 +50,16 @@ def interval(value: Interval) -> str:
     if midnight and end - start == timedelta(days=1):
         return start.date().isoformat()
     return f"{instant(start)} -> {instant(end)}"
+
+
+#: How reports name an outcome an operator resolved by hand (``twice resolve``): what a person
+#: said, not what twice or a service saw.
+ASSERTED_BY_OPERATOR = "asserted by an operator"
+
+
+def asserted_by(operator: str, note: str | None = None) -> str:
+    """``asserted by an operator (alice): checked the table``: the one label of a resolution."""
+    text = f"{ASSERTED_BY_OPERATOR} ({operator})"
+    if note:
+        text += f": {' '.join(note.split())}"
+    return text

@@ -1,0 +1,132 @@
+"""``twice resolve UOW_ID --as succeeded|failed --note TEXT``: an operator settles an outcome.
+
+When twice cannot see a task's effects (no destination to fingerprint, no ``reconcile=``, not
+``safe_repeat``), an attempt cut off by a crash or a timeout stays ``unknown`` until a person
+checks by hand. This command records what they found, in one ledger transaction: the attempt
+(default: the latest, which must be ``unknown`` or ``running``) is closed as ``succeeded``, or
+as ``failed-transient`` for ``--as failed`` (its effect did not happen, so a later run may try
+again), and an observation ``resolved-succeeded`` / ``resolved-failed`` from
+``operator:<name>`` keeps the note. Every report shows it as "asserted by an operator", with the
+name and the note, never as verified.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import sys
+from typing import TYPE_CHECKING, NoReturn, cast
+
+import click
+
+if TYPE_CHECKING:
+    from twice.ledger import ResolutionOutcome
+
+EXIT_BAD_INPUT = 2
+EXIT_LEDGER_FAILED = 1
+
+EPILOG = """\b
+Examples:
+  twice resolve funds.load.20261201T0000.3c6a --as succeeded \\
+      --note "checked warehouse.positions: 2026-12-01 has the expected 18,204 rows"
+  twice resolve funds.load.20261201T0000.3c6a --as failed --attempt 2 \\
+      --note "no load job in the BigQuery history for that id" --operator alice
+"""
+
+
+def _fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
+    click.echo(f"twice resolve: {message}", err=True)
+    sys.exit(code)
+
+
+def _operator(given: str | None) -> str:
+    if given is not None:
+        if not given.strip():
+            _fail("--operator: give your name or login (it is recorded with the resolution)")
+        return given.strip()
+    return (os.environ.get("USER") or "").strip() or "operator"
+
+
+@click.command("resolve", epilog=EPILOG)
+@click.argument("uow_id")
+@click.option("--as", "outcome", required=True, type=click.Choice(["succeeded", "failed"]),
+              help="What you found: the attempt's effect happened (succeeded) or not (failed).")
+@click.option("--note", default=None, metavar="TEXT",
+              help="What you checked and what it showed (required; kept with the resolution).")
+@click.option("--attempt", type=int, default=None, metavar="N",
+              help="Attempt to resolve (default: the latest, which must be unknown or running).")
+@click.option("--operator", default=None, metavar="NAME",
+              help="Who resolves it (default: $USER, else 'operator').")
+@click.option("--ledger", "ledger_url", default=None, metavar="URL",
+              help="Ledger URL or SQLite path (default: $TWICE_LEDGER or twice-ledger.db).")
+@click.option("--json", "as_json", is_flag=True, help="JSON output.")
+def resolve(uow_id: str, outcome: str, note: str | None, attempt: int | None,
+            operator: str | None, ledger_url: str | None, as_json: bool) -> None:
+    """Record an operator's resolution of an attempt twice could not settle (asserted, not
+    observed)."""
+    from twice.cli.ledger_decide import CliInputError, open_existing_ledger
+    from twice.ledger import LedgerError, LedgerStorageError, LedgerUnavailableError
+
+    if note is None or not note.strip():
+        _fail("--note: say what you checked and what it showed (e.g. \"row count of "
+              "warehouse.positions 2026-12-01 matches the source\"); it is kept with the "
+              "resolution")
+    if attempt is not None and attempt < 1:
+        _fail(f"--attempt: attempts are numbered from 1, got {attempt}")
+    name = _operator(operator)
+    try:
+        ledger = open_existing_ledger(ledger_url)
+    except CliInputError as exc:
+        _fail(f"--ledger: {exc}")
+    with ledger:
+        try:
+            if ledger.unit(uow_id) is None:
+                known = [record.uow_id for record in ledger.units()]
+                close = ([k for k in known if k.startswith(uow_id)][:3]
+                         or difflib.get_close_matches(uow_id, known, n=3, cutoff=0.5))
+                hint = f"; did you mean {', '.join(close)}?" if close else ""
+                _fail(f"UOW_ID: unknown unit of work {uow_id!r}{hint}")
+            record = ledger.record_resolution(
+                uow_id, attempt=attempt, outcome=cast("ResolutionOutcome", outcome),
+                note=note, operator=name,
+            )
+        except (LedgerUnavailableError, LedgerStorageError) as exc:
+            _fail(str(exc), EXIT_LEDGER_FAILED)
+        except LedgerError as exc:
+            field = f"--attempt {attempt}" if attempt is not None else "UOW_ID (latest attempt)"
+            if str(exc).startswith("operator"):
+                field = "--operator"
+            _fail(f"{field}: {exc}")
+    observation = record.observation
+    previous = observation.detail.get("previous_outcome")
+    if as_json:
+        click.echo(json.dumps({
+            "uow_id": record.uow_id,
+            "attempt": record.attempt.number,
+            "asserted": record.outcome,
+            "attemptOutcome": record.attempt.outcome,
+            "previousOutcome": previous,
+            "operator": record.operator,
+            "note": record.note,
+            "source": observation.source,
+            "state": observation.state,
+            "seq": observation.seq,
+            "resolvedAt": record.resolved_at.isoformat(),
+            "repeated": record.repeated,
+            "basis": "asserted",
+        }, sort_keys=True))
+        return
+    from twice.reports import wording
+
+    if record.repeated:
+        click.echo(f"Attempt {record.attempt.number} of {record.uow_id} was already resolved as "
+                   f"{record.outcome} at {wording.instant(record.resolved_at)}; nothing new "
+                   "recorded.")
+        return
+    click.echo(
+        f"Resolved attempt {record.attempt.number} of {record.uow_id}: {previous} -> "
+        f"{record.attempt.outcome}, {wording.asserted_by(record.operator, record.note)}.\n"
+        f"Recorded as observation {observation.state} from {observation.source} "
+        f"(seq {observation.seq}). Reports show it as asserted by an operator, not verified."
+    )

@@ -1,0 +1,275 @@
+"""Commit records: who wrote a slice, committed atomically with the rows (the exactly-once core).
+
+Every *owned* write (a write made while an attempt's :class:`WriteStamp` is active, or with an
+explicit ``stamp=``) commits, in the same transaction as the data, one :class:`CommitRecord`:
+the unit of work, job generation, attempt, lease (fencing) token and input version that wrote
+it, and the fingerprint of the slice as committed. Where it lives: a twice-owned table
+``twice_commits`` in the same database on SQLite, DuckDB and PostgreSQL; a ``_twice_commit.json``
+file inside the swapped partition directory on Parquet. Spark cannot commit it atomically with
+the data (documented there).
+
+What it is for:
+
+- **Reconcile from the destination.** An attempt whose outcome is unknown (killed, timed out,
+  the ledger failed after the write) is settled by reading the commit record for that unit,
+  generation and attempt: present means the write happened (with that fingerprint), absent
+  means nothing twice owns was written, so a retry is safe. No user ``reconcile=`` is needed.
+- **Fencing.** ``fence_key`` names the (pipeline, task, interval) slot a unit fills, whatever its
+  versions. Inside the write transaction the destination refuses (:class:`FencedWriteError`,
+  nothing written) a stamp whose ``token`` is lower than the highest token already committed for
+  the same fence key: a worker paused past its lease writes nothing once the taker has written.
+  Tokens come from one ledger-wide sequence (every lease acquisition takes the next), so they
+  are comparable across units of the same slot (an old input version cannot overwrite a new one).
+- **Append exactly once.** ``append`` with a stamp is a no-op when a commit record for the same
+  unit and generation already exists in that table. Without a stamp ``append`` is a plain
+  insert: a retry appends the rows again (not exactly-once).
+
+How each engine keeps it
+------------------------
+Every write method takes ``stamp=`` (default :data:`ACTIVE`: read :func:`active_stamp`; an
+explicit ``stamp=None`` writes unstamped, with no record and no fencing). A stamped write, in
+ONE transaction with its rows: creates the commits table if missing, refuses an older token
+for the same ``(table, fence_key)`` (equal tokens pass: the same lease writing again), writes
+the rows, fingerprints the slice as it now is (same connection, so it sees the uncommitted
+rows; the columns ``twice.fingerprint.fingerprint`` uses by default; ``algorithm "none"`` and an
+empty checksum when the slice cannot be fingerprinted, e.g. no fingerprintable column) and
+inserts the record. ``CommitRecord.table`` is the table unquoted (``schema.table`` when the
+destination names a schema, PostgreSQL always does), the dataset directory on Parquet, the
+table name on Spark. ``commit_records()`` returns them ordered by (token, committed_at).
+
+- **SQLite**: ``twice_commits`` in the same database file; ``BEGIN IMMEDIATE`` serialises writers,
+  so the fencing read cannot race.
+- **DuckDB**: ``twice_commits`` in the destination table's schema (``main`` or ``schema.`` of
+  ``#schema.table``). One process owns a DuckDB file; inside it, stamped writes to one file are
+  serialised by a per-file lock (DuckDB's optimistic concurrency would not catch two appends).
+- **PostgreSQL**: ``<schema>.twice_commits``, in the destination table's schema (the writer can
+  create tables there; the records live and die with the data). The fencing read is made
+  race-free with ``pg_advisory_xact_lock`` on (table, fence_key), in a READ COMMITTED
+  transaction, so a second writer of the same slot waits and then sees the first one's record.
+- **Parquet**: ``_twice_commit.json`` (:meth:`CommitRecord.to_json`) inside every partition
+  directory a write swaps in, written into the staging directory before the swap, so it lands
+  with the files; older records of that directory are carried into ``_twice_commits.jsonl``
+  next to it (records are never dropped by twice: a static overwrite that empties a partition
+  holding records leaves the directory with its records and no data files). A write that
+  changes no partition directory (zero rows and nothing to empty) puts its record in
+  ``<dataset>/_twice_commits.jsonl``. A stamped append is exactly once per partition.
+  Fencing reads the slice's directories under the dataset's ``flock``. A write spanning several
+  partitions commits each atomically, not all together: :meth:`commit_records` reports a record
+  only once every partition it wrote carries it (otherwise it reads as absent, and the retry
+  rewrites the slice).
+- **Spark**: NOT atomic. The data commits first (Spark's job commit), then the record is written
+  as a JSON file under ``<warehouse>/_twice_commits/<table>/``. A crash between the two leaves
+  the data without its record: reconcile reads "absent" and the retry rewrites the slice, which
+  ``replace_partition`` makes harmless. Fencing there is best-effort (checked before the job,
+  not under a lock), and a stamped ``append`` is refused (it could not be exactly-once).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import enum
+import json
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Final, TypeAlias
+
+from twice.destinations.errors import DestinationError
+from twice.errors import ConflictError
+
+COMMITS_TABLE = "twice_commits"
+PARQUET_COMMIT_FILE = "_twice_commit.json"
+PARQUET_HISTORY_FILE = "_twice_commits.jsonl"  # older records of a partition (and the dataset's)
+SPARK_COMMITS_DIR = "_twice_commits"  # <warehouse>/_twice_commits/<table>/*.json
+NO_FINGERPRINT = "none"  # CommitRecord.algorithm when no column of the slice is fingerprintable
+
+# The twice_commits columns, in order, with their logical kinds (SQL engines).
+COMMIT_COLUMNS: Final[tuple[tuple[str, str], ...]] = (
+    ("table_name", "string"), ("slice", "string"), ("mode", "string"), ("uow_id", "string"),
+    ("fence_key", "string"), ("generation", "integer"), ("attempt", "integer"),
+    ("token", "integer"), ("input_version", "string"), ("rows_written", "integer"),
+    ("row_count", "integer"), ("checksum", "string"), ("algorithm", "string"),
+    ("columns", "string"), ("committed_at", "string"), ("extra", "string"),
+)
+
+
+@dataclass(frozen=True)
+class WriteStamp:
+    """The identity an owned write commits with its rows (see the module docstring)."""
+
+    uow_id: str
+    fence_key: str  # "pipeline/task/interval-label": the slot, whatever the versions
+    generation: int
+    attempt: int
+    token: int  # the lease's fencing token (ledger-wide sequence)
+    input_version: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class CommitRecord:
+    """One owned write as the destination committed it (rows and this record together)."""
+
+    table: str  # the destination's qualified table (or the dataset directory for Parquet)
+    slice: str  # the slice label written ("all rows" when unpartitioned)
+    mode: str  # replace | upsert | append
+    uow_id: str
+    fence_key: str
+    generation: int
+    attempt: int
+    token: int
+    input_version: str
+    rows_written: int
+    row_count: int  # the slice's fingerprint right after the write, inside the transaction
+    checksum: str
+    algorithm: str
+    columns: tuple[str, ...] = ()
+    committed_at: str = ""  # ISO-8601 UTC, the destination's clock
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["columns"] = list(self.columns)
+        return data
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CommitRecord:
+        return cls(
+            table=str(data["table"]), slice=str(data["slice"]), mode=str(data["mode"]),
+            uow_id=str(data["uow_id"]), fence_key=str(data["fence_key"]),
+            generation=int(data["generation"]), attempt=int(data["attempt"]),
+            token=int(data["token"]), input_version=str(data.get("input_version", "")),
+            rows_written=int(data["rows_written"]), row_count=int(data["row_count"]),
+            checksum=str(data["checksum"]), algorithm=str(data["algorithm"]),
+            columns=tuple(data.get("columns") or ()),
+            committed_at=str(data.get("committed_at", "")),
+            extra=dict(data.get("extra") or {}),
+        )
+
+    def matches(self, stamp: WriteStamp) -> bool:
+        """Whether this record was written under ``stamp`` (same unit, generation, attempt)."""
+        return (self.uow_id, self.generation, self.attempt) == (
+            stamp.uow_id, stamp.generation, stamp.attempt
+        )
+
+    @classmethod
+    def create(
+        cls, stamp: WriteStamp, *, table: str, slice: str, mode: str, rows_written: int,
+        row_count: int, checksum: str, algorithm: str, columns: Sequence[str] = (),
+        committed_at: str = "", extra: dict[str, Any] | None = None,
+    ) -> CommitRecord:
+        """The record of a write made under ``stamp`` (``committed_at`` defaults to now, UTC)."""
+        return cls(
+            table=table, slice=slice, mode=mode, uow_id=stamp.uow_id,
+            fence_key=stamp.fence_key, generation=stamp.generation, attempt=stamp.attempt,
+            token=stamp.token, input_version=stamp.input_version, rows_written=rows_written,
+            row_count=row_count, checksum=checksum, algorithm=algorithm,
+            columns=tuple(columns), committed_at=committed_at or utc_now_text(),
+            extra=dict(extra or {}),
+        )
+
+    def to_row(self) -> tuple[Any, ...]:
+        """The values of one ``twice_commits`` row, in :data:`COMMIT_COLUMNS` order."""
+        return (
+            self.table, self.slice, self.mode, self.uow_id, self.fence_key, self.generation,
+            self.attempt, self.token, self.input_version, self.rows_written, self.row_count,
+            self.checksum, self.algorithm, json.dumps(list(self.columns)), self.committed_at,
+            json.dumps(self.extra, sort_keys=True),
+        )
+
+    @classmethod
+    def from_row(cls, row: Sequence[Any]) -> CommitRecord:
+        """Inverse of :meth:`to_row` (a row read back from ``twice_commits``)."""
+        data = dict(zip((name for name, _ in COMMIT_COLUMNS), row, strict=True))
+        data["table"] = data.pop("table_name")
+        data["columns"] = json.loads(data["columns"] or "[]")
+        data["extra"] = json.loads(data["extra"] or "{}")
+        return cls.from_dict(data)
+
+    @property
+    def sort_key(self) -> tuple[int, str]:
+        """The order :meth:`commit_records` returns records in."""
+        return (self.token, self.committed_at)
+
+
+class FencedWriteError(DestinationError, ConflictError):
+    """A write carried an older fencing token than one already committed for its slot.
+
+    Nothing was written: a newer lease holder (a takeover, or a newer run of the same slot)
+    has committed this slice, so this writer's result is stale by definition.
+    """
+
+    def __init__(self, stamp: WriteStamp, newer: int, where: str) -> None:
+        self.stamp = stamp
+        self.newer_token = newer
+        super().__init__(
+            f"{where}: write refused: fencing token {stamp.token} of {stamp.uow_id} (attempt "
+            f"{stamp.attempt}) is older than token {newer} already committed for "
+            f"{stamp.fence_key}; a newer lease holder wrote this slice, nothing was written"
+        )
+
+
+def newest_token(records: Iterable[CommitRecord], fence_key: str) -> int | None:
+    """The highest token committed for ``fence_key`` among ``records`` (None if none)."""
+    tokens = [r.token for r in records if r.fence_key == fence_key]
+    return max(tokens) if tokens else None
+
+
+def check_fence(stamp: WriteStamp, newest: int | None, where: str) -> None:
+    """Raise :class:`FencedWriteError` if ``newest`` (the highest committed token for the
+    stamp's fence key) is greater than the stamp's; an equal token is the same lease."""
+    if newest is not None and int(newest) > stamp.token:
+        raise FencedWriteError(stamp, int(newest), where)
+
+
+def utc_now_text() -> str:
+    """Now as ISO-8601 UTC text with microseconds (``2026-12-04T10:00:00.000000Z``)."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class _Active(enum.Enum):
+    STAMP = "the active stamp"
+
+    def __repr__(self) -> str:
+        return "ACTIVE"
+
+
+ACTIVE: Final = _Active.STAMP
+"""Default of every write method's ``stamp=``: use :func:`active_stamp` at call time."""
+
+StampArg: TypeAlias = WriteStamp | _Active | None
+
+
+def resolve_stamp(stamp: StampArg) -> WriteStamp | None:
+    """A write method's ``stamp=`` argument as the stamp to write under (None: unstamped)."""
+    if stamp is ACTIVE:
+        return active_stamp()
+    if stamp is None or isinstance(stamp, WriteStamp):
+        return stamp
+    raise TypeError(f"stamp must be a WriteStamp or None, got {type(stamp).__name__}")
+
+
+_ACTIVE: contextvars.ContextVar[WriteStamp | None] = contextvars.ContextVar(
+    "twice_write_stamp", default=None
+)
+
+
+def active_stamp() -> WriteStamp | None:
+    """The stamp of the attempt running in this context, if any (read by the writers)."""
+    return _ACTIVE.get()
+
+
+@contextmanager
+def stamped(stamp: WriteStamp | None) -> Iterator[None]:
+    """Make ``stamp`` the active one for writes made in this context (and restore after)."""
+    token = _ACTIVE.set(stamp)
+    try:
+        yield
+    finally:
+        _ACTIVE.reset(token)

@@ -1,0 +1,33 @@
+"""One error root for twice: every error twice raises on purpose is a ``TwiceError``.
+
+Subclasses say what kind of trouble it is, so callers (and the CLI, which maps them to exit
+codes in one place) branch on types, never on message text:
+
+- ``InputError``: what was asked is invalid (also a ``ValueError``); nothing was done.
+- ``ConflictError``: someone else holds or has changed what we wanted to write.
+- ``UnavailableError``: a service (ledger, destination, remote API) could not be reached.
+- ``Interrupted``: the operator interrupted a run; what was started is recorded.
+"""
+
+from __future__ import annotations
+
+
+class TwiceError(Exception):
+    """The root of every error twice raises on purpose."""
+
+
+class InputError(TwiceError, ValueError):
+    """Invalid input (a definition, an option, a file); the message names the field."""
+
+
+class ConflictError(TwiceError):
+    """A lease, fencing token or commit record says another writer owns this now."""
+
+
+class UnavailableError(TwiceError):
+    """A service could not be reached or written (after the retries it allows)."""
+
+
+class Interrupted(TwiceError):
+    """The run was interrupted (KeyboardInterrupt in task code or at the prompt); the attempt
+    in flight is recorded ``unknown`` and is settled from its commit record next time."""
