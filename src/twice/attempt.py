@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from twice.errors import ConflictError
 from twice.owned_write import Landed, run_body
 from twice.pipeline import NonFatal, Task, TaskContext
 from twice.policy import RetryPolicy
@@ -66,6 +67,8 @@ def classify(error: BaseException, policy: RetryPolicy) -> Ending:
     """unknown before transient before permanent: an unknown outcome is never 'just retried'."""
     if is_unknown(error):
         return "unknown"
+    if isinstance(error, ConflictError):  # fenced: a newer writer owns the slice; never retry
+        return "permanent"
     if policy.is_transient(error):
         return "transient"
     return "permanent"

@@ -215,10 +215,12 @@ def default_holder() -> str:
 class _LeaseKeeper:
     """Renews a unit's lease every ``ttl / 3`` seconds while it runs (attempts can outlive it)."""
 
-    def __init__(self, ledger: Ledger, uow_id: str, holder: str, ttl: float) -> None:
+    def __init__(self, ledger: Ledger, uow_id: str, holder: str, ttl: float,
+                 expires_at: datetime | None = None) -> None:
         self._ledger, self._uow_id, self._holder, self._ttl = ledger, uow_id, holder, ttl
         self._done = threading.Event()
         self.lost = False
+        self.expires_at = expires_at  # of the last lease we know we hold
         self._thread = threading.Thread(target=self._renew, daemon=True, name="twice-lease")
 
     def __enter__(self) -> _LeaseKeeper:
@@ -240,6 +242,12 @@ class _LeaseKeeper:
             if not renewed.acquired:
                 self.lost = True
                 return
+            self.expires_at = renewed.expires_at
+
+    def expired(self, now: datetime) -> bool:
+        """Whether we may no longer hold the lease: a renewal failed, or the last lease we
+        know of has run out (a process paused past it has not renewed yet)."""
+        return self.lost or (self.expires_at is not None and now >= self.expires_at)
 
 
 class FileWriters:
@@ -561,8 +569,10 @@ class Executor:
                 uow_id=unit.uow_id, holder=lease.holder, lease_expires_at=lease.expires_at,
                 total_attempts=0 if latest is None else latest.number,
             ), False
-        with _LeaseKeeper(self.ledger, unit.uow_id, self.holder, self.lease_ttl) as keeper:
+        with _LeaseKeeper(self.ledger, unit.uow_id, self.holder, self.lease_ttl,
+                          lease.expires_at) as keeper:
             run = _UnitRun(self, task, unit, upstream, deadline, settings, lease.token)
+            run.lease_lost = lambda: keeper.expired(self.ledger.now())
             result = run.drive()
         if lease.taken_over_from is not None:
             note = self._takeover_note(unit.uow_id, lease.taken_over_from, result)
@@ -695,6 +705,7 @@ class _UnitRun:
         self.token = token  # the fencing token stamped on owned writes (fresh per attempt)
         self.supersede = False  # a deliberate rerun: take a new job generation once
         self.superseded = False  # the inputs changed under us: the driver re-identifies it
+        self.lease_lost: Callable[[], bool] = lambda: False
         self.diff: Any = None
         self.ledger = executor.ledger
         self.task = task
@@ -995,6 +1006,15 @@ class _UnitRun:
         changed = self._inputs_changed()
         if changed is not None:
             return changed
+        if self.lease_lost():  # paused past the lease: another holder may be running it now
+            reason = (
+                "the lease was lost while this unit ran (renewal failed or expired): no new "
+                "attempt starts; the holder that took it over settles it"
+            )
+            self.ledger.record_observation(
+                self.uow_id, "lease-lost", source=EXECUTOR_SOURCE, detail={"reason": reason}
+            )
+            return self._result("leased-elsewhere", reason)
         generation, job_id = self._generation()
         pool = self.x.pool_for(self.task)
         with contextlib.ExitStack() as slots:

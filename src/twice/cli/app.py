@@ -97,6 +97,21 @@ class LazyGroup(click.Group):
         command: click.Command = getattr(module, attribute)
         return command
 
+    def invoke(self, ctx: click.Context) -> object:
+        """Run the subcommand; a ``TwiceError`` it did not handle becomes one message and the
+        exit code of its type (``twice.cli.exits``), never a traceback."""
+        from twice.errors import TwiceError
+
+        try:
+            return super().invoke(ctx)
+        except (TwiceError, KeyboardInterrupt) as exc:
+            from twice.cli.exits import exit_code_for
+
+            name = ctx.invoked_subcommand or "twice"
+            text = str(exc) or type(exc).__name__
+            click.echo(f"twice {name}: {text}", err=True)
+            ctx.exit(exit_code_for(exc))
+
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = [(name, COMMANDS[name][2]) for name in self.list_commands(ctx)]
         if rows:

@@ -1,0 +1,51 @@
+"""Exit codes come from the error's type, in one place (twice.cli.exits)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from twice.cli import cli
+from twice.cli.exits import BAD_INPUT, CONFLICT, FAILED, INTERRUPTED, exit_code_for
+from twice.destinations.commits import FencedWriteError, WriteStamp
+from twice.errors import Interrupted, TwiceError, UnavailableError
+from twice.ledger.errors import LedgerError, LedgerStorageError, LedgerUnavailableError
+from twice.pipeline import PipelineError
+
+
+@pytest.mark.parametrize(("error", "code"), [
+    (PipelineError("task 'x': bad"), BAD_INPUT),
+    (LedgerError("unknown unit"), BAD_INPUT),
+    (LedgerUnavailableError("locked for 60 s"), FAILED),
+    (LedgerStorageError("disk full"), FAILED),
+    (UnavailableError("service down"), FAILED),
+    (FencedWriteError(WriteStamp("u", "p/t/i", 1, 1, 3), 4, "sqlite://x"), CONFLICT),
+    (Interrupted("stopped"), INTERRUPTED),
+    (TwiceError("other"), FAILED),
+])
+def test_each_error_type_has_one_exit_code(error: BaseException, code: int) -> None:
+    assert exit_code_for(error) == code
+
+
+def test_ctrl_c_in_task_code_is_recorded_and_exits_130(tmp_path: Path) -> None:
+    pipeline = tmp_path / "p.py"
+    pipeline.write_text(
+        "from twice.pipeline import Pipeline\n"
+        "from twice.schedule import Schedule\n"
+        "pipeline = Pipeline('p', schedule=Schedule.daily('UTC'))\n"
+        f"@pipeline.task(destination='sqlite://{tmp_path}/w.db?partition_column=day#t')\n"
+        "def t(ctx):\n"
+        "    raise KeyboardInterrupt\n"
+    )
+    ledger = tmp_path / "l.db"
+    result = CliRunner().invoke(cli, ["run", str(pipeline), "--interval", "2026-11-30",
+                                      "--ledger", str(ledger), "--deadline", "none"])
+    assert result.exit_code == INTERRUPTED
+    assert "interrupted" in result.output and "Traceback" not in result.output
+    from twice.ledger import Ledger
+
+    with Ledger.open(str(ledger)) as opened:
+        [unit] = opened.units()
+        assert [a.outcome for a in opened.attempts(unit.uow_id)] == ["unknown"]
