@@ -2,14 +2,17 @@
 
 The planner waits exactly ``policy.backoff_after(n)`` (no jitter) so its forecasts are
 reproducible; the executor spreads real retries with jitter so that many tasks failing together
-do not all return at the same instant and hit a recovering service again. Jitter only ever
-shortens the planned wait, never lengthens it, so a plan that fits the deadline still fits:
+do not all return at the same instant and hit a recovering service again:
 
-- ``none``: ``v``
-- ``full``: ``uniform(0, v)``
-- ``equal``: ``v/2 + uniform(0, v/2)``
+- ``none``: ``v`` (exactly the plan)
+- ``full``: ``uniform(0, v)`` (may shorten the wait, never lengthens it)
+- ``equal``: ``v/2 + uniform(0, v/2)`` (may shorten it by up to half, never lengthens it)
+- ``additive``: ``v + uniform(0, v/4)`` (never shorter than the plan, up to 25 % LONGER: the
+  retry decorator of the Indonesian chapter, ``jeda + random.uniform(0, jeda * 0.25)``)
 
-where ``v = policy.backoff_after(n)`` is already capped at ``max_delay``. The random source is
+where ``v = policy.backoff_after(n)`` is already capped at ``max_delay`` (additive may pass the
+cap by its 25 %). Because additive jitter can lengthen a wait, the executor plans again after
+every wait, so the deadline check sees the real start time. The random source is
 injectable: pass a seeded ``random.Random`` in tests, leave it out in production.
 """
 
@@ -18,7 +21,7 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator
 
-from twice.policy import RetryPolicy
+from twice.policy import ADDITIVE_JITTER_FRACTION, RetryPolicy
 
 _shared_rng = random.Random()
 
@@ -30,6 +33,8 @@ def jitter_bounds(policy: RetryPolicy, attempts: int) -> tuple[float, float]:
         return (0, planned)
     if policy.jitter == "equal":
         return (planned / 2, planned)
+    if policy.jitter == "additive":
+        return (planned, planned * (1 + ADDITIVE_JITTER_FRACTION))
     return (planned, planned)
 
 

@@ -13,11 +13,13 @@ backoff and the deadline (execution *and* validation included) all allow it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import math
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import NamedTuple
 
+from twice.errors import InputError
 from twice.policy import RetryPolicy
 
 Time = int | float
@@ -182,6 +184,72 @@ def decide_task(
     return DecisionResult(task.id, decision, reason, delay, start, finish)
 
 
+class EvidenceError(InputError):
+    """Evidence handed to ``decide`` breaks a rule the lab's boundary enforces; the message
+    names the field (``tasks[2].observedAt``), as the lab's JSON boundary does."""
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def check_evidence(window: DecisionWindow, tasks: Sequence[TaskEvidence]) -> None:
+    """The lab boundary's rules, for callers of the Python API: raise ``EvidenceError``.
+
+    A future observation is invalid input, not fresher evidence; ``last_finished_at`` is None
+    exactly while completion is unconfirmed (running, unknown) and never after the observation;
+    attempts count from 1; durations are positive; ids are unique.
+    """
+    for name in ("as_of", "deadline", "max_observation_age"):
+        if not _number(getattr(window, name)):
+            raise EvidenceError(f"window.{name} must be a finite number, got "
+                                f"{getattr(window, name)!r}")
+    if window.max_observation_age < 0:
+        raise EvidenceError("window.max_observation_age must be >= 0")
+    seen: dict[str, int] = {}
+    for index, task in enumerate(tasks):
+        where = f"tasks[{index}]"
+        if not isinstance(task, TaskEvidence):
+            raise EvidenceError(f"{where} must be a TaskEvidence, got {type(task).__name__}")
+        if not isinstance(task.id, str) or not task.id:
+            raise EvidenceError(f"{where}.id must be a non-empty string")
+        if task.id in seen:
+            raise EvidenceError(f"{where}.id {task.id!r} duplicates tasks[{seen[task.id]}].id")
+        seen[task.id] = index
+        if not isinstance(task.state, TaskState):
+            raise EvidenceError(f"{where}.state must be a TaskState, got {task.state!r}")
+        if not isinstance(task.safe_repeat, bool):
+            raise EvidenceError(f"{where}.safeRepeat must be True or False")
+        if isinstance(task.attempts, bool) or not isinstance(task.attempts, int) or (
+            task.attempts < 1
+        ):
+            raise EvidenceError(f"{where}.attempts must be an integer >= 1 (it counts the first "
+                                f"try), got {task.attempts!r}")
+        for name, label in (("observed_at", "observedAt"), ("duration", "duration"),
+                            ("validation", "validation")):
+            if not _number(getattr(task, name)):
+                raise EvidenceError(f"{where}.{label} must be a finite number")
+        if task.observed_at > window.as_of:
+            raise EvidenceError(
+                f"{where}.observedAt ({task.observed_at}) is after asOf ({window.as_of}): a "
+                "future observation is invalid input, not fresher evidence"
+            )
+        if task.duration <= 0 or task.validation < 0:
+            raise EvidenceError(f"{where}: duration must be > 0 and validation >= 0")
+        ended = task.last_finished_at
+        if task.state in (TaskState.RUNNING, TaskState.UNKNOWN):
+            if ended is not None:
+                raise EvidenceError(f"{where}.lastFinishedAt must be None while state is "
+                                    f"{task.state.value} (completion is unconfirmed)")
+        elif ended is None or not _number(ended):
+            raise EvidenceError(f"{where}.lastFinishedAt must be a finite number when state is "
+                                f"{task.state.value}")
+        elif ended > task.observed_at:
+            raise EvidenceError(
+                f"{where}.lastFinishedAt ({ended}) is after observedAt ({task.observed_at})"
+            )
+
+
 def decide(
     window: DecisionWindow,
     tasks: Iterable[TaskEvidence],
@@ -189,7 +257,11 @@ def decide(
     when: Callable[[Time], str] = _plain,
     span: Callable[[Time], str] = _plain,
 ) -> DecisionReport:
-    """Decide every task independently; the result does not depend on the input order."""
+    """Decide every task independently; the result does not depend on the input order.
+
+    The evidence is checked first with the lab boundary's rules (``check_evidence``)."""
+    tasks = list(tasks)
+    check_evidence(window, tasks)
     results = [decide_task(task, window, when=when, span=span) for task in tasks]
     results.sort(key=lambda result: result.id)
     return DecisionReport(tuple(results), deadline_passed=window.as_of > window.deadline)

@@ -706,6 +706,7 @@ class _UnitRun:
         self.supersede = False  # a deliberate rerun: take a new job generation once
         self.superseded = False  # the inputs changed under us: the driver re-identifies it
         self.lease_lost: Callable[[], bool] = lambda: False
+        self._waited_after: int | None = None  # the attempt whose backoff we already waited
         self.diff: Any = None
         self.ledger = executor.ledger
         self.task = task
@@ -752,7 +753,7 @@ class _UnitRun:
                 f"attempt {prior.number} had succeeded; run again as requested (a new job "
                 "generation, so a remote job is really executed again)"
             )
-        elif prior is None:
+        elif prior is None and not (self.task.safe_repeat or self.task.name in self.x.repeat):
             earlier = self._slot_success()
             if earlier is not None:
                 held = self._held(earlier)
@@ -811,8 +812,11 @@ class _UnitRun:
                     f"is {kind.value} ({decision.reason}); the caller owns the retry loop",
                     decision,
                 )
-            if evidence.attempts_in_run > 0:
+            waited_for = None if latest is None else latest.number
+            if evidence.attempts_in_run > 0 and self._waited_after != waited_for:
                 self._wait_backoff(decision, evidence)
+                self._waited_after = waited_for
+                continue  # plan again: the deadline check sees the real start (jitter may add)
             stop = self._attempt(evidence)
             if stop is not None:
                 return stop

@@ -9,7 +9,8 @@ is, so a policy means the same thing in the planner, the executor and a plain fu
   classes or a predicate); anything else propagates at once, after one call. ``KeyboardInterrupt``
   and other non-``Exception`` errors are never retried;
 - the waits are the policy's capped exponential backoff with its jitter
-  (:func:`twice.backoff.jittered_delay`), which only ever shortens the planned wait;
+  (:func:`twice.backoff.jittered_delay`; ``additive`` may lengthen a wait by 25 %, the deadline
+  check below uses the wait actually drawn);
 - with a ``deadline`` an attempt is started only if the wait before it plus its expected duration
   still fit (tenacity's ``stop_before_delay`` ignores the attempt's own duration); a refusal
   raises :class:`RetryDeadlineExceeded` chained to the last error, without sleeping first;

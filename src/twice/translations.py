@@ -354,7 +354,10 @@ def _airflow(
         differences.append("max_retry_delay is ignored without retry_exponential_backoff")
     if policy.jitter != "none":
         differences.append(
-            f"twice's random {policy.jitter} jitter (never longer than the plan) has no Airflow "
+            f"twice's random {policy.jitter} jitter "
+            + ("(up to 25 % longer than the plan) " if policy.jitter == "additive"
+               else "(never longer than the plan) ")
+            + "has no Airflow "
             "setting" + ("; the hash spread waits longer than the plan instead" if exponential
                          else "; a constant retry_delay has no spread at all")
         )
@@ -578,10 +581,11 @@ def to_stepfunctions(policy: RetryPolicy) -> Translation:
             f"{max_delay} s"
         )
     jitter: StepFunctionsJitter = "NONE" if policy.jitter == "none" else "FULL"
-    if policy.jitter == "equal":
+    if policy.jitter in ("equal", "additive"):
+        least = "at least half the plan" if policy.jitter == "equal" else "at least the plan"
         notes.append(
             "Step Functions has FULL or NONE jitter: FULL may wait down to 0 s where twice's "
-            "equal jitter waits at least half the plan"
+            f"{policy.jitter} jitter waits {least}"
         )
     retrier = {
         "ErrorEquals": _error_names(policy) or ["<TransientErrorName>"],

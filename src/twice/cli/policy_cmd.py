@@ -36,6 +36,7 @@ _JITTER_FORMULAS = {
     "none": "waits exactly the delay",
     "full": "waits uniform(0, delay)",
     "equal": "waits delay/2 + uniform(0, delay/2)",
+    "additive": "waits delay + uniform(0, delay/4) (never shorter, up to 25 % longer)",
 }
 
 
@@ -127,8 +128,8 @@ def policy() -> None:
 
     Delay before attempt n+1 = min(max_delay, initial_delay x multiplier^(n-1)). The planner
     uses it as is; the executor adds jitter: none waits exactly the delay, full waits
-    uniform(0, delay), equal waits delay/2 + uniform(0, delay/2). Jitter never waits longer
-    than the plan.
+    uniform(0, delay), equal waits delay/2 + uniform(0, delay/2): both may shorten a wait, never
+    lengthen it; additive waits delay + uniform(0, delay/4): never shorter, up to 25 % longer.
 
     Without a subcommand the options go to 'show'.
 
@@ -155,7 +156,7 @@ def policy() -> None:
 @click.option("--max-delay", type=SECONDS, default=_DEFAULT.max_delay, show_default=True,
               help="Cap on any single delay, in seconds (>= --initial-delay).")
 @click.option("--jitter", type=click.Choice(JITTERS), default=_DEFAULT.jitter,
-              show_default=True, help="Executor jitter: none, full or equal (see above).")
+              show_default=True, help="Executor jitter: none, full, equal or additive (see above).")
 @click.option("--attempt-timeout", type=TIMEOUT, default=None,
               help="Per-attempt timeout in seconds; a timed-out attempt's outcome is unknown.")
 @_output_options
