@@ -63,9 +63,28 @@ def is_unknown(error: BaseException) -> bool:
     return getattr(error, "outcome", None) == "unknown"
 
 
-def classify(error: BaseException, policy: RetryPolicy) -> Ending:
-    """unknown before transient before permanent: an unknown outcome is never 'just retried'."""
+def is_timeout(error: BaseException) -> bool:
+    """A timeout raised inside task code: ``TimeoutError`` (``socket.timeout``, asyncio's and
+    concurrent.futures' too) or a client library's timeout class (a class in its hierarchy
+    named ``...Timeout``, ``...TimeoutError`` or ``...TimeoutException``: requests, httpx,
+    urllib3, botocore). The request may have reached the service, so the outcome is unknown."""
+    if isinstance(error, TimeoutError):
+        return True
+    return any(
+        cls.__name__.endswith(("Timeout", "TimeoutError", "TimeoutException"))
+        for cls in type(error).__mro__
+    )
+
+
+def classify(error: BaseException, policy: RetryPolicy, *,
+             timeout_is_failure: bool = False) -> Ending:
+    """unknown before transient before permanent: an unknown outcome is never 'just retried'.
+
+    A timeout in task code is unknown too (reconcile first), unless the task declares that its
+    timeouts leave nothing behind (``timeout_is_failure``): then the transient list decides."""
     if is_unknown(error):
+        return "unknown"
+    if is_timeout(error) and not timeout_is_failure:
         return "unknown"
     if isinstance(error, ConflictError):  # fenced: a newer writer owns the slice; never retry
         return "permanent"
@@ -103,7 +122,9 @@ def call_attempt(
         else:
             value = run_with_timeout(run_body, timeout, task, ctx)
     except Exception as exc:
-        return AttemptReport(classify(exc, task.retry), error=exc)
+        return AttemptReport(
+            classify(exc, task.retry, timeout_is_failure=task.timeout_is_failure), error=exc
+        )
     except (SystemExit, KeyboardInterrupt) as exc:
         # Task code ended the process's flow: its writes may or may not have committed, so the
         # outcome is unknown (settled from the commit record), never a silent stop.
@@ -117,7 +138,8 @@ def call_attempt(
     if remote is not None and remote.failed:
         error: Exception = JobFailed(remote)
         return AttemptReport(
-            classify(error, task.retry), value, error, nonfatals, remote, written
+            classify(error, task.retry, timeout_is_failure=task.timeout_is_failure), value,
+            error, nonfatals, remote, written
         )
     if remote is not None and not remote.done:
         error = JobStillRunning(remote.job_id, 0.0, remote.state)

@@ -244,13 +244,26 @@ class UnitEvidence:
         return self.settings.effective_deadline(include_workflow=self.include_workflow_deadline)
 
     def duration_seconds(self) -> float:
-        """Estimated execution time: declared, else the last attempt's measured, else 0."""
-        if self.settings is not None and self.settings.duration is not None:
-            return self.settings.duration
+        """Estimated execution time (see ``duration_basis`` for where it comes from)."""
+        return self._duration()[0]
+
+    def duration_basis(self) -> str:
+        """Where the estimate comes from: ``declared`` (estimated_duration), ``assumed: the
+        task's timeout`` (no estimate: an attempt may take up to its timeout, so the planner
+        never starts one that could not finish), ``measured`` (the last attempt), or ``none``
+        (no estimate, no timeout: 0 s, which pipeline validation warns about)."""
+        return self._duration()[1]
+
+    def _duration(self) -> tuple[float, str]:
+        settings = self.settings
+        if settings is not None and settings.duration is not None:
+            return settings.duration, "declared"
+        if settings is not None and settings.policy.attempt_timeout is not None:
+            return settings.policy.attempt_timeout, "assumed: the task's timeout"
         for attempt in reversed(self.attempts):
             if attempt.duration is not None and attempt.outcome != "unknown":
-                return attempt.duration.total_seconds()
-        return 0.0
+                return attempt.duration.total_seconds(), "measured"
+        return 0.0, "none"
 
     def window(self) -> DecisionWindow:
         """The planner's frame in microseconds; needs ``settings``."""

@@ -921,6 +921,8 @@ class _UnitRun:
                 "observed_at": iso(evidence.observed_at),
                 "source": evidence.source,
                 "deadline": iso(evidence.deadline),
+                "duration": evidence.duration_seconds(),
+                "duration_basis": evidence.duration_basis(),
             },
             **extra,
         }

@@ -196,6 +196,10 @@ class Task:
       writes it, with a commit record (``twice.destinations.commits``). Writes a task makes
       itself through ``open_destination(ctx.destination)`` during an attempt are owned the same
       way; either kind is reconciled from the destination after an unknown outcome.
+    - ``timeout_is_failure``: a timeout raised INSIDE the task (``TimeoutError``,
+      ``socket.timeout``, a client library's ``...Timeout``) is normally an unknown outcome (the
+      request may have reached the service: reconcile first); True declares that such a timeout
+      leaves nothing behind, so it is an ordinary failure classified by ``retry.transient``.
     - ``safe_repeat``: the author's *assertion* that running the task again for the same interval
       has no extra effect beyond what twice's own replace/upsert destination write undoes (no
       emails sent twice, no remote jobs submitted without a client-chosen id). Reports show it as
@@ -217,6 +221,7 @@ class Task:
     reconcile: Reconciler | None = None
     acceptance: Any = None
     safe_repeat: bool = False
+    timeout_is_failure: bool = False
     write: WriteMode | None = None
     maximum_bytes_billed: int | None = None
     cost_estimate: Callable[[Interval], Any] | None = None
@@ -257,6 +262,8 @@ class Task:
         object.__setattr__(self, "validation_duration", val)
         if not isinstance(self.safe_repeat, bool):
             raise PipelineError(f"{where}: safe_repeat must be True or False")
+        if not isinstance(self.timeout_is_failure, bool):
+            raise PipelineError(f"{where}: timeout_is_failure must be True or False")
         if self.write is not None:
             if self.write not in WRITE_MODES:
                 raise PipelineError(
@@ -749,6 +756,11 @@ class Pipeline:
                 warnings.append(
                     f"{where}: no timeout; a hung attempt holds its slots until {until}"
                 )
+                if task.estimated_duration is None and self.deadline is not None:
+                    warnings.append(
+                        f"{where}: neither estimated_duration nor timeout: the deadline planner "
+                        "assumes an attempt takes 0 s until one has been measured"
+                    )
             elif task.estimated_duration is not None and task.estimated_duration >= timeout:
                 warnings.append(
                     f"{where}: estimated_duration {_fmt(task.estimated_duration)} is not below its "

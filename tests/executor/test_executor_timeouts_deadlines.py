@@ -8,6 +8,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
 from tests.executor.helpers import ManualClock, day, decisions, no_sleep, outcomes
 from tests.executor.helpers import planner_decisions as planner
 
@@ -140,7 +141,7 @@ def test_no_attempt_starts_after_the_workflow_deadline(ledger: Ledger, clock: Ma
 
     @pipeline.task(retry=RetryPolicy(max_attempts=5, initial_delay=4, jitter="none",
                                      transient=(ConnectionError,)),
-                   safe_repeat=True, timeout=5)
+                   safe_repeat=True, timeout=5, estimated_duration=2)
     def extract(ctx):  # type: ignore[no-untyped-def]
         calls.append(ctx.attempt)
         clock.advance(2)  # each attempt takes 2 s of (manual) time
@@ -155,6 +156,28 @@ def test_no_attempt_starts_after_the_workflow_deadline(ledger: Ledger, clock: Ma
     # Offline, a new run would get a fresh workflow budget: the planner would retry later.
     assert planner(ledger_url, clock())["extract"]["decision"] in ("wait-backoff",
                                                                   "retry-eligible")
+
+
+def test_without_an_estimate_the_timeout_is_assumed(ledger: Ledger, clock: ManualClock) -> None:
+    """No estimated_duration: an attempt may take its whole timeout, so the planner never
+    starts one that could not finish (the seed's rule), and says the number was assumed."""
+    pipeline = Pipeline("funds", schedule=Schedule.daily("UTC"), workflow_timeout=10)
+    calls: list[int] = []
+
+    @pipeline.task(retry=RetryPolicy(max_attempts=5, initial_delay=4, jitter="none",
+                                     transient=(ConnectionError,)),
+                   safe_repeat=True, timeout=5)
+    def extract(ctx):  # type: ignore[no-untyped-def]
+        calls.append(ctx.attempt)
+        clock.advance(2)
+        raise ConnectionError("flaky")
+
+    unit = Executor(pipeline, ledger, clock=clock, sleep=clock.sleep).run(day()).unit("extract")
+    # 0-2 attempt 1, wait 4: attempt 2 would run 6-11 (its 5 s timeout) > 10: not started.
+    assert calls == [1] and unit.outcome == "deadline-infeasible"
+    [refused] = [d for d in ledger.decisions(unit.uow_id) if d.not_started]
+    assert refused.detail["evidence"]["duration_basis"] == "assumed: the task's timeout"
+    assert refused.detail["evidence"]["duration"] == 5
 
 
 PROCESS_PIPELINE = """\
@@ -195,3 +218,45 @@ def test_process_isolation_terminates_and_still_reports_unknown(
     assert outcomes(real_ledger, hang.uow_id) == ["unknown"]
     [error] = real_ledger.errors(hang.uow_id)
     assert "child process was terminated" in error.message  # local work stopped; remote may not
+
+
+class ClientTimeout(OSError):
+    """Shaped like a client library's timeout (requests.exceptions.Timeout is an OSError)."""
+
+
+@pytest.mark.parametrize("error", [TimeoutError("read timed out"), ClientTimeout("deadline")])
+def test_a_timeout_raised_in_task_code_is_unknown_not_a_blind_retry(
+    ledger: Ledger, clock: ManualClock, error: Exception
+) -> None:
+    """The seeds: a timeout may leave the remote outcome unknown. Listed as transient or not,
+    it is reconciled first, never resubmitted blindly."""
+    pipeline = Pipeline("funds", schedule=Schedule.daily("UTC"))
+    calls: list[int] = []
+
+    @pipeline.task(retry=RetryPolicy(max_attempts=3, initial_delay=1, jitter="none",
+                                     transient=(TimeoutError, OSError)), safe_repeat=True)
+    def submit(ctx):  # type: ignore[no-untyped-def]
+        calls.append(ctx.attempt)
+        raise error
+
+    unit = Executor(pipeline, ledger, clock=clock, sleep=clock.sleep).run(day()).unit("submit")
+    assert calls == [1] and unit.outcome == "unknown-needs-reconcile"
+    assert [a.outcome for a in ledger.attempts(unit.uow_id or "")] == ["unknown"]
+
+
+def test_a_task_may_declare_its_timeouts_plain_failures(ledger: Ledger,
+                                                        clock: ManualClock) -> None:
+    pipeline = Pipeline("funds", schedule=Schedule.daily("UTC"))
+    calls: list[int] = []
+
+    @pipeline.task(retry=RetryPolicy(max_attempts=3, initial_delay=1, jitter="none",
+                                     transient=(TimeoutError,)),
+                   safe_repeat=True, timeout_is_failure=True)
+    def local_query(ctx):  # type: ignore[no-untyped-def]
+        calls.append(ctx.attempt)
+        if len(calls) < 3:
+            raise TimeoutError("statement timeout: rolled back, nothing happened")
+
+    unit = Executor(pipeline, ledger, clock=clock,
+                    sleep=clock.sleep).run(day()).unit("local_query")
+    assert calls == [1, 2, 3] and unit.outcome == "succeeded"
