@@ -707,6 +707,7 @@ class _UnitRun:
         self.superseded = False  # the inputs changed under us: the driver re-identifies it
         self.lease_lost: Callable[[], bool] = lambda: False
         self._waited_after: int | None = None  # the attempt whose backoff we already waited
+        self.closed_elsewhere: str | None = None  # our attempt was settled by a taker
         self.diff: Any = None
         self.ledger = executor.ledger
         self.task = task
@@ -729,6 +730,10 @@ class _UnitRun:
         rerun_of: int | None = None
         if prior is not None and prior.outcome == "succeeded":
             stale = self.x.reruns.get(self.uow_id)
+            overwritten = self._slot_overwritten() if stale is None else None
+            if overwritten is not None:  # e.g. a source reverted to an earlier version
+                stale = prior.number
+                self.notes.append(overwritten)
             if stale is None:
                 self.notes.append(
                     f"already succeeded in attempt {prior.number}; not run again "
@@ -838,6 +843,21 @@ class _UnitRun:
             self.uow_id, "held", source=EXECUTOR_SOURCE, detail={"reason": reason}
         )
         return self._result("held", reason)
+
+    def _slot_overwritten(self) -> str | None:
+        """Why this unit's success no longer stands for its slot: the destination partition's
+        latest recorded version was written by ANOTHER unit of the same task and interval
+        (another input or transform version ran after it), so its output is gone. None while
+        the slot still holds this unit's output (or the task owns no destination)."""
+        if not self.task.owns_output:
+            return None
+        latest = self.ledger.latest_fingerprint(self.task.destination, self.unit.interval.label)
+        if latest is None or latest.uow_id in (None, self.uow_id):
+            return None
+        return (
+            f"the slot now holds the output of unit {latest.uow_id} (fingerprint "
+            f"v{latest.version}), written after this unit succeeded: this unit runs again"
+        )
 
     def _slot_success(self) -> str | None:
         """Another unit of the same task and interval (older input or transform version)
@@ -1057,6 +1077,8 @@ class _UnitRun:
                 source_file=self.x.pipeline.source_file,
             )
             self._finish(record, report)
+        if self.closed_elsewhere is not None:
+            return self._result("leased-elsewhere", self.closed_elsewhere)
         if report.interrupted:
             raise Interrupted(
                 f"{self.task.name} for {self.unit.interval.label} was interrupted "
@@ -1129,8 +1151,7 @@ class _UnitRun:
             "permanent": "failed-permanent",
             "unknown": "unknown",
         }[report.ending]
-        self.ledger.finish_attempt(self.uow_id, number, outcome)  # type: ignore[arg-type]
-        if report.error is not None:
+        if report.error is not None:  # recorded first: it stays evidence whatever follows
             self.error = report.error_text
             if _is_schema_refusal(report.error):
                 self.x.emit(OutputRejected(self.uow_id, self.task.name, self.unit.interval,
@@ -1140,12 +1161,14 @@ class _UnitRun:
                 self.uow_id, report.error, classification=classification,
                 attempt=number, detail={"job_id": record.job_id},
             )
-            failed = report.error
-            if (
-                isinstance(failed, JobFailed) and record.generation is not None
-                and failed.job_id == record.job_id
-            ):
-                self.ledger.mark_generation(self.uow_id, record.generation, "confirmed-failed")
+        if not self._finish_attempt(number, outcome, detail):
+            return
+        failed = report.error
+        if (
+            isinstance(failed, JobFailed) and record.generation is not None
+            and failed.job_id == record.job_id
+        ):
+            self.ledger.mark_generation(self.uow_id, record.generation, "confirmed-failed")
         if report.ending == "succeeded":
             self.value = report.value
         if report.ending == "unknown":
@@ -1156,6 +1179,33 @@ class _UnitRun:
         self.ledger.record_observation(
             self.uow_id, outcome, source=EXECUTOR_SOURCE, attempt=number, detail=detail
         )
+        self._emit_finished(number, outcome, report)
+
+    def _finish_attempt(self, number: int, outcome: str, detail: dict[str, Any]) -> bool:
+        """Record how our attempt ended; False if another holder has already closed it (it
+        took our lease over while we were paused): then this run stops, and says so."""
+        from twice.ledger import LedgerError
+
+        try:
+            self.ledger.finish_attempt(self.uow_id, number, outcome)  # type: ignore[arg-type]
+        except LedgerError:
+            current = self.ledger.attempt(self.uow_id, number)
+            if current is None or current.outcome in ("running", "unknown"):
+                raise
+            self.closed_elsewhere = (
+                f"attempt {number} ended {outcome} here, but another holder had already "
+                f"closed it as {current.outcome} after taking the lease over: that holder "
+                "settles the unit"
+            )
+            self.ledger.record_observation(
+                self.uow_id, "closed-elsewhere", source=EXECUTOR_SOURCE, attempt=number,
+                detail={**detail, "ended_here": outcome, "recorded": current.outcome,
+                        "why": self.closed_elsewhere},
+            )
+            return False
+        return True
+
+    def _emit_finished(self, number: int, outcome: str, report: AttemptReport) -> None:
         self.x.emit(AttemptFinished(self.uow_id, self.task.name, self.unit.interval, number,
                                     outcome, report.error_text))
 
@@ -1378,6 +1428,11 @@ class _UnitRun:
             return None
         if commit is None:
             commit = self._commit_record(number, generation)
+        superseded = self._superseded(commit)
+        if superseded is not None:
+            detail["superseded"] = superseded
+            self.notes.append(superseded)
+            return None  # its write happened; the slot already holds a newer writer's rows
         try:
             diff = record_partition(
                 self.ledger, self.task, self.uow_id, number, self.unit.interval,
@@ -1393,6 +1448,26 @@ class _UnitRun:
         self.x.emit(OutputVerified(self.uow_id, self.task.name, self.unit.interval, number,
                                    self.acceptance, diff, diff.source))
         return None
+
+    def _superseded(self, commit: CommitRecord | None) -> str | None:
+        """A commit of ours that a newer writer of the same slot has already replaced (we were
+        paused past our lease after writing): recording its fingerprint as the partition's
+        latest version would be false. Checked only when our lease may be lost (cheap path
+        otherwise)."""
+        if commit is None or not self.lease_lost():
+            return None
+        from twice.destinations import open_destination
+        from twice.destinations.commits import newest_token
+
+        with open_destination(self.task.destination) as dest:
+            newest = newest_token(dest.commit_records(), commit.fence_key)
+        if newest is None or newest <= commit.token:
+            return None
+        return (
+            f"attempt {commit.attempt}'s write (token {commit.token}) was replaced by a newer "
+            f"writer of the slot (token {newest}) before twice recorded it: succeeded, but its "
+            "fingerprint is not recorded as the partition's latest version"
+        )
 
     def _commit_record(self, number: int, generation: int | None) -> CommitRecord | None:
         """The destination's commit record of attempt ``number`` (this generation), if any."""

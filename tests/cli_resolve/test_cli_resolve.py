@@ -113,10 +113,10 @@ def test_resolve_then_every_report_says_asserted_by_an_operator(
     assert heading.one("span", "basis-asserted") and not heading.find_all("span",
                                                                           "basis-verified")
     assert "asserted by an operator (alice)" in article.one("p", "status-text").all_text()
-    # The only verified fact about this unit is the lease takeover twice itself observed.
-    verified = [r for r in article.find_all("tr", "observation-row")
-                if r.find_all("span", "basis-verified")]
-    assert [r.all_text().count("lease-taken-over") for r in verified] == [1]
+    # The only observed fact about this unit is the lease takeover twice itself observed.
+    observed = [r for r in article.find_all("tr", "observation-row")
+                if r.find_all("span", "basis-observed")]
+    assert [r.all_text().count("lease-taken-over") for r in observed] == [1]
     attempt = article.one("tr", "attempt-row")
     assert attempt.one("span", "basis-asserted") and not attempt.find_all("span",
                                                                           "basis-executed")

@@ -61,7 +61,8 @@ def test_update_prints_a_few_lines(story: StoryLedger) -> None:
     result = run("update", "--ledger", story.url, "--as-of", AS_OF)
     assert result.exit_code == 0, result.output
     assert 4 <= len(result.output.splitlines()) <= 8
-    assert "Outcome still unknown: publish attempt 1" in result.output
+    assert result.output.splitlines()[1].startswith("needs attention: 1 unknown")
+    assert "Needs attention: unknown: publish attempt 1" in result.output
 
 
 def test_update_reads_twice_ledger_from_the_environment(story: StoryLedger) -> None:

@@ -9,7 +9,7 @@ import pytest
 from tests.reports.story import AS_OF, DEADLINE, StoryClock, StoryLedger, at, unit_for
 
 from twice.ledger import Ledger
-from twice.reports import Evidence, ReportError, UnitReport, gather, load_evidence
+from twice.reports import Evidence, Health, ReportError, UnitReport, gather, load_evidence
 
 
 def unit(evidence: Evidence, story: StoryLedger, task: str) -> UnitReport:
@@ -19,26 +19,28 @@ def unit(evidence: Evidence, story: StoryLedger, task: str) -> UnitReport:
 def test_states_of_the_story(evidence: Evidence, story: StoryLedger) -> None:
     states = {task: evidence.unit(uow).status.state for task, uow in story.uow.items()}
     assert states == {
-        "extract": "verified",
-        "load": "succeeded",
+        "extract": "verified",  # a fingerprint recorded by its uow_id and attempt 2
+        "load": "unverified",  # DONE, but nothing checked its output
         "publish": "unknown",
-        "report_file": "failed-permanent",
-        "archive": "not-started",
-        "transform": "failed-transient",
-        "monitor": "running",
+        "report_file": "failed",
+        "archive": "blocked",  # deadline-infeasible: attempt 3 not started
+        "transform": "waiting",  # transient failure, backoff until 05:35
+        "monitor": "stale-evidence",  # running, last observed 15 min ago (10 min limit)
     }
+    assert all(isinstance(state, Health) for state in states.values())
 
 
 def test_bases_follow_the_truthfulness_rule(evidence: Evidence, story: StoryLedger) -> None:
-    # Validation evidence makes "verified"; a clean finish is only "executed"; a withheld
-    # attempt is "decided".
+    # A fingerprint by the attempt makes "verified"; a clean finish is only "executed"; a
+    # withheld attempt is "decided"; what a source saw is "observed", never "verified".
     assert unit(evidence, story, "extract").status.basis == "verified"
     assert unit(evidence, story, "load").status.basis == "executed"
-    assert "not validated" in unit(evidence, story, "load").status.text
+    assert "nothing verified its output" in unit(evidence, story, "load").status.text
     assert unit(evidence, story, "archive").status.basis == "decided"
+    assert unit(evidence, story, "monitor").status.basis == "observed"
     for report in evidence.units:
         assert {a.basis for a in report.attempts} <= {"executed"}
-        assert {o.basis for o in report.observations} <= {"verified"}
+        assert {o.basis for o in report.observations} <= {"observed"}
         assert {d.basis for d in report.decisions} <= {"decided"}
 
 
@@ -110,16 +112,19 @@ def test_given_deadline_is_marked_assumed(tmp_path: Path) -> None:
     assert report.deadline is not None and report.deadline.basis == "assumed"
     assert report.uow_id == uow
     assert any("given by the caller" in a.text for a in evidence.assumptions)
-    assert report.status.state == "not-started" and report.status.text == "no attempt recorded"
+    assert report.status.state == "never-run" and report.status.text == "no attempt recorded"
 
 
 def test_safe_repeat_and_estimates_are_assumptions(evidence: Evidence) -> None:
     texts = [a.text for a in evidence.assumptions]
-    assert any("safeRepeat was asserted by the caller" in t for t in texts)
+    assert any("safe_repeat (safeRepeat) is asserted by the caller" in t for t in texts)
     assert any("rests on estimated durations" in t for t in texts)
+    safe = [a for a in evidence.assumptions if "safe_repeat" in a.text]
+    assert len({a.subject for a in safe}) == 7  # one per task, not one per unit
     questions = " ".join(q.text for q in evidence.open_questions)
-    assert "remote outcome is unknown" in questions
-    assert "has not been validated" in questions
+    assert "the outcome is unknown" in questions
+    assert "nothing verified its output" in questions
+    assert "went stale at 2026-12-02 05:25:00Z" in questions
 
 
 def test_fingerprint_versions_and_diffs(evidence: Evidence) -> None:

@@ -110,9 +110,9 @@ def test_the_three_examples_are_found(runbook: str, story: StoryLedger) -> None:
 
 def test_unresolved_assumptions_are_listed(runbook: str) -> None:
     unresolved = section(runbook, SECTIONS[9])
-    assert "safeRepeat was asserted by the caller" in unresolved
-    assert "remote outcome is unknown" in unresolved
-    assert "has not been validated" in unresolved
+    assert "safe_repeat (safeRepeat) is asserted by the caller" in unresolved
+    assert "the outcome is unknown" in unresolved
+    assert "nothing verified its output" in unresolved
 
 
 def test_without_pipeline_file_owners_are_not_guessed(runbook: str) -> None:

@@ -105,9 +105,12 @@ def test_lost_acknowledgement_marks(dom: Element, story: StoryLedger) -> None:
 
 def test_every_basis_is_shown(dom: Element) -> None:
     badges = {c for e in dom.find_all("span", "basis") for c in e.classes}
-    assert {"basis-decided", "basis-executed", "basis-verified", "basis-assumed"} <= badges
+    assert {"basis-decided", "basis-executed", "basis-observed", "basis-verified",
+            "basis-assumed"} <= badges
+    labels = {e.all_text() for e in dom.find_all("span", "basis")}
+    assert {"assumed by the caller", "observed", "verified"} <= labels
     assumptions = dom.one("section", id="assumptions").all_text()
-    assert "safeRepeat was asserted by the caller" in assumptions
+    assert "safe_repeat (safeRepeat) is asserted by the caller" in assumptions
 
 
 def test_observation_rows_show_source_and_age(dom: Element, story: StoryLedger) -> None:

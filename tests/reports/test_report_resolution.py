@@ -38,10 +38,10 @@ def test_resolution_is_asserted_not_verified(tmp_path: Path) -> None:
         evidence = gather(ledger)
         before = gather(ledger, as_of=clock() - timedelta(seconds=120))
     unit = evidence.unit(uow_id)
-    assert (unit.status.state, unit.status.basis) == ("succeeded", "asserted")
+    assert (unit.status.state, unit.status.basis) == ("asserted", "asserted")
     assert "asserted by an operator (alice): rows checked by hand" in unit.status.text
     assert "not observed by twice" in unit.status.text
-    assert unit.state_label == "succeeded (asserted by an operator (alice))"
+    assert unit.outcome_label == "succeeded (asserted by an operator (alice))"
     attempt = unit.attempts[-1]
     assert attempt.basis == "asserted" and attempt.asserted is not None
     assert attempt.asserted.operator == "alice" and attempt.resolved_at is not None
@@ -52,7 +52,7 @@ def test_resolution_is_asserted_not_verified(tmp_path: Path) -> None:
         ("asserted", frozenset({"operator-resolution"}))]
     questions = [q.text for q in evidence.open_questions]
     assert any("asserted by an operator (alice)" in q for q in questions)
-    assert not any("has not been validated" in q for q in questions)
+    assert not any("nothing verified its output" in q for q in questions)
     # As of before the resolution, the attempt was unknown and nobody had asserted anything.
     earlier = before.unit(uow_id)
     assert (earlier.status.state, earlier.status.basis) == ("unknown", "executed")

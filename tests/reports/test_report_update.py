@@ -16,30 +16,40 @@ def lines_of(evidence: Evidence) -> dict[str, str]:
     return {line.split(":", 1)[0]: line for line in text.splitlines()[1:]}
 
 
-def test_update_answers_the_four_questions(evidence: Evidence) -> None:
+def test_update_opens_with_the_headline(evidence: Evidence) -> None:
     text = render_update(evidence)
     assert text.startswith("Status update, pipeline funds_positions, interval 2026-12-01, as of "
                            "2026-12-02 05:30:00Z")
+    assert text.splitlines()[1] == (
+        "needs attention: 1 unknown, 1 failed, 1 stale-evidence, 1 unverified, 1 blocked; "
+        "in progress: 1 waiting; 1/7 verified")
     lines = lines_of(evidence)
-    assert set(lines) >= {"Confirmed", "Outcome still unknown", "Next action (planner decisions)",
-                          "Next evidence"}
+    assert set(lines) >= {"Needs attention", "Confirmed", "In progress",
+                          "Next action (planner decisions)", "Next evidence"}
 
 
-def test_confirmed_is_only_what_was_validated(evidence: Evidence) -> None:
-    confirmed = lines_of(evidence)["Confirmed"]
-    verified, _, unvalidated = confirmed.partition("Finished without error but not yet validated")
-    assert "1 of 7 verified succeeded" in verified
-    assert "extract (validated via twice.acceptance, evidence 20 min old)" in verified
-    assert "load" not in verified
-    assert "load (DONE via bigquery.jobs.get, evidence 15 min old)" in unvalidated
-
-
-def test_unknown_outcome_is_named_with_its_job(evidence: Evidence, story: StoryLedger) -> None:
-    unknown = lines_of(evidence)["Outcome still unknown"]
+def test_attention_comes_in_the_vocabulary_order(evidence: Evidence, story: StoryLedger) -> None:
+    attention = lines_of(evidence)["Needs attention"]
+    order = [attention.index(f"{state}: ") for state in
+             ("unknown", "failed", "stale-evidence", "unverified", "blocked")]
+    assert order == sorted(order)
     job = evidence.unit(story.uow["publish"]).attempts[0].job_id
-    assert f"publish attempt 1 (job {job}) unknown since 05:25:00Z" in unknown
-    assert "do not retry before reconciling it" in unknown
-    assert "monitor attempt 1 still running since 05:05:00Z" in unknown
+    assert f"unknown: publish attempt 1 (job {job}) unknown since 05:25:00Z" in attention
+    assert "do not retry before settling it" in attention
+    assert "failed: report_file (BadRequest: Column amount missing)" in attention
+    assert ("stale-evidence: monitor attempt 1 running since 05:05:00Z (last evidence 15 min "
+            "old, over the 10 min limit)") in attention
+    assert "unverified: load (DONE via bigquery.jobs.get, evidence 15 min old" in attention
+    assert "blocked: archive (deadline-infeasible)" in attention
+    assert lines_of(evidence)["In progress"] == (
+        "In progress: waiting: transform (attempt 3 may start at 05:35:00Z).")
+
+
+def test_confirmed_is_only_what_was_verified(evidence: Evidence) -> None:
+    confirmed = lines_of(evidence)["Confirmed"]
+    assert "1 of 7 verified succeeded" in confirmed
+    assert "extract (validated via twice.acceptance, evidence 20 min old)" in confirmed
+    assert "load" not in confirmed
 
 
 def test_next_action_comes_from_the_planner_decisions(evidence: Evidence) -> None:
@@ -56,19 +66,21 @@ def test_next_evidence_times(evidence: Evidence) -> None:
     now, _, later = due.partition("; then ")
     assert "refresh monitor" in now and "went stale at 05:25:00Z" in now
     assert "reconcile publish" in now and "validate load's output" in now
-    assert later.startswith("05:35:00Z transform backoff ends, attempt 3 may start")
+    assert "extract" not in due  # verified: it needs no fresh evidence
+    assert "05:35:00Z transform backoff ends, attempt 3 may start" in later
     assert "deadline 06:00:00Z" in later
 
 
 def test_assumptions_are_flagged_not_promised(evidence: Evidence) -> None:
-    assumed = lines_of(evidence)["Assumed, not verified"]
-    assert "safeRepeat for 7 unit(s)" in assumed
+    assumed = lines_of(evidence)["Assumed by the caller, not verified"]
+    assert "safe_repeat for archive, extract, load, monitor, publish, report_file, " \
+           "transform" in assumed
 
 
 def test_update_as_of_earlier(story: StoryLedger) -> None:
     evidence = load_evidence(story.url, as_of=at(5, 12, 45))
-    unknown = lines_of(evidence)["Outcome still unknown"]
-    assert "load attempt 1" in unknown and "unknown since 05:12:00Z" in unknown
+    attention = lines_of(evidence)["Needs attention"]
+    assert "unknown: load attempt 1" in attention and "unknown since 05:12:00Z" in attention
     assert "later records left out" in render_update(evidence).splitlines()[0]
 
 
@@ -87,8 +99,8 @@ def test_nothing_unknown_and_nothing_scheduled(tmp_path: Path) -> None:
         clock.current = at(5, 1)
         ledger.finish_attempt(uow, 1, "succeeded")
         lines = lines_of(gather(ledger))
-    assert lines["Confirmed"].startswith("Confirmed: none of the 1 units is verified succeeded")
-    assert "not yet validated: extract (no observation recorded)" in lines["Confirmed"]
-    assert lines["Outcome unknown"].endswith("every recorded attempt has a known outcome.")
+    assert lines["Confirmed"] == "Confirmed: none of the 1 units is verified."
+    assert lines["Needs attention"] == (
+        "Needs attention: unverified: extract (no observation recorded; validate its output).")
     assert "No current decision for extract" in lines["Next action"]
-    assert lines["Next evidence"] == "Next evidence: none scheduled by the recorded decisions."
+    assert lines["Next evidence"] == "Next evidence: due now: validate extract's output."

@@ -1,7 +1,9 @@
 """``twice explain UOW_ID``: the full recorded timeline of one unit of work, in order.
 
 Each line is one ledger event at its own time (attempts at their start and finish, observations
-at their observation time), so an operator can retell what happened without the author.
+at their observation time), so an operator can retell what happened without the author. The
+first line after the identity is the unit's health, in the vocabulary every report uses
+(``twice.reports.health``).
 """
 
 from __future__ import annotations
@@ -43,6 +45,9 @@ def explain(uow_id: str, ledger_url: str | None, as_json: bool) -> None:
                 sys.exit(2)
         assert unit is not None
         events = ledger.timeline(unit.uow_id)
+        from twice.reports import gather
+
+        status = gather(ledger, pipeline=unit.pipeline).unit(unit.uow_id).status
     rows: list[dict[str, Any]] = [
         {
             "seq": event.seq,
@@ -57,7 +62,9 @@ def explain(uow_id: str, ledger_url: str | None, as_json: bool) -> None:
     ]
     if as_json:
         click.echo(json.dumps({"uow_id": unit.uow_id, "identity": unit.to_unit_of_work()
-                               .identity(), "events": rows}, sort_keys=True, default=str))
+                               .identity(), "health": str(status.state),
+                               "healthBasis": status.basis, "healthReason": status.text,
+                               "events": rows}, sort_keys=True, default=str))
         return
     from rich.console import Console
     from rich.markup import escape
@@ -68,6 +75,10 @@ def explain(uow_id: str, ledger_url: str | None, as_json: bool) -> None:
         f"  input {unit.input_partition or '-'} version {unit.input_version or '-'}, "
         f"transform {unit.transform_version}, destination {unit.destination or '-'}"
     )
+    from twice.reports.health import BASIS_LABEL
+
+    basis = "" if status.basis == status.state else f" ({BASIS_LABEL[status.basis]})"
+    console.print(f"  health: [bold]{status.state}[/]{escape(basis)}: {escape(status.text)}")
     for row in rows:
         attempt = f" #{row['attempt']}" if row["attempt"] is not None else ""
         tag = "" if row["assertedBy"] is None else "[magenta]\\[asserted][/] "

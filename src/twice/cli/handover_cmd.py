@@ -2,11 +2,13 @@
 
 With ``--pipeline-file`` the runbook also lists what only the definition knows: escalation
 owners, retry policies, acceptance criteria and deadlines. Without it those sections say they are
-not known rather than guessing.
+not known rather than guessing. ``--json`` writes the health document every report shares
+(``twice.reports.health.health_document``) instead of the Markdown.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Callable
 from datetime import datetime
@@ -52,10 +54,12 @@ def _deadlines(pipeline: Pipeline) -> Callable[[UnitRecord], datetime | None]:
 @click.option("-o", "--output", default=None, metavar="FILE",
               type=click.Path(dir_okay=False, path_type=Path),
               help="Write the runbook here instead of standard output.")
+@click.option("--json", "as_json", is_flag=True,
+              help="JSON instead of Markdown: the headline and every unit's health.")
 def handover(ledger_url: str | None, pipeline_file: str | None, pipeline: str | None,
-             as_of: str | None, output: Path | None) -> None:
+             as_of: str | None, output: Path | None, as_json: bool) -> None:
     """Write a Markdown runbook: identifiers, jobs, sources, errors, limits, owners, examples."""
-    from twice.reports import ReportError, load_evidence, render_handover
+    from twice.reports import ReportError, health_document, load_evidence, render_handover
     from twice.reports.source import parse_instant_option
 
     definition = None
@@ -76,7 +80,10 @@ def handover(ledger_url: str | None, pipeline_file: str | None, pipeline: str | 
         )
     except ReportError as exc:
         _fail(str(exc))
-    text = render_handover(evidence, definition)
+    if as_json:
+        text = json.dumps(health_document(evidence, "handover"), sort_keys=True) + "\n"
+    else:
+        text = render_handover(evidence, definition)
     if output is None:
         click.echo(text, nl=False)
         return
@@ -84,4 +91,5 @@ def handover(ledger_url: str | None, pipeline_file: str | None, pipeline: str | 
         output.write_text(text, encoding="utf-8")
     except OSError as exc:
         _fail(f"cannot write {output}: {exc.strerror or exc}")
-    click.echo(f"wrote {output}: runbook for {len(evidence.units)} units of work")
+    what = "health document" if as_json else "runbook"
+    click.echo(f"wrote {output}: {what} for {len(evidence.units)} units of work", err=as_json)

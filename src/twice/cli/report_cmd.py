@@ -1,12 +1,16 @@
 """``twice report``: one self-contained HTML page of what the ledger recorded.
 
 The page needs no network (inline CSS and SVG, no fonts or scripts), so it can be mailed or
-opened on an isolated operations host. A missing or foreign ledger is refused with exit 2, never
-silently created: an empty report would look like "nothing happened".
+opened on an isolated operations host. It opens with what needs attention and a per-interval
+grid of every unit's health. ``--json`` prints the health document every report shares
+(``twice.reports.health.health_document``), with or without ``--html``. A missing or foreign
+ledger is refused with exit 2, never silently created: an empty report would look like "nothing
+happened".
 """
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -19,10 +23,13 @@ Examples:
   twice report --html report.html
   twice report --html incident.html --ledger sqlite:///runs/ledger.db --pipeline funds_positions
   twice report --html at-0530.html --as-of 2026-12-02T05:30:00Z
+  twice report --json > health.json
 
 \b
 --as-of shows what was known then: later evidence is left out and every age is measured from it.
-Each fact is marked decided, executed, verified or assumed (e.g. safeRepeat is an assertion).
+Each unit's state is one health word (verified, unknown, held, refused, failed, ...); each fact
+is marked decided, executed, observed, verified, assumed by the caller (e.g. safe_repeat) or
+asserted by an operator.
 """
 
 
@@ -32,7 +39,7 @@ def _fail(message: str) -> None:
 
 
 @click.command("report", epilog=EPILOG)
-@click.option("--html", "html_path", required=True, metavar="FILE",
+@click.option("--html", "html_path", default=None, metavar="FILE",
               type=click.Path(dir_okay=False, path_type=Path), help="Where to write the page.")
 @click.option("--ledger", "ledger_url", default=None, metavar="URL",
               help="Ledger URL or SQLite path (default: $TWICE_LEDGER or twice-ledger.db).")
@@ -41,11 +48,16 @@ def _fail(message: str) -> None:
               help="Report as of this ISO-8601 instant (default: now).")
 @click.option("--deadline", default=None, metavar="INSTANT",
               help="Deadline for units whose decisions recorded none (marked as given).")
-def report(html_path: Path, ledger_url: str | None, pipeline: str | None, as_of: str | None,
-           deadline: str | None) -> None:
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the headline and every unit's health as JSON (standard output).")
+def report(html_path: Path | None, ledger_url: str | None, pipeline: str | None,
+           as_of: str | None, deadline: str | None, as_json: bool) -> None:
     """Write a self-contained HTML report of the runs and backfills in the ledger."""
-    from twice.reports import ReportError, load_evidence, render_html
+    from twice.reports import ReportError, health_document, load_evidence, render_html
     from twice.reports.source import parse_instant_option
+
+    if html_path is None and not as_json:
+        _fail("give --html FILE (the page) and/or --json (the health document)")
 
     try:
         evidence = load_evidence(
@@ -56,11 +68,16 @@ def report(html_path: Path, ledger_url: str | None, pipeline: str | None, as_of:
         )
     except ReportError as exc:
         _fail(str(exc))
-    page = render_html(evidence)
-    try:
-        html_path.write_text(page, encoding="utf-8")
-    except OSError as exc:
-        _fail(f"cannot write {html_path}: {exc.strerror or exc}")
-    click.echo(f"wrote {html_path}: {len(evidence.units)} units of work, "
-               f"{len(evidence.partitions)} fingerprinted partitions, as of "
-               f"{evidence.as_of.isoformat()}")
+    if html_path is not None:
+        page = render_html(evidence)
+        try:
+            html_path.write_text(page, encoding="utf-8")
+        except OSError as exc:
+            _fail(f"cannot write {html_path}: {exc.strerror or exc}")
+        click.echo(f"wrote {html_path}: {len(evidence.units)} units of work, "
+                   f"{len(evidence.partitions)} fingerprinted partitions, as of "
+                   f"{evidence.as_of.isoformat()}", err=as_json)
+    if as_json:
+        document = health_document(evidence, "report")
+        document["html"] = None if html_path is None else str(html_path)
+        click.echo(json.dumps(document, sort_keys=True))

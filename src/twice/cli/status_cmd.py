@@ -1,8 +1,17 @@
-"""``twice status``: every unit of work, its latest attempt, how fresh that is, what to do now.
+"""``twice status``: every unit of work, its health, its latest attempt, what to do now.
+
+The health column is the one vocabulary every report uses (``twice.reports.health``), from the
+same model as ``twice update``, ``handover`` and ``report`` as of the same instant, and the rows
+come in its order: what needs attention first. The first line is the scope's headline
+(``done: 28/28 verified`` when every unit is verified).
 
 The decision column is the planner's (``decide_task``) over the ledger's evidence as of now (or
-``--as-of``). Policies come from ``--pipeline FILE`` when given (for that pipeline's tasks), else
-from what each unit's latest run recorded; a unit with neither shows no decision.
+``--as-of``), shown for units that still need an action; a verified or asserted unit needs none
+(the engine already ran the lab's validate-output step before recording a verified success, so
+its observations need not be fresh). ``--json`` keeps the planner's raw ``decision`` for every
+unit and adds ``health`` and ``nextAction``. Policies come from ``--pipeline FILE`` when given
+(for that pipeline's tasks), else from what each unit's latest run recorded; a unit with neither
+shows no decision.
 """
 
 from __future__ import annotations
@@ -60,15 +69,43 @@ def status(ledger_url: str | None, pipeline_file: str | None, as_of: str | None,
     with ledger:
         at, rows = unit_rows(ledger, at, settings_for)
         label = ledger.url
+        headline = _add_health(ledger, at, rows)
     if as_json:
         from twice.evidence import iso
 
-        click.echo(json.dumps({"ledger": label, "asOf": iso(at), "units": rows}, sort_keys=True))
+        click.echo(json.dumps({"ledger": label, "asOf": iso(at), "headline": headline.headline,
+                               "done": headline.done, "units": rows}, sort_keys=True))
         return
-    _print(label, at, rows)
+    _print(label, at, rows, headline.headline)
 
 
-def _print(label: str, at: Any, rows: list[dict[str, Any]]) -> None:
+def _add_health(ledger: Any, at: Any, rows: list[dict[str, Any]]) -> Any:
+    """Give each row its health (the reports' model as of the same instant), put what needs
+    attention first, and return the scope (its headline)."""
+    from twice.reports import gather
+    from twice.reports.health import HEALTH_ORDER, IN_PROGRESS, NEEDS_ATTENTION, scope
+
+    evidence = gather(ledger, as_of=at)
+    known = {unit.uow_id: unit for unit in evidence.units}
+    rank = {str(state): i for i, state in enumerate(HEALTH_ORDER)}
+    for row in rows:
+        unit = known.get(row["id"])
+        if unit is None:  # recorded after --as-of: it had no state then
+            row.update(health=None, healthBasis=None, needsAttention=False,
+                       healthReason="recorded after the as-of time", nextAction=None)
+            continue
+        state = unit.status.state
+        row["health"] = str(state)
+        row["healthBasis"] = unit.status.basis
+        row["healthReason"] = unit.status.text
+        row["needsAttention"] = state in NEEDS_ATTENTION
+        acting = state in NEEDS_ATTENTION or state in IN_PROGRESS
+        row["nextAction"] = row["decision"] if acting else None
+    rows.sort(key=lambda row: rank.get(row["health"], len(rank)))
+    return scope(evidence.units)
+
+
+def _print(label: str, at: Any, rows: list[dict[str, Any]], headline: str) -> None:
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
@@ -81,8 +118,10 @@ def _print(label: str, at: Any, rows: list[dict[str, Any]]) -> None:
     if not rows:
         console.print(f"{label}: no units of work recorded yet")
         return
+    console.print(headline, markup=False, highlight=False)
     table = Table(title=f"Units of work in {label} as of {iso(at)}")
-    for column in ("task", "interval", "attempt", "evidence (age)", "job id", "decision now"):
+    for column in ("task", "interval", "health", "attempt", "evidence (age)", "job id",
+                   "decision now"):
         table.add_column(column, overflow="fold")
     for row in rows:
         attempt = "-" if row["attempt"] is None else f"#{row['attempt']} {row['outcome']}"
@@ -92,15 +131,20 @@ def _print(label: str, at: Any, rows: list[dict[str, Any]]) -> None:
         if source is not None and source.startswith(OPERATOR_SOURCE_PREFIX):
             source = wording.asserted_by(source[len(OPERATOR_SOURCE_PREFIX):])
         evidence = "-" if source is None else f"{escape(source)} ({row['ageText']})"
-        decision = row["decision"] or "-"
-        if row["note"]:
-            decision += f"\n[dim]{row['note']}[/]"
+        decision = row["nextAction"] or "-"
+        if row["note"] and (row["nextAction"] or row["needsAttention"]):
+            decision += f"\n[dim]{escape(row['note'])}[/]"
         table.add_row(
             f"{row['pipeline']}.{row['task']}", (row["intervalStart"] or "")[:16],
-            attempt, evidence, row["jobId"] or "-", decision,
+            row["health"] or "-", attempt, evidence, row["jobId"] or "-", decision,
         )
     console.print(table)
     console.print("Decisions are the planner's over recorded evidence; nothing was executed.")
+    if any(row["health"] == "verified" for row in rows):
+        console.print("verified: the engine checked the output (acceptance, then the partition "
+                      "fingerprint: the lab's validate-output step) before recording the "
+                      "success; nothing to do, and its evidence does not go stale.",
+                      markup=False, highlight=False)
     if any(row["basis"] == "asserted" for row in rows):
         console.print(f"Outcomes {wording.ASSERTED_BY_OPERATOR} were resolved by hand (twice "
                       "resolve): a person's word, not observed by twice or a service.")

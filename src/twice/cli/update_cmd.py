@@ -1,11 +1,14 @@
 """``twice update``: a short English status update for the incident meeting.
 
-Confirmed state (with evidence age), outcomes still unknown, the planner's next action and the
-time of the next evidence, in a few lines, stating only what the ledger has evidence for.
+The scope's headline first (``done: 28/28 verified`` when every unit is verified), then what
+needs attention, what is confirmed, what is in progress, the planner's next action and the time
+of the next evidence, in a few lines, stating only what the ledger has evidence for. ``--json``
+prints the health document every report shares (``twice.reports.health.health_document``).
 """
 
 from __future__ import annotations
 
+import json
 import sys
 
 import click
@@ -19,9 +22,12 @@ EXIT_BAD_INPUT = 2
 @click.option("--pipeline", default=None, metavar="NAME", help="Only this pipeline's units.")
 @click.option("--as-of", "as_of", default=None, metavar="INSTANT",
               help="Update as of this ISO-8601 instant (default: now).")
-def update(ledger_url: str | None, pipeline: str | None, as_of: str | None) -> None:
-    """Print a short status update: confirmed, unknown, next action, next evidence."""
-    from twice.reports import ReportError, load_evidence, render_update
+@click.option("--json", "as_json", is_flag=True,
+              help="JSON output: the headline and every unit's health.")
+def update(ledger_url: str | None, pipeline: str | None, as_of: str | None,
+           as_json: bool) -> None:
+    """Print a short status update: headline, attention, next action, next evidence."""
+    from twice.reports import ReportError, health_document, load_evidence, render_update
     from twice.reports.source import parse_instant_option
 
     try:
@@ -31,4 +37,7 @@ def update(ledger_url: str | None, pipeline: str | None, as_of: str | None) -> N
     except ReportError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_BAD_INPUT)
+    if as_json:
+        click.echo(json.dumps(health_document(evidence, "update"), sort_keys=True))
+        return
     click.echo(render_update(evidence), nl=False)

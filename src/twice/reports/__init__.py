@@ -1,8 +1,10 @@
 """Operator reports built from the ledger: an HTML page, a short status update, a runbook.
 
-All three read one model (``twice.reports.evidence.Evidence``), gathered as of one instant, so
-they never disagree; each fact in it is marked decided, executed, verified, assumed or asserted
-(by an operator, ``twice resolve``). The ledger records (hence SQLAlchemy) load with this
+All three (and ``twice status``) read one model (``twice.reports.evidence.Evidence``), gathered
+as of one instant, and name each unit's state with the one health vocabulary
+(``twice.reports.health.Health``: verified, unknown, held, refused, failed, ...), so they never
+disagree; each fact is marked decided, executed, observed, verified, assumed by the caller or
+asserted by an operator (``twice resolve``). The ledger records (hence SQLAlchemy) load with this
 package, so the CLI commands import it inside their functions and ``twice --help`` stays fast::
 
     from twice.reports import load_evidence, render_html, render_update, render_handover
@@ -14,11 +16,8 @@ package, so the CLI commands import it inside their functions and ``twice --help
 from __future__ import annotations
 
 from twice.reports.evidence import (
-    BASES,
-    BASIS_MEANING,
     Assumption,
     Attempt,
-    Basis,
     Deadline,
     Decision,
     Evidence,
@@ -28,18 +27,31 @@ from twice.reports.evidence import (
     OutcomeChange,
     PartitionHistory,
     ReportError,
-    Status,
     UnitReport,
     gather,
 )
 from twice.reports.handover import render_handover
+from twice.reports.health import (
+    BASES,
+    BASIS_LABEL,
+    BASIS_MEANING,
+    HEALTH_MEANING,
+    Basis,
+    Health,
+    Scope,
+    Status,
+    health_document,
+    scope,
+)
 from twice.reports.html import render_html
 from twice.reports.source import load_evidence
 from twice.reports.update import render_update
 
 __all__ = [
     "BASES",
+    "BASIS_LABEL",
     "BASIS_MEANING",
+    "HEALTH_MEANING",
     "Assumption",
     "Attempt",
     "Basis",
@@ -47,16 +59,20 @@ __all__ = [
     "Decision",
     "Evidence",
     "Generation",
+    "Health",
     "Observation",
     "OperatorAssertion",
     "OutcomeChange",
     "PartitionHistory",
     "ReportError",
+    "Scope",
     "Status",
     "UnitReport",
     "gather",
+    "health_document",
     "load_evidence",
     "render_handover",
     "render_html",
     "render_update",
+    "scope",
 ]

@@ -1,16 +1,10 @@
 """Gather a ledger into one report model, as of one instant, marking how each fact is known.
 
-The HTML page, the status update and the runbook all read this model, so they cannot disagree
-about what happened. Every fact carries its *basis* (DESIGN.md, "Truthfulness"):
-
-- ``decided``: the planner chose it from the evidence; deciding did nothing.
-- ``executed``: twice ran it and recorded how it ended; that is not proof the output is right.
-- ``verified``: a named source saw it at a known time (an observation, a fingerprint computed
-  in the database); its age is part of the fact.
-- ``assumed``: the caller asserted or estimated it (safeRepeat, durations, a deadline given on
-  the command line); twice did not check it.
-- ``asserted``: an operator resolved an outcome twice could not see (``twice resolve``): a
-  person's word, with their name and note; neither twice nor a service observed it.
+The HTML page, the status update, the runbook and ``twice status`` all read this model, so they
+cannot disagree about what happened. Each unit's state is a word of the one health vocabulary
+(``twice.reports.health``, where the rule and the bases are defined); every fact carries its
+*basis* (DESIGN.md, "Truthfulness"): decided, executed, observed, verified, assumed by the
+caller, asserted by an operator.
 
 The model is rebuilt from each unit's timeline, keeping only events at or before ``as_of`` (and
 observations *recorded* by then), so ``--as-of`` shows what an operator could have known at
@@ -22,8 +16,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING, Any, cast
 
+from twice.evidence import EXECUTOR_SOURCE, RUN_STARTED
 from twice.ledger.records import (
     LEASE_SOURCE,
     OPERATOR_SOURCE_PREFIX,
@@ -40,29 +35,18 @@ from twice.ledger.records import (
     resolution_outcome,
 )
 from twice.reports import wording
+from twice.reports.health import (
+    NEEDS_ATTENTION,
+    NEEDS_FRESH_EVIDENCE,
+    Basis,
+    Health,
+    Status,
+    assess,
+)
 
 if TYPE_CHECKING:
     from twice.ledger import Ledger
 
-Basis = Literal["decided", "executed", "verified", "assumed", "asserted"]
-BASES: tuple[Basis, ...] = ("decided", "executed", "verified", "assumed", "asserted")
-BASIS_MEANING: dict[Basis, str] = {
-    "decided": "chosen by the planner from the evidence; deciding executes nothing",
-    "executed": "run by twice and recorded as it ended; not proof that the output is correct",
-    "verified": "seen by a named source at a known time; as good as its age",
-    "assumed": "asserted or estimated by the caller; twice did not check it",
-    "asserted": f"{wording.ASSERTED_BY_OPERATOR} (twice resolve), with their name and note; "
-                "neither twice nor a service observed it",
-}
-
-UnitState = Literal[
-    "verified", "succeeded", "running", "unknown", "failed-transient", "failed-permanent",
-    "not-started",
-]
-
-#: States whose evidence can still change by itself: only for these does staleness matter for
-#: the next action (a job that ended stays ended).
-OPEN_STATES: frozenset[str] = frozenset({"running", "unknown"})
 #: Observation states that say the output was checked (not merely that the job ended).
 VALIDATED_STATES = frozenset({"validated", "accepted", "verified"})
 #: Observation states a remote service uses for a job that ended with an error.
@@ -225,12 +209,14 @@ class Attempt:
 
 @dataclass(frozen=True)
 class Observation:
-    """A recorded status (verified by ``record.source``), with its age at the report's as_of.
+    """A recorded status (observed by ``record.source``), with its age at the report's as_of.
 
     ``kinds`` tags what it shows: ``duplicate`` (the service already had the job id),
     ``done-with-error`` (ended, but with an error result), ``reconcile`` (looked up after an
     outcome became unknown), ``validated`` / ``validation-failed``, ``lease-takeover``,
-    ``operator-resolution`` (an operator's resolution: basis ``asserted``, not verified).
+    ``commit-record`` (the destination's commit record read by reconcile, source
+    ``destination:<engine>``), ``operator-resolution`` (an operator's resolution: basis
+    ``asserted``, not observed).
     """
 
     record: ObservationRecord
@@ -238,7 +224,7 @@ class Observation:
     stale: bool | None
     stale_at: datetime | None
     kinds: frozenset[str] = frozenset()
-    basis: Basis = "verified"
+    basis: Basis = "observed"
 
     @property
     def asserted(self) -> OperatorAssertion | None:
@@ -285,16 +271,6 @@ class Deadline:
 
 
 @dataclass(frozen=True)
-class Status:
-    """The unit's state in one word, the basis of that word, and a sentence of evidence."""
-
-    state: UnitState
-    basis: Basis
-    text: str
-    evidence: Observation | None = None
-
-
-@dataclass(frozen=True)
 class Assumption:
     """Something the report rests on that nobody verified, or a question the evidence leaves."""
 
@@ -320,10 +296,17 @@ class UnitReport:
     max_observation_age: timedelta | None = None
     policy: Mapping[str, Any] = field(default_factory=dict)
     left_out: int = 0
+    settings: Mapping[str, Any] = field(default_factory=dict)
+    recorded_seq: int = 0  # when the engine first recorded the unit, in ledger order
 
     @property
     def uow_id(self) -> str:
         return self.unit.uow_id
+
+    @property
+    def health(self) -> Health:
+        """The unit's state in the one health vocabulary (``twice.reports.health``)."""
+        return self.status.state
 
     @property
     def label(self) -> str:
@@ -339,13 +322,15 @@ class UnitReport:
         return self.attempts[-1].asserted
 
     @property
-    def state_label(self) -> str:
-        """The state in one word, plus who asserted it when an operator did: ``succeeded
-        (asserted by an operator (alice))``."""
-        asserted = self.asserted
-        if asserted is None:
-            return self.status.state
-        return f"{self.status.state} ({wording.asserted_by(asserted.operator)})"
+    def outcome_label(self) -> str:
+        """The latest attempt's outcome (the attempt vocabulary, not the unit's health), plus
+        who asserted it when an operator did: ``succeeded (asserted by an operator (alice))``."""
+        if not self.attempts:
+            return "no attempt"
+        latest = self.attempts[-1]
+        if latest.asserted is None:
+            return latest.outcome
+        return f"{latest.outcome} ({wording.asserted_by(latest.asserted.operator)})"
 
     @property
     def latest_decision(self) -> Decision | None:
@@ -399,7 +384,7 @@ class Evidence:
     open_questions: tuple[Assumption, ...]
     left_out: int = 0
 
-    def in_state(self, *states: UnitState) -> list[UnitReport]:
+    def in_state(self, *states: Health | str) -> list[UnitReport]:
         return [unit for unit in self.units if unit.status.state in states]
 
     def unit(self, uow_id: str) -> UnitReport:
@@ -450,12 +435,15 @@ def gather(
         raise ReportError(f"as_of {moment.isoformat()} must be timezone-aware")
     recorded = ledger.units(pipeline=pipeline)
     units = [u for u in recorded if u.created_at <= moment]
+    timelines = {unit.uow_id: ledger.timeline(unit.uow_id) for unit in units}
+    replaced = _superseded(units, timelines, moment)
     reports = [
-        _unit_report(unit, ledger.timeline(unit.uow_id), moment, deadline, max_observation_age)
+        _unit_report(unit, timelines[unit.uow_id], moment, deadline, max_observation_age,
+                     replaced.get(unit.uow_id))
         for unit in units
     ]
     partitions, later_versions = _partitions(ledger, moment, pipeline, units)
-    assumptions, open_questions = _assumptions(reports, partitions, deadline)
+    assumptions, open_questions = _assumptions(reports, partitions, deadline, moment)
     return Evidence(
         ledger=ledger.url,
         as_of=moment,
@@ -467,6 +455,34 @@ def gather(
         left_out=sum(r.left_out for r in reports) + later_versions
         + len(recorded) - len(units),
     )
+
+
+def _superseded(units: list[UnitRecord], timelines: Mapping[str, list[TimelineEvent]],
+                as_of: datetime) -> dict[str, str]:
+    """``{uow_id: newer uow_id}`` for units another unit of the same task and interval replaced.
+
+    A changed input or transform version is a new unit (``identify_unit``); the one the engine
+    worked on last is the current one. Activity is what the ledger recorded about each unit by
+    ``as_of`` (its attempts, observations, decisions), creation included.
+    """
+    groups: dict[tuple[str, str, str], list[UnitRecord]] = {}
+    for unit in units:
+        groups.setdefault((unit.pipeline, unit.task, unit.interval.label), []).append(unit)
+    replaced: dict[str, str] = {}
+    for group in groups.values():
+        if len(group) < 2:
+            continue
+
+        def last_activity(unit: UnitRecord) -> tuple[datetime, int]:
+            known = [e for e in timelines[unit.uow_id] if _known_by(e, as_of)]
+            latest = max(known, key=lambda e: (e.at, e.seq), default=None)
+            return (unit.created_at, 0) if latest is None else (latest.at, latest.seq)
+
+        current = max(group, key=last_activity)
+        for unit in group:
+            if unit.uow_id != current.uow_id:
+                replaced[unit.uow_id] = current.uow_id
+    return replaced
 
 
 def _known_by(event: TimelineEvent, as_of: datetime) -> bool:
@@ -492,6 +508,7 @@ def _unit_report(
     as_of: datetime,
     deadline: DeadlineSpec,
     max_age: timedelta | None,
+    superseded_by: str | None = None,
 ) -> UnitReport:
     drafts: dict[int, _AttemptDraft] = {}
     observations: list[ObservationRecord] = []
@@ -536,11 +553,15 @@ def _unit_report(
         elif kind in ("job-generation", "generation-marked"):
             _track_generation(generations, event)
     attempts = _attempts(drafts)
-    recorded_max_age = _latest_detail_span(decisions, MAX_AGE_KEYS)
+    settings = _run_settings(observations)
+    recorded_max_age = (_latest_detail_span(decisions, MAX_AGE_KEYS)
+                        or detail_span(settings, MAX_AGE_KEYS))
     age_limit = recorded_max_age or max_age
     seen = tuple(_observation(o, attempts, as_of, age_limit) for o in observations)
     decided = tuple(_decision(d, last_evidence) for d in decisions)
-    policy = _latest_policy(decisions)
+    policy = _latest_policy(decisions) or _settings_policy(settings)
+    status = assess(unit, attempts, seen, decided, errors, fingerprints, as_of, age_limit,
+                    superseded_by)
     return UnitReport(
         unit=unit,
         attempts=attempts,
@@ -550,12 +571,30 @@ def _unit_report(
         errors=tuple(errors),
         nonfatal_errors=tuple(nonfatal),
         fingerprints=tuple(fingerprints),
-        status=_status(attempts, seen, decided, as_of),
+        status=status,
         deadline=_deadline(unit, decided, deadline),
         max_observation_age=age_limit,
         policy=policy,
         left_out=len(timeline) - len(known),
+        settings=settings,
+        recorded_seq=next((e.seq for e in known if e.kind == "unit-recorded"), 0),
     )
+
+
+def _run_settings(observations: list[ObservationRecord]) -> Mapping[str, Any]:
+    """The plan settings the latest executor run recorded with its ``run-started`` marker
+    (``twice.evidence.PlanSettings.to_detail``): policy, estimates, safe_repeat, age limit."""
+    for record in reversed(observations):
+        if record.state == RUN_STARTED and record.source == EXECUTOR_SOURCE:
+            settings = record.detail.get("settings")
+            if isinstance(settings, Mapping):
+                return dict(settings)
+    return {}
+
+
+def _settings_policy(settings: Mapping[str, Any]) -> Mapping[str, Any]:
+    policy = settings.get("policy")
+    return dict(policy) if isinstance(policy, Mapping) else {}
 
 
 def _track_generation(generations: dict[int, Generation], event: TimelineEvent) -> None:
@@ -612,6 +651,8 @@ def _observation_kinds(
         return frozenset({"operator-resolution"})  # a person's word: it shows nothing else
     if record.source == LEASE_SOURCE:
         kinds.add("lease-takeover")
+    if record.source.startswith("destination:"):
+        kinds.add("commit-record")
     status_code = detail_value(detail, ("http_status", "status_code", "code"))
     text = _text_of(detail)
     if ("duplicate" in state or _flag(detail.get("duplicate")) or status_code == 409
@@ -652,7 +693,7 @@ def _observation(
         stale=None if stale_at is None else as_of > stale_at,
         stale_at=stale_at,
         kinds=_observation_kinds(record, attempts),
-        basis="verified" if assertion_of(record) is None else "asserted",
+        basis="observed" if assertion_of(record) is None else "asserted",
     )
 
 
@@ -710,89 +751,6 @@ def _deadline(unit: UnitRecord, decisions: tuple[Decision, ...],
     return Deadline(at, "given by the caller, not recorded in the ledger", "assumed")
 
 
-def _status(
-    attempts: tuple[Attempt, ...],
-    observations: tuple[Observation, ...],
-    decisions: tuple[Decision, ...],
-    as_of: datetime,
-) -> Status:
-    current = decisions[-1] if decisions and decisions[-1].current else None
-    if current is not None and current.record.not_started:
-        record = current.record
-        return Status(
-            "not-started", "decided",
-            f"attempt {record.attempt} not started: {record.decision} ({record.reason})",
-        )
-    if not attempts:
-        return Status("not-started", "executed", "no attempt recorded")
-    latest = attempts[-1]
-    after = [o for o in observations if o.record.observed_at >= latest.started_at]
-    freshest = max(after, key=lambda o: (o.record.observed_at, o.record.seq), default=None)
-    seen = _seen(freshest, as_of)
-    number = latest.number
-    asserted = latest.asserted
-    if asserted is not None:
-        return _asserted_status(latest, asserted, after, as_of)
-    if latest.outcome == "running":
-        return Status("running", "executed",
-                      f"attempt {number} running since {wording.instant(latest.started_at)}"
-                      f"{seen}", freshest)
-    if latest.outcome == "unknown":
-        since = latest.unknown_since or latest.started_at
-        return Status("unknown", "executed",
-                      f"attempt {number} outcome unknown since {wording.instant(since)} "
-                      f"(timeout, lost acknowledgement or lease takeover){seen}", freshest)
-    if latest.outcome == "succeeded":
-        checks = [o for o in after if o.kinds & {"validated", "validation-failed"}]
-        check = max(checks, key=lambda o: (o.record.observed_at, o.record.seq), default=None)
-        if check is not None and "validated" in check.kinds:
-            return Status("verified", "verified",
-                          f"attempt {number} succeeded and its output was validated"
-                          f"{_seen(check, as_of)}", check)
-        if check is not None:
-            return Status("succeeded", "executed",
-                          f"attempt {number} finished without error but its output FAILED "
-                          f"validation{_seen(check, as_of)}", check)
-        return Status("succeeded", "executed",
-                      f"attempt {number} finished without error; output not validated{seen}",
-                      freshest)
-    return Status(latest.outcome, "executed", f"attempt {number} {latest.outcome}{seen}",
-                  freshest)
-
-
-def _asserted_status(
-    latest: Attempt, asserted: OperatorAssertion, after: list[Observation], as_of: datetime
-) -> Status:
-    """The state an operator's resolution gives the unit: asserted, never verified by it.
-
-    Only a validation by a named source after the resolution makes it verified.
-    """
-    number = latest.number
-    resolution = next((o for o in reversed(after) if o.asserted is not None
-                       and o.record.attempt == number), None)
-    checks = [o for o in after if o.kinds & {"validated", "validation-failed"}
-              and o.record.observed_at >= asserted.at]
-    check = max(checks, key=lambda o: (o.record.observed_at, o.record.seq), default=None)
-    if latest.outcome == "succeeded" and check is not None and "validated" in check.kinds:
-        return Status("verified", "verified",
-                      f"attempt {number} succeeded ({asserted.label}) and its output was "
-                      f"validated{_seen(check, as_of)}", check)
-    text = (f"attempt {number} {latest.outcome}, {asserted.label} "
-            f"{wording.span(as_of - asserted.at)} ago; not observed by twice")
-    if check is not None:
-        text += f"; its output FAILED validation{_seen(check, as_of)}"
-    state = cast(UnitState, latest.outcome)
-    return Status(state, "asserted", text, resolution)
-
-
-def _seen(observation: Observation | None, as_of: datetime) -> str:
-    if observation is None:
-        return ""
-    record = observation.record
-    return (f"; observed {record.state} via {record.source} "
-            f"{wording.span(as_of - record.observed_at)} ago")
-
-
 def _partitions(
     ledger: Ledger, as_of: datetime, pipeline: str | None, units: list[UnitRecord]
 ) -> tuple[list[PartitionHistory], int]:
@@ -818,7 +776,8 @@ def _partitions(
 
 
 def _assumptions(
-    units: list[UnitReport], partitions: list[PartitionHistory], deadline: DeadlineSpec
+    units: list[UnitReport], partitions: list[PartitionHistory], deadline: DeadlineSpec,
+    as_of: datetime,
 ) -> tuple[list[Assumption], list[Assumption]]:
     """Caller assertions and estimates (assumed), and the questions the evidence leaves open."""
     assumed: dict[tuple[str, str], Assumption] = {}
@@ -826,6 +785,7 @@ def _assumptions(
     for unit in units:
         for decision in unit.decisions:
             _decision_assumptions(unit, decision, assumed)
+        _settings_assumptions(unit, assumed)
         if unit.deadline is not None and unit.deadline.basis == "assumed":
             key = (unit.label, "deadline")
             assumed[key] = Assumption(
@@ -834,7 +794,7 @@ def _assumptions(
                 "recorded decision used it",
                 "command line" if isinstance(deadline, datetime) else "pipeline definition",
             )
-        open_questions.extend(_open_questions(unit))
+        open_questions.extend(_open_questions(unit, as_of))
     for history in partitions:
         for diff in history.diffs:
             if diff.before is not None and not diff.comparable:
@@ -847,6 +807,39 @@ def _assumptions(
     return list(assumed.values()), open_questions
 
 
+#: The one sentence for a task's ``safe_repeat`` (``safeRepeat`` in the lab), however recorded.
+SAFE_REPEAT_TEXT = (
+    "safe_repeat (safeRepeat) is asserted by the caller: repeating the task is assumed to have "
+    "no extra effect; twice did not prove it"
+)
+
+
+def _task_name(unit: UnitReport) -> str:
+    """Task-level assertions name the task once, not each of its units."""
+    return f"{unit.unit.pipeline}.{unit.unit.task}"
+
+
+def _settings_assumptions(unit: UnitReport, found: dict[tuple[str, str], Assumption]) -> None:
+    """What the latest executor run recorded that the caller asserted or estimated."""
+    settings = unit.settings
+    if not settings:
+        return
+    task = _task_name(unit)
+    origin = "task definition, recorded with each run (run-started)"
+    if _flag(settings.get("safe_repeat")):
+        found.setdefault((task, "safe_repeat"), Assumption(task, SAFE_REPEAT_TEXT, origin))
+    duration = detail_span(settings, ("estimated_duration",))
+    if duration is not None:
+        validation = detail_span(settings, ("validation_duration",)) or timedelta(0)
+        found.setdefault((task, "estimated_duration"), Assumption(
+            task,
+            f"estimated duration {wording.span(duration)} (validation "
+            f"{wording.span(validation)}) is the caller's estimate, used for deadline "
+            "decisions; not measured",
+            origin,
+        ))
+
+
 def _decision_assumptions(
     unit: UnitReport, decision: Decision, found: dict[tuple[str, str], Assumption]
 ) -> None:
@@ -854,12 +847,8 @@ def _decision_assumptions(
     detail = record.detail
     origin = f"decision {record.decision} (seq {record.seq})"
     if _flag(detail_value(detail, SAFE_REPEAT_KEYS)):
-        found[(unit.label, "safe_repeat")] = Assumption(
-            unit.label,
-            "safeRepeat was asserted by the caller: repeating the task is assumed to have no "
-            "extra effect; twice did not prove it",
-            origin,
-        )
+        found[(_task_name(unit), "safe_repeat")] = Assumption(
+            _task_name(unit), SAFE_REPEAT_TEXT, origin)
     duration = detail_span(detail, DURATION_KEYS)
     validation = detail_span(detail, VALIDATION_KEYS)
     if decision.estimated_finish is not None and (duration or validation) is not None:
@@ -877,7 +866,7 @@ def _decision_assumptions(
         )
 
 
-def _open_questions(unit: UnitReport) -> list[Assumption]:
+def _open_questions(unit: UnitReport, unit_as_of: datetime) -> list[Assumption]:
     questions = []
     state = unit.status.state
     asserted = unit.attempts[-1].asserted if unit.attempts else None
@@ -888,33 +877,32 @@ def _open_questions(unit: UnitReport) -> list[Assumption]:
             f"{asserted.label}; neither twice nor a service observed it",
             f"{OPERATOR_SOURCE_PREFIX}{asserted.operator}",
         ))
-    elif state == "unknown":
+    elif state == Health.UNKNOWN:
         questions.append(Assumption(
             unit.label,
-            "the remote outcome is unknown: a retry may duplicate work until the job is "
-            "reconciled by its id",
+            "the outcome is unknown: a retry may duplicate work until it is settled (commit "
+            "record, the job looked up by its id, or an operator's resolution)",
             "attempts",
         ))
-    elif state == "succeeded":
+    elif state == Health.UNVERIFIED:
         questions.append(Assumption(
             unit.label,
-            "'succeeded' means the attempt finished without error; the output has not been "
-            "validated against acceptance criteria",
+            "'succeeded' means the attempt finished without error; nothing verified its output "
+            "(no acceptance or fingerprint recorded by that attempt)",
             "attempts",
         ))
-    latest = unit.latest_observation
-    if latest is not None and latest.stale and state in OPEN_STATES:
+    if state == Health.STALE_EVIDENCE or (state in NEEDS_FRESH_EVIDENCE and unit.status.stale_at
+                                          is not None and unit.status.stale_at < unit_as_of):
         questions.append(Assumption(
             unit.label,
-            f"the latest observation ({latest.record.state} via {latest.record.source}) is "
-            f"{wording.span(latest.age)} old, over the "
+            f"the freshest evidence ({unit.status.source or 'attempt record'}) went stale at "
+            f"{wording.instant(unit.status.stale_at or unit_as_of)}, over the "
             f"{wording.span(unit.max_observation_age or timedelta(0))} limit: refresh it "
             "before relying on it",
             "observations",
         ))
-    if unit.latest_decision is not None and unit.current_decision is None and state not in (
-        "verified",
-    ):
+    needs_action = state in NEEDS_ATTENTION or state in (Health.WAITING, Health.RUNNING)
+    if unit.latest_decision is not None and unit.current_decision is None and needs_action:
         questions.append(Assumption(
             unit.label,
             "evidence was recorded after the latest decision: no current planner decision",

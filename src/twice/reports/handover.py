@@ -1,10 +1,12 @@
 """The RUN handover runbook (Markdown): what the next operator needs, from recorded evidence.
 
-The seed's list, in order: identifiers, job locations, state sources, error classification,
-attempt limits, validation criteria and escalation owners; then worked examples taken from this
-ledger (a duplicate after a lost response, DONE with an error, deadline-infeasible) so another
-operator can explain each decision without the author; then the unresolved assumptions, so the
-handover does not turn them into promises. A section the evidence cannot fill says so.
+It opens with the scope's headline and what needs attention, in the one health vocabulary
+(``twice.reports.health``), then the seed's list, in order: identifiers, job locations, state
+sources, error classification, attempt limits, validation criteria and escalation owners; then
+worked examples taken from this ledger (a duplicate after a lost response, DONE with an error,
+deadline-infeasible) so another operator can explain each decision without the author; then
+the unresolved assumptions, so the handover does not turn them into promises. A section the
+evidence cannot fill says so.
 """
 
 from __future__ import annotations
@@ -24,6 +26,14 @@ from twice.reports.evidence import (
     UnitReport,
     detail_value,
     group_assumptions,
+)
+from twice.reports.health import (
+    HEALTH_MEANING,
+    IN_PROGRESS,
+    NEEDS_ATTENTION,
+    NEEDS_FRESH_EVIDENCE,
+    ordered,
+    scope,
 )
 
 if TYPE_CHECKING:
@@ -65,18 +75,45 @@ def _task(pipeline: Pipeline | None, name: str) -> Task | None:
     return pipeline.tasks[name]
 
 
+def _health(evidence: Evidence) -> list[str]:
+    """What needs a person first, then what is in progress; settled units are counted only."""
+    summary = scope(evidence.units)
+    units = ordered(evidence.units)
+    attention = [(u.label, _code(u.uow_id), u.status.state, u.status.text)
+                 for u in units if u.status.state in NEEDS_ATTENTION]
+    progress = [(u.label, _code(u.uow_id), u.status.state, u.status.text)
+                for u in units if u.status.state in IN_PROGRESS]
+    lines = ["## Health: needs attention first", "", f"**{summary.headline}**", "",
+             "The same health words as `twice status`, `twice update` and `twice report`."]
+    meanings = [f"`{h}`: {HEALTH_MEANING[h]}" for h in (*NEEDS_ATTENTION, *IN_PROGRESS)
+                if summary.counts.get(h)]
+    if meanings:
+        lines[-1] += " " + "; ".join(meanings) + "."
+    lines.append("")
+    if attention:
+        lines += ["Needs attention:", "",
+                  *_table(["Unit", "Unit of work", "Health", "Why"], attention), ""]
+    else:
+        lines += ["Nothing needs attention.", ""]
+    if progress:
+        lines += ["In progress:", "", *_table(["Unit", "Unit of work", "Health", "Why"],
+                                              progress)]
+    return lines
+
+
 def _identifiers(evidence: Evidence) -> list[str]:
     rows = [
         (_code(u.uow_id), f"{u.unit.pipeline}.{u.unit.task}", _code(u.unit.interval.label),
          _code(u.unit.input_partition), _code(u.unit.input_version),
-         _code(u.unit.transform_version), u.state_label)
+         _code(u.unit.transform_version), u.status.state, u.outcome_label)
         for u in evidence.units
     ]
     return ["## 1. Identifiers (units of work)", "",
             "A unit of work's identity is stable across attempts; a changed input version or "
-            "transform version is a new unit, never an equivalent retry.", "",
+            "transform version is a new unit, never an equivalent retry. Health is the unit's "
+            "state; the latest attempt's outcome is the attempt vocabulary.", "",
             *_table(["Unit of work", "Task", "Interval", "Input partition", "Input version",
-                     "Transform version", "State"], rows)]
+                     "Transform version", "Health", "Latest attempt"], rows)]
 
 
 def _locations(unit: UnitReport) -> str:
@@ -124,6 +161,8 @@ def _state_sources(evidence: Evidence) -> list[str]:
         seen = by_source[source]
         unit, latest = max(seen, key=lambda pair: pair[1].record.observed_at)
         stale = {True: "stale", False: "fresh", None: "no age limit recorded"}[latest.stale]
+        if unit.status.state not in NEEDS_FRESH_EVIDENCE:
+            stale = f"freshness not needed: {unit.status.state}"
         rows.append((_code(source), len(seen), len({u.uow_id for u, _ in seen}),
                      f"{latest.record.state} ({unit.label})",
                      wording.instant(latest.record.observed_at),
@@ -347,18 +386,20 @@ def _examples(evidence: Evidence) -> list[str]:
 
 def _next_actions(evidence: Evidence) -> list[str]:
     rows = []
-    for unit in evidence.units:
+    for unit in ordered(evidence.units):
         decision = unit.latest_decision
         if decision is None:
-            rows.append((unit.label, unit.state_label, "no decision recorded", "", ""))
+            rows.append((unit.label, unit.status.state, unit.outcome_label,
+                         "no decision recorded", "", ""))
             continue
         record = decision.record
-        rows.append((unit.label, unit.state_label, record.decision, record.reason,
-                     "current" if decision.current else "evidence came after it"))
+        rows.append((unit.label, unit.status.state, unit.outcome_label, record.decision,
+                     record.reason, "current" if decision.current else "evidence came after it"))
     return ["## 9. Current state and planner decisions", "",
             "Decisions are what the planner chose from the evidence at the time; they execute "
             "nothing.", "",
-            *_table(["Unit", "State", "Latest decision", "Reason", "Still current?"], rows)]
+            *_table(["Unit", "Health", "Latest attempt", "Latest decision", "Reason",
+                     "Still current?"], rows)]
 
 
 def _pipeline_assumptions(pipeline: Pipeline | None) -> list[Assumption]:
@@ -369,8 +410,8 @@ def _pipeline_assumptions(pipeline: Pipeline | None) -> list[Assumption]:
         subject = f"{pipeline.name}.{name}"
         if task.safe_repeat:
             found.append(Assumption(subject, "safe_repeat=True is the pipeline author's "
-                                    "assertion that a repeat has no extra effect; not proven",
-                                    "pipeline file"))
+                                    "assertion (assumed by the caller) that a repeat has no "
+                                    "extra effect; not proven", "pipeline file"))
         if task.estimated_duration is not None:
             found.append(Assumption(
                 subject, f"estimated duration {task.estimated_duration:g} s and validation "
@@ -388,7 +429,7 @@ def _unresolved(evidence: Evidence, pipeline: Pipeline | None) -> list[str]:
     assumed = [*evidence.assumptions, *_pipeline_assumptions(pipeline)]
     return ["## 10. Unresolved assumptions", "",
             "Nothing below is a promise: each item is an assertion, an estimate or a gap in the "
-            "evidence.", "", "Assumed by the caller:", "",
+            "evidence.", "", "Assumed by the caller (not verified):", "",
             *(_assumption_lines(assumed) or [NONE]), "", "Open questions in the evidence:", "",
             *(_assumption_lines(evidence.open_questions) or ["_None found._"]), "",
             "Standing caveats:", "", *(f"- {c}" for c in STANDING_CAVEATS)]
@@ -398,13 +439,14 @@ def render_handover(evidence: Evidence, pipeline: Pipeline | None = None,
                     *, generated_at: datetime | None = None) -> str:
     """The runbook as Markdown; ``pipeline`` (from ``--pipeline-file``) adds owners, policies and
     acceptance criteria the ledger does not hold."""
-    scope = f"pipeline {evidence.pipeline}" if evidence.pipeline else "all pipelines"
+    where = f"pipeline {evidence.pipeline}" if evidence.pipeline else "all pipelines"
     lines = [
-        f"# RUN handover: {scope}", "",
+        f"# RUN handover: {where}", "",
         f"- Ledger: {_code(evidence.ledger)}",
         f"- Evidence as of: {wording.instant(evidence.as_of)}",
         f"- Units of work: {len(evidence.units)}; fingerprinted partitions: "
         f"{len(evidence.partitions)}",
+        f"- Health: {scope(evidence.units).headline}",
     ]
     if evidence.left_out:
         lines.append(f"- Left out: {evidence.left_out} records made after the as-of time")
@@ -413,12 +455,14 @@ def render_handover(evidence: Evidence, pipeline: Pipeline | None = None,
     if generated_at is not None:
         lines.append(f"- Generated: {wording.instant(generated_at)}")
     lines += ["", "> Built from recorded evidence only. Each fact is decided (planner), executed "
-              "(twice ran it), verified (a named source saw it, with its age), assumed (the "
-              "caller's assertion) or asserted by an operator (`twice resolve`: a person's word, "
-              "with their name and note). This runbook executed nothing and approves nothing.",
+              "(twice ran it), observed (a named source saw it, with its age), verified (output "
+              "checked by acceptance and fingerprint), assumed by the caller (e.g. safe_repeat) "
+              "or asserted by an operator (`twice resolve`: a person's word, with their name "
+              "and note). This runbook executed nothing and approves nothing.",
               ""]
     for section in (
-        _identifiers(evidence), _job_locations(evidence), _state_sources(evidence),
+        _health(evidence), _identifiers(evidence), _job_locations(evidence),
+        _state_sources(evidence),
         _errors(evidence), _attempt_limits(evidence, pipeline), _validation(evidence, pipeline),
         _owners(pipeline), _examples(evidence), _next_actions(evidence),
         _unresolved(evidence, pipeline),

@@ -1,9 +1,13 @@
 """The operator's report: one self-contained HTML page (inline CSS and SVG, nothing fetched).
 
 It is read during an incident, maybe offline, maybe forwarded by mail, so it needs no network,
-no fonts and no scripts. Each fact shows its basis (decided / executed / verified / assumed /
-asserted by an operator) as a badge, and every recorded time is shown with the age it had at the
-report's as_of.
+no fonts and no scripts. It opens with what needs attention (``#needs-attention``: the scope's
+headline, e.g. ``done: 28/28 verified``, and the units that need a person, in the health
+vocabulary's order) and a per-interval grid (``#interval-grid``: interval x task, each cell
+coloured by the unit's health and linking to its card), and only then the units table and the
+unit cards with their timelines. Each fact shows its basis (decided / executed / observed /
+verified / assumed by the caller / asserted by an operator) as a badge, and every recorded time
+is shown with the age it had at the report's as_of.
 """
 
 from __future__ import annotations
@@ -19,23 +23,45 @@ from twice.ledger.records import FingerprintDiff, FingerprintRecord
 from twice.reports import wording
 from twice.reports.evidence import (
     BACKOFF_KEYS,
-    BASES,
-    BASIS_MEANING,
     DEADLINE_KEYS,
     EARLIEST_START_KEYS,
     ESTIMATED_FINISH_KEYS,
-    OPEN_STATES,
     Assumption,
-    Basis,
     Evidence,
     PartitionHistory,
     UnitReport,
     group_assumptions,
 )
+from twice.reports.health import (
+    BASES,
+    BASIS_LABEL,
+    BASIS_MEANING,
+    HEALTH_MEANING,
+    HEALTH_ORDER,
+    NEEDS_FRESH_EVIDENCE,
+    Basis,
+    Health,
+    ordered,
+    scope,
+)
 from twice.reports.timeline_svg import slug, timeline_svg
 
-STATE_ORDER = ("unknown", "running", "failed-permanent", "failed-transient", "not-started",
-               "succeeded", "verified")
+#: One colour per health state: the grid, the summary cards and the state words share them.
+HEALTH_COLOURS: dict[Health, tuple[str, str]] = {  # background, text on it
+    Health.UNKNOWN: ("#6a1b9a", "#fff"),
+    Health.HELD: ("#8d4e00", "#fff"),
+    Health.REFUSED: ("#b71c1c", "#fff"),
+    Health.FAILED: ("#e53935", "#fff"),
+    Health.STALE_EVIDENCE: ("#5d4037", "#fff"),
+    Health.UNVERIFIED: ("#f9a825", "#202124"),
+    Health.BLOCKED: ("#546e7a", "#fff"),
+    Health.WAITING: ("#ef8f00", "#202124"),
+    Health.RUNNING: ("#1565c0", "#fff"),
+    Health.NEVER_RUN: ("#cfd8dc", "#202124"),
+    Health.ASSERTED: ("#ad1457", "#fff"),
+    Health.VERIFIED: ("#2e7d32", "#fff"),
+    Health.SUPERSEDED: ("#eceff1", "#5f6368"),
+}
 SHOWN_DECISION_KEYS = (*DEADLINE_KEYS, *EARLIEST_START_KEYS, *ESTIMATED_FINISH_KEYS,
                        *BACKOFF_KEYS)
 DISCLAIMER = (
@@ -79,13 +105,28 @@ time, td.holder { white-space: nowrap; } details.detail summary { font-weight: n
 .basis-verified { color: var(--ok); border-color: #a5d6a7; background: #eef7ee; }
 .basis-assumed { color: #8d6e00; border-color: #ffe082; background: #fffbea; }
 .basis-asserted { color: #ad1457; border-color: #f48fb1; background: #fdeef4; }
+.basis-observed { color: #00695c; border-color: #80cbc4; background: #eef8f6; }
 .asserted-by { color: #ad1457; }
 .state { font-weight: 600; white-space: nowrap; }
-.state-verified, .state-succeeded { color: var(--ok); }
+.state-succeeded { color: var(--ok); }
 .state-failed-transient { color: var(--transient); }
 .state-failed-permanent { color: var(--permanent); }
 .state-unknown { color: var(--unknown); } .state-running { color: var(--running); }
-.state-not-started { color: var(--muted); }
+.health { display: inline-block; border-radius: 4px; padding: 0 6px; font-weight: 600;
+  white-space: nowrap; }
+#headline { font-size: 20px; font-weight: 700; margin: 8px 0; padding: 8px 12px;
+  border-left: 6px solid var(--line); background: var(--bg); }
+#headline.done { border-color: var(--ok); color: var(--ok); }
+#headline.attention { border-color: var(--permanent); }
+ul.attention-list { margin: 6px 0 12px; padding-left: 20px; }
+ul.attention-list li { margin: 3px 0; }
+table.grid { width: auto; border-collapse: separate; border-spacing: 3px; }
+table.grid th { background: none; text-align: center; }
+table.grid th.interval { text-align: right; }
+table.grid td.cell { padding: 0; border: none; min-width: 96px; text-align: center; }
+table.grid td.cell a { display: block; padding: 4px 8px; border-radius: 4px;
+  text-decoration: none; font-weight: 600; font-size: 12px; color: inherit; }
+table.grid td.empty { color: var(--muted); }
 article.unit { border: 1px solid var(--line); border-radius: 8px; padding: 12px 16px;
   margin: 14px 0; }
 article.unit > p { margin: 4px 0 8px; color: var(--muted); }
@@ -114,6 +155,7 @@ svg .kind-duplicate { fill: #f9a825; } svg .kind-done-with-error { fill: var(--p
 svg .kind-validation-failed { fill: var(--permanent); }
 svg .kind-reconcile { fill: var(--unknown); }
 svg .kind-validated { fill: var(--ok); } svg .kind-lease-takeover { fill: #757575; }
+svg .kind-commit-record { fill: #00897b; }
 svg .kind-operator-resolution { fill: #ad1457; }
 svg .observation-marker.stale { stroke: var(--permanent); stroke-dasharray: 2 2; }
 svg .decision-marker { fill: #7e57c2; stroke: #fff; }
@@ -137,14 +179,25 @@ _SWATCHES = (
 )
 _MARKERS = (
     ("observation", "#1e88e5"), ("duplicate", "#f9a825"), ("DONE with error", "var(--permanent)"),
-    ("reconcile", "var(--unknown)"), ("validated", "var(--ok)"), ("decision", "#7e57c2"),
+    ("reconcile", "var(--unknown)"), ("validated", "var(--ok)"),
+    ("commit record (destination)", "#00897b"), ("decision", "#7e57c2"),
     ("asserted by an operator", "#ad1457"),
 )
 
 
+def _health_css() -> str:
+    rules = []
+    for state, (background, text) in HEALTH_COLOURS.items():
+        rules.append(f".health-{state} {{ background: {background}; color: {text}; }}")
+        rules.append(f".state-{state} {{ color: {background}; }}" if state not in (
+            Health.NEVER_RUN, Health.SUPERSEDED, Health.UNVERIFIED, Health.WAITING)
+            else f".state-{state} {{ color: #5f6368; }}")
+    return "\n".join(rules)
+
+
 def badge(basis: Basis) -> str:
     return (f'<span class="basis basis-{basis}" title="{escape(BASIS_MEANING[basis])}">'
-            f"{basis}</span>")
+            f"{escape(BASIS_LABEL[basis])}</span>")
 
 
 def _time(value: datetime | None) -> str:
@@ -175,8 +228,9 @@ def _table(css: str, headers: Iterable[str], rows: Iterable[str], table_id: str 
 
 
 def _state(unit: UnitReport) -> str:
-    status = unit.status
-    return f'<span class="state state-{status.state}">{escape(status.state)}</span>'
+    state = unit.status.state
+    return (f'<span class="state state-{state}" data-health="{state}" '
+            f'title="{escape(HEALTH_MEANING[state])}">{escape(state)}</span>')
 
 
 def _jobs(unit: UnitReport) -> str:
@@ -199,7 +253,7 @@ def _latest_evidence(unit: UnitReport) -> str:
         return (f'{escape(record.state)}, <span class="asserted-by">{escape(asserted.label)}'
                 f"</span>, {escape(wording.span(latest.age))} ago {badge(latest.basis)}")
     stale = (' <span class="stale">stale</span>'
-             if latest.stale and unit.status.state in OPEN_STATES else "")
+             if latest.stale and unit.status.state in NEEDS_FRESH_EVIDENCE else "")
     return (f"{escape(record.state)} via <code>{escape(record.source)}</code>, "
             f"{escape(wording.span(latest.age))} old{stale} {badge(latest.basis)}")
 
@@ -215,7 +269,7 @@ def _next(unit: UnitReport) -> str:
 
 def _units_table(evidence: Evidence) -> str:
     rows = []
-    for unit in evidence.units:
+    for unit in ordered(evidence.units):
         u = unit.unit
         rows.append(
             f'<tr class="unit-row unit-state-{unit.status.state}" '
@@ -267,10 +321,11 @@ def _observations(unit: UnitReport) -> str:
         asserted = o.asserted
         if asserted is not None:
             stale = ' <span class="note">(an assertion: it does not go stale)</span>'
-        elif o.stale and unit.status.state in OPEN_STATES:
+        elif o.stale and unit.status.state in NEEDS_FRESH_EVIDENCE:
             stale = ' <span class="stale">stale</span>'
         elif o.stale:
-            stale = ' <span class="note">(over the age limit; the job has ended)</span>'
+            stale = (' <span class="note">(over the age limit; not needed: the unit is '
+                     f'{escape(unit.status.state)})</span>')
         elif o.stale is None:
             stale = ' <span class="note">(no age limit recorded)</span>'
         if asserted is not None:
@@ -478,11 +533,83 @@ def _assumption_list(items: tuple[Assumption, ...], css: str, empty: str) -> str
 def _summary(evidence: Evidence) -> str:
     counts = Counter(unit.status.state for unit in evidence.units)
     cards = "".join(
-        f'<div class="card state-{state}" data-state="{state}"><b>{counts[state]}</b>'
-        f"{escape(state)}</div>"
-        for state in STATE_ORDER if counts[state]
+        f'<div class="card state-{state}" data-state="{state}" '
+        f'title="{escape(HEALTH_MEANING[state])}"><b>{counts[state]}</b>{escape(state)}</div>'
+        for state in HEALTH_ORDER if counts[state]
     )
     return f'<div class="cards" id="summary">{cards}</div>'
+
+
+def _headline(evidence: Evidence) -> str:
+    summary = scope(evidence.units)
+    css = "done" if summary.done else ("attention" if summary.attention() else "progress")
+    return (f'<p id="headline" class="headline {css}" data-done="{str(summary.done).lower()}">'
+            f"{escape(summary.headline)}</p>")
+
+
+def _attention(evidence: Evidence) -> str:
+    """The units that need a person, in the vocabulary's order, each linking to its card."""
+    items = [
+        f'<li class="attention-item" data-uow="{escape(unit.uow_id)}" '
+        f'data-health="{unit.status.state}"><span class="health health-{unit.status.state}">'
+        f'{escape(unit.status.state)}</span> <a href="#unit-{slug(unit.uow_id)}">'
+        f"{escape(unit.label)}</a>: {escape(unit.status.text)} {badge(unit.status.basis)}</li>"
+        for unit in ordered(evidence.units) if unit.status.needs_attention
+    ]
+    if not items:
+        return '<p class="note" id="attention-none">Nothing needs attention.</p>'
+    return f'<ul class="attention-list" id="attention-list">{"".join(items)}</ul>'
+
+
+def _grid(evidence: Evidence) -> str:
+    """Interval x task, each cell the current unit's health, linking to its card."""
+    current = [u for u in evidence.units if u.status.state != Health.SUPERSEDED]
+    if not current:
+        return '<p class="note" id="interval-grid">No units of work to place on a grid.</p>'
+    pipelines = {u.unit.pipeline for u in current}
+    # Columns in the order the engine first recorded each task's units (dependency order).
+    first: dict[tuple[str, str], tuple[datetime, int, int]] = {}
+    for index, unit in enumerate(current):
+        key = (unit.unit.pipeline, unit.unit.task)
+        here = (unit.unit.created_at, unit.recorded_seq, index)
+        first[key] = min(first.get(key, here), here)
+    columns = sorted(first, key=lambda key: first[key])
+    intervals = sorted({u.unit.interval for u in current}, key=lambda i: (i.start, i.end))
+    cells = {(u.unit.interval, u.unit.pipeline, u.unit.task): u for u in current}
+    head = "".join(
+        f'<th scope="col" data-task="{escape(task)}">'
+        f"{escape(task if len(pipelines) == 1 else f'{pipeline}.{task}')}</th>"
+        for pipeline, task in columns
+    )
+    rows = []
+    for interval in intervals:
+        row = []
+        for pipeline, task in columns:
+            unit = cells.get((interval, pipeline, task))
+            if unit is None:
+                row.append('<td class="cell empty">—</td>')
+                continue
+            state = unit.status.state
+            row.append(
+                f'<td class="cell health-{state}" data-health="{state}" '
+                f'data-uow="{escape(unit.uow_id)}"><a href="#unit-{slug(unit.uow_id)}" '
+                f'title="{escape(unit.label)}: {escape(unit.status.text)}">{escape(state)}</a>'
+                "</td>"
+            )
+        rows.append(f'<tr class="grid-row" data-interval="{escape(interval.label)}">'
+                    f'<th scope="row" class="interval">{escape(wording.interval(interval))}</th>'
+                    f'{"".join(row)}</tr>')
+    return (f'<table class="grid" id="interval-grid"><thead><tr><th class="interval">Interval'
+            f"</th>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>")
+
+
+def _health_legend() -> str:
+    items = "".join(
+        f'<li><span class="health health-{state}">{escape(state)}</span> '
+        f"{escape(HEALTH_MEANING[state])}</li>"
+        for state in HEALTH_ORDER
+    )
+    return f'<ul class="legend" id="health-legend">{items}</ul>'
 
 
 def _legend() -> str:
@@ -511,26 +638,31 @@ def _left_out(evidence: Evidence) -> str:
 
 def render_html(evidence: Evidence) -> str:
     """The whole report page as one string (UTF-8, no external resources)."""
-    scope = f"pipeline {evidence.pipeline}" if evidence.pipeline else "all pipelines"
-    title = f"twice report — {scope}, as of {wording.instant(evidence.as_of)}"
-    units = "".join(_unit_article(unit, evidence.as_of) for unit in evidence.units)
+    where = f"pipeline {evidence.pipeline}" if evidence.pipeline else "all pipelines"
+    title = f"twice report — {where}, as of {wording.instant(evidence.as_of)}"
+    units = "".join(_unit_article(unit, evidence.as_of) for unit in ordered(evidence.units))
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>{escape(title)}</title><style>{CSS}</style></head><body>"
+        f"<title>{escape(title)}</title><style>{CSS}{_health_css()}</style></head><body>"
         f"<header><h1>twice report</h1><p class=\"meta\">Ledger <code>{escape(evidence.ledger)}"
-        f"</code> · {escape(scope)} · as of {_time(evidence.as_of)} · "
+        f"</code> · {escape(where)} · as of {_time(evidence.as_of)} · "
         f"{len(evidence.units)} units of work · {len(evidence.partitions)} fingerprinted "
-        f"partitions{_left_out(evidence)}</p>"
-        f'<p class="disclaimer">{escape(DISCLAIMER)}</p>{_legend()}</header>'
-        f'<section id="units"><h2>Units of work</h2>{_summary(evidence)}'
+        f"partitions{_left_out(evidence)}</p></header>"
+        f'<section id="needs-attention"><h2>Needs attention</h2>{_headline(evidence)}'
+        f"{_summary(evidence)}{_attention(evidence)}</section>"
+        f'<section id="grid"><h2>Intervals × tasks</h2><p class="note">Each cell is the unit of '
+        "work's health; it links to the unit's timeline below.</p>"
+        f"{_grid(evidence)}{_health_legend()}</section>"
+        f'<section id="units"><h2>Units of work</h2>'
+        f'<p class="disclaimer">{escape(DISCLAIMER)}</p>{_legend()}'
         f"{_units_table(evidence)}</section>"
         f'<section id="timelines"><h2>Timelines and evidence</h2>{units or ""}</section>'
         f'<section id="fingerprints"><h2>Fingerprints</h2><p class="note">Row count and '
         "order-independent checksum of each partition, computed inside the database "
         f"(verified); each version is compared with the one before it.</p>"
         f"{_fingerprints(evidence.partitions)}</section>"
-        '<section id="assumptions"><h2>Assumed, not verified</h2>'
+        '<section id="assumptions"><h2>Assumed by the caller, not verified</h2>'
         + _assumption_list(evidence.assumptions, "assumption",
                            "No caller assertion or estimate was recorded.")
         + '</section><section id="open-questions"><h2>Open questions</h2>'

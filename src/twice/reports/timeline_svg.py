@@ -15,6 +15,7 @@ from html import escape
 
 from twice.reports import wording
 from twice.reports.evidence import Attempt, Decision, Observation, UnitReport
+from twice.reports.health import NEEDS_FRESH_EVIDENCE
 
 WIDTH = 1000
 LABEL_WIDTH = 118
@@ -32,7 +33,7 @@ _TICK_STEPS = [
 _UNSAFE_ID = re.compile(r"[^A-Za-z0-9_-]")
 #: Observation kinds in the order their marker colour is chosen (the first match wins).
 MARKER_KINDS = ("operator-resolution", "done-with-error", "validation-failed", "duplicate",
-                "reconcile", "validated", "lease-takeover")
+                "commit-record", "reconcile", "validated", "lease-takeover")
 
 
 def slug(text: str) -> str:
@@ -187,12 +188,16 @@ def _gap(previous: Attempt, attempt: Attempt, scale: _Scale, y: float) -> list[s
     ]
 
 
-def _observation_marker(observation: Observation, scale: _Scale, y: float) -> str:
+def _observation_marker(observation: Observation, scale: _Scale, y: float,
+                        needs_fresh: bool = True) -> str:
+    """``needs_fresh``: the unit's health rests on fresh evidence (running, unknown); only then
+    is an observation over the age limit marked stale."""
     record = observation.record
     kind = next((k for k in MARKER_KINDS if k in observation.kinds), "plain")
     classes = " ".join(["observation-marker", f"kind-{kind}",
                         *(f"has-{k}" for k in sorted(observation.kinds))])
-    if observation.stale:
+    stale = bool(observation.stale) and needs_fresh
+    if stale:
         classes += " stale"
     x = scale.x(record.observed_at)
     asserted = observation.asserted
@@ -202,7 +207,7 @@ def _observation_marker(observation: Observation, scale: _Scale, y: float) -> st
     else:
         title = (f"Observed {record.state} via {record.source} at "
                  f"{wording.instant(record.observed_at)} ({observation.basis}, "
-                 f"{wording.span(observation.age)} old{', stale' if observation.stale else ''})")
+                 f"{wording.span(observation.age)} old{', stale' if stale else ''})")
     return (f'<circle class="{classes}" data-seq="{record.seq}" cx="{x:.1f}" '
             f'cy="{y + BAR / 2:.1f}" r="6"><title>{escape(title)}</title></circle>')
 
@@ -289,7 +294,8 @@ def timeline_svg(unit: UnitReport, as_of: datetime) -> str:
         body.extend(_not_started(decision, scale, y))
         y += LANE
     body.append(_lane_label(y, "evidence"))
-    body.extend(_observation_marker(o, scale, y) for o in unit.observations)
+    needs_fresh = unit.status.state in NEEDS_FRESH_EVIDENCE
+    body.extend(_observation_marker(o, scale, y, needs_fresh) for o in unit.observations)
     y += LANE
     body.append(_lane_label(y, "decisions"))
     body.extend(_decision_marker(d, scale, y) for d in unit.decisions)

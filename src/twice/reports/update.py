@@ -1,10 +1,12 @@
 """A short English status update for an international incident meeting.
 
-Four questions, one line each (the seed's order): what is confirmed, what is still unknown, what
-the planner decided to do next, and when the next piece of evidence is due. Plain sentences, UTC
-times, short unit names (the shared pipeline and business date are said once, in the header),
-and nothing the ledger has no evidence for: a unit that finished without error is "not yet
-validated", not "done".
+It opens with the scope's headline in the one health vocabulary (``twice.reports.health``):
+``done: 28/28 verified`` when every unit is verified, and then nothing more than the caller's
+assumptions; otherwise what needs attention first (unknown, held, refused, failed, stale
+evidence, unverified, blocked), what is confirmed, what is in progress, the planner's next
+action and when the next piece of evidence is due. Plain sentences, UTC times, short unit names
+(the shared pipeline and interval are said once, in the header), and nothing the ledger has no
+evidence for.
 """
 
 from __future__ import annotations
@@ -13,9 +15,19 @@ from collections.abc import Callable
 from datetime import datetime
 
 from twice.reports import wording
-from twice.reports.evidence import OPEN_STATES, Evidence, UnitReport
+from twice.reports.evidence import Evidence, UnitReport
+from twice.reports.health import (
+    IN_PROGRESS,
+    NEEDS_ATTENTION,
+    NEEDS_FRESH_EVIDENCE,
+    REFUSAL_ERRORS,
+    Health,
+    ordered,
+    scope,
+)
 
 MAX_ITEMS = 5
+MAX_CAUSE = 90  # characters of an error message in the update; the handover has them whole
 #: The order decisions are read out in a meeting: what needs a human first.
 URGENCY = (
     "deadline-infeasible", "reconcile-remote", "repair-cause", "attempts-exhausted",
@@ -34,54 +46,39 @@ def _listing(items: list[str], limit: int = MAX_ITEMS) -> str:
 
 
 def _namer(evidence: Evidence) -> tuple[Namer, str]:
-    """Short names, and the scope they leave out ("pipeline p, business date d")."""
+    """Short names, and the scope they leave out ("pipeline p, interval d")."""
     pipelines = {u.unit.pipeline for u in evidence.units}
-    intervals = {u.unit.interval for u in evidence.units}
-    scope = []
+    intervals = sorted({u.unit.interval for u in evidence.units}, key=lambda i: i.start)
+    scope_parts = []
     if len(pipelines) == 1:
-        scope.append(f"pipeline {next(iter(pipelines))}")
+        scope_parts.append(f"pipeline {next(iter(pipelines))}")
     if len(intervals) == 1:
-        scope.append(f"interval {wording.interval(next(iter(intervals)))}")
+        scope_parts.append(f"interval {wording.interval(intervals[0])}")
+    elif intervals:
+        scope_parts.append(f"intervals {wording.interval(intervals[0])} .. "
+                           f"{wording.interval(intervals[-1])} ({len(intervals)})")
 
     def name(unit: UnitReport) -> str:
         text = unit.unit.task if len(pipelines) == 1 else f"{unit.unit.pipeline}.{unit.unit.task}"
         return text if len(intervals) == 1 else f"{text} {wording.interval(unit.unit.interval)}"
 
-    return name, ", ".join(scope)
+    return name, ", ".join(scope_parts)
 
 
 def _age(unit: UnitReport, as_of: datetime) -> str:
+    """Who supplied the evidence the unit's state rests on, and how old it is."""
     asserted = unit.asserted
     if asserted is not None:
         return f"{asserted.label}, {wording.span(as_of - asserted.at)} ago"
-    evidence = unit.status.evidence
-    if evidence is None:
-        return "no observation recorded"
-    record = evidence.record
-    return (f"{record.state} via {record.source}, evidence "
-            f"{wording.span(as_of - record.observed_at)} old")
-
-
-def _confirmed(evidence: Evidence, name: Namer) -> str:
-    verified = evidence.in_state("verified")
-    succeeded = evidence.in_state("succeeded")
-    unvalidated = [u for u in succeeded if u.status.basis != "asserted"]
-    asserted = [u for u in succeeded if u.status.basis == "asserted"]
-    total = len(evidence.units)
-    if verified:
-        names = [f"{name(u)} ({_age(u, evidence.as_of)})" for u in verified]
-        line = (f"Confirmed: {len(verified)} of {total} verified succeeded (output validated): "
-                f"{_listing(names)}.")
-    else:
-        line = f"Confirmed: none of the {total} units is verified succeeded."
-    if unvalidated:
-        names = [f"{name(u)} ({_age(u, evidence.as_of)})" for u in unvalidated]
-        line += (f" Finished without error but not yet validated: {_listing(names)}.")
-    if asserted:
-        names = [f"{name(u)} ({_age(u, evidence.as_of)})" for u in asserted]
-        line += (f" Succeeded as {wording.ASSERTED_BY_OPERATOR}, not observed by twice: "
-                 f"{_listing(names)}.")
-    return line
+    status = unit.status
+    evidence = status.evidence
+    if evidence is not None:
+        record = evidence.record
+        return (f"{record.state} via {record.source}, evidence "
+                f"{wording.span(as_of - record.observed_at)} old")
+    if status.source is not None and status.at is not None:
+        return f"{status.source}, {wording.span(as_of - status.at)} ago"
+    return "no observation recorded"
 
 
 def _job(unit: UnitReport) -> str:
@@ -89,41 +86,95 @@ def _job(unit: UnitReport) -> str:
     return f"job {latest.job_id}" if latest is not None and latest.job_id else ""
 
 
-def _unknown(evidence: Evidence, name: Namer) -> str:
-    as_of = evidence.as_of
-    items = []
-    for unit in evidence.in_state("unknown"):
-        attempt = unit.attempts[-1]
-        since = attempt.unknown_since or attempt.started_at
+def _short(text: str, limit: int = MAX_CAUSE) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit - 1].rstrip() + "…"
+
+
+def _cause(unit: UnitReport) -> str:
+    """The recorded reason a unit failed, was refused or was not run, in a few words."""
+    decision = unit.current_decision
+    if decision is not None and decision.record.not_started:
+        return decision.record.decision
+    latest = unit.attempts[-1] if unit.attempts else None
+    if unit.asserted is not None:
+        return unit.asserted.label
+    errors = [e for e in unit.errors if latest is not None and e.attempt == latest.number]
+    cause = ""
+    if errors:
+        error = errors[-1]
+        cause = (error.message if error.error_class in REFUSAL_ERRORS
+                 else f"{error.error_class.rsplit('.', 1)[-1]}: {error.message}")
+    if decision is not None and latest is not None and latest.outcome == "failed-transient":
+        cause = f"{decision.record.decision}; {cause}" if cause else decision.record.decision
+    if cause:
+        return _short(cause)
+    if decision is not None:
+        return decision.record.decision
+    evidence = unit.status.evidence
+    if evidence is not None and evidence.record.detail.get("reason"):
+        return _short(str(evidence.record.detail["reason"]))
+    return _short(unit.status.text)
+
+
+def _item(unit: UnitReport, as_of: datetime, name: Namer) -> str:
+    """One unit in the update, in the words its health calls for."""
+    state = unit.status.state
+    latest = unit.attempts[-1] if unit.attempts else None
+    number = 0 if latest is None else latest.number
+    if state == Health.UNKNOWN and latest is not None:
+        since = latest.unknown_since or latest.started_at
         job = f" ({_job(unit)})" if _job(unit) else ""
-        items.append(f"{name(unit)} attempt {attempt.number}{job} unknown since "
-                     f"{wording.clock_time(since)}, do not retry before reconciling it")
-    for unit in evidence.in_state("running"):
-        attempt = unit.attempts[-1]
-        seen = unit.latest_observation
-        last = ("never observed" if seen is None else
-                f"last observed {seen.record.state} {wording.span(as_of - seen.record.observed_at)}"
-                " ago")
-        items.append(f"{name(unit)} attempt {attempt.number} still running since "
-                     f"{wording.clock_time(attempt.started_at)} ({last})")
-    if not items:
-        return "Outcome unknown: none; every recorded attempt has a known outcome."
-    return f"Outcome still unknown: {_listing(items)}."
-
-
-def _failed(evidence: Evidence, name: Namer) -> str | None:
-    items = []
-    for unit in evidence.in_state("failed-permanent", "failed-transient", "not-started"):
-        error = unit.errors[-1] if unit.errors else None
+        return (f"{name(unit)} attempt {number}{job} unknown since "
+                f"{wording.clock_time(since)}, do not retry before settling it")
+    if state in (Health.RUNNING, Health.STALE_EVIDENCE) and latest is not None:
+        at = unit.status.at
+        last = "never observed" if at is None else f"last evidence {wording.span(as_of - at)} old"
+        if state == Health.STALE_EVIDENCE and unit.max_observation_age is not None:
+            last += f", over the {wording.span(unit.max_observation_age)} limit"
+        return (f"{name(unit)} attempt {number} running since "
+                f"{wording.clock_time(latest.started_at)} ({last})")
+    if state == Health.HELD:
+        return (f"{name(unit)} (not safe_repeat and already succeeded: name it with --repeat "
+                f"{unit.unit.task} to execute it again)")
+    if state == Health.UNVERIFIED:
+        return f"{name(unit)} ({_age(unit, as_of)}; validate its output)"
+    if state == Health.WAITING:
         decision = unit.current_decision
-        if unit.status.state == "not-started" and decision is not None:
-            cause = f" ({decision.record.decision})"
-        elif unit.asserted is not None:
-            cause = f" ({_age(unit, evidence.as_of)})"
-        else:
-            cause = f" ({error.classification}: {error.message})" if error else ""
-        items.append(f"{name(unit)} {unit.status.state}{cause}")
-    return f"Not delivered: {_listing(items)}." if items else None
+        if decision is not None and decision.earliest_start is not None:
+            return (f"{name(unit)} (attempt {number + 1} may start at "
+                    f"{wording.clock_time(decision.earliest_start)})")
+        return f"{name(unit)} (attempt {number} failed transiently; a retry is allowed)"
+    if state == Health.NEVER_RUN:
+        return name(unit)
+    return f"{name(unit)} ({_cause(unit)})"
+
+
+def _grouped(units: list[UnitReport], states: tuple[Health, ...], as_of: datetime,
+             name: Namer) -> list[str]:
+    parts = []
+    for state in states:
+        found = [u for u in units if u.status.state == state]
+        if found:
+            parts.append(f"{state}: {_listing([_item(u, as_of, name) for u in found], 3)}")
+    return parts
+
+
+def _confirmed(evidence: Evidence, name: Namer) -> str:
+    verified = evidence.in_state(Health.VERIFIED)
+    asserted = evidence.in_state(Health.ASSERTED)
+    total = scope(evidence.units).total
+    if verified:
+        names = [f"{name(u)} ({_age(u, evidence.as_of)})" for u in verified]
+        line = (f"Confirmed: {len(verified)} of {total} verified succeeded (the engine checked "
+                f"their output): {_listing(names)}.")
+    else:
+        line = f"Confirmed: none of the {total} units is verified."
+    if asserted:
+        names = [f"{name(u)} ({_age(u, evidence.as_of)})" for u in asserted]
+        line += (f" Succeeded as {wording.ASSERTED_BY_OPERATOR}, not observed by twice: "
+                 f"{_listing(names)}.")
+    return line
 
 
 def _action_note(unit: UnitReport) -> str:
@@ -137,14 +188,19 @@ def _action_note(unit: UnitReport) -> str:
     return ""
 
 
+def _needs_action(unit: UnitReport) -> bool:
+    return unit.status.state in NEEDS_ATTENTION or unit.status.state in IN_PROGRESS
+
+
 def _next_action(evidence: Evidence, name: Namer) -> str:
     grouped: dict[str, list[str]] = {}
     missing = []
     for unit in evidence.units:
+        if not _needs_action(unit):
+            continue  # settled or superseded: nothing for the planner to do
         decision = unit.current_decision
         if decision is None:
-            if unit.status.state != "verified":
-                missing.append(name(unit))
+            missing.append(name(unit))
             continue
         grouped.setdefault(decision.record.decision, []).append(name(unit) + _action_note(unit))
     items = [f"{kind} for {', '.join(grouped[kind])}" for kind in URGENCY if kind in grouped]
@@ -159,6 +215,8 @@ def _next_action(evidence: Evidence, name: Namer) -> str:
 
 def _due(unit: UnitReport, as_of: datetime, name: Namer) -> list[tuple[datetime, str]]:
     due: list[tuple[datetime, str]] = []
+    if not _needs_action(unit):
+        return due  # a verified, settled unit needs no fresh evidence
     decision = unit.current_decision
     if decision is not None:
         kind = decision.record.decision
@@ -173,17 +231,17 @@ def _due(unit: UnitReport, as_of: datetime, name: Namer) -> list[tuple[datetime,
             due.append((start, text))
         elif kind == "reconcile-remote":
             due.append((as_of, f"reconcile {name(unit)} with the remote service"))
-        elif kind == "validate-output":
-            due.append((as_of, f"validate {name(unit)}'s output"))
-    latest = unit.latest_observation
-    if latest is None or latest.stale_at is None or unit.status.state not in OPEN_STATES:
+    if unit.status.state == Health.UNVERIFIED:
+        due.append((as_of, f"validate {name(unit)}'s output"))
+    stale_at = unit.status.stale_at
+    if stale_at is None or unit.status.state not in NEEDS_FRESH_EVIDENCE:
         return due
-    record = latest.record
-    if latest.stale:
-        due.append((as_of, f"refresh {name(unit)}: its {record.state} observation via "
-                           f"{record.source} went stale at {wording.clock_time(latest.stale_at)}"))
+    source = unit.status.source or "the attempt record"
+    if stale_at <= as_of:
+        due.append((as_of, f"refresh {name(unit)}: its evidence via {source} went stale at "
+                           f"{wording.clock_time(stale_at)}"))
     else:
-        due.append((latest.stale_at, f"refresh {name(unit)} (observation goes stale)"))
+        due.append((stale_at, f"refresh {name(unit)} (its evidence goes stale)"))
     return due
 
 
@@ -207,33 +265,46 @@ def _next_number(unit: UnitReport) -> int:
     return (unit.attempts[-1].number if unit.attempts else 0) + 1
 
 
-def _not_established(evidence: Evidence) -> str | None:
+def _assumed(evidence: Evidence) -> str | None:
     if not evidence.assumptions:
         return None
-    safe = sorted({a.subject for a in evidence.assumptions if "safeRepeat" in a.text})
-    text = (f"Assumed, not verified: {len(evidence.assumptions)} caller assertions or "
+    safe = sorted({a.subject for a in evidence.assumptions if "safe_repeat" in a.text})
+    pipelines = {u.unit.pipeline for u in evidence.units}
+    if len(pipelines) == 1:  # the header names the pipeline once
+        prefix = f"{next(iter(pipelines))}."
+        safe = [s.removeprefix(prefix) for s in safe]
+    text = (f"Assumed by the caller, not verified: {len(evidence.assumptions)} assertions or "
             "estimates")
     if safe:
-        text += f", including safeRepeat for {len(safe)} unit(s)"
+        text += f", including safe_repeat for {', '.join(safe)}"
     return text + "; see the handover."
 
 
 def render_update(evidence: Evidence) -> str:
     """The update as a few lines of text (ends with a newline)."""
-    name, scope = _namer(evidence)
-    scope = scope or ("pipeline " + evidence.pipeline if evidence.pipeline else "all pipelines")
+    name, scope_text = _namer(evidence)
+    scope_text = scope_text or ("pipeline " + evidence.pipeline if evidence.pipeline
+                                else "all pipelines")
     left_out = f"; {evidence.left_out} later records left out" if evidence.left_out else ""
-    header = (f"Status update, {scope}, as of {wording.instant(evidence.as_of)} "
+    header = (f"Status update, {scope_text}, as of {wording.instant(evidence.as_of)} "
               f"(ledger {evidence.ledger}; {len(evidence.units)} units of work{left_out}).")
     if not evidence.units:
         return header + "\nThe ledger records no units of work: nothing to report.\n"
+    summary = scope(evidence.units)
+    if summary.done:
+        lines: tuple[str | None, ...] = (header, summary.headline, _assumed(evidence))
+        return "\n".join(line for line in lines if line) + "\n"
+    units = ordered(evidence.units)
+    attention = _grouped(units, NEEDS_ATTENTION, evidence.as_of, name)
+    progress = _grouped(units, IN_PROGRESS, evidence.as_of, name)
     lines = (
         header,
+        summary.headline,
+        f"Needs attention: {'; '.join(attention)}." if attention else None,
         _confirmed(evidence, name),
-        _unknown(evidence, name),
-        _failed(evidence, name),
+        f"In progress: {'; '.join(progress)}." if progress else None,
         _next_action(evidence, name),
         _next_evidence(evidence, name),
-        _not_established(evidence),
+        _assumed(evidence),
     )
     return "\n".join(line for line in lines if line) + "\n"
