@@ -19,6 +19,16 @@ Deadlines. The intervals of a backfill are past: their delivery deadlines are hi
 planning against them would refuse every attempt. A backfill plans against its own
 ``deadline`` (one instant for the whole range) or none.
 
+Drift. Before an interval's units write, each partition they will rewrite is measured against
+its latest recorded fingerprint version (recomputed with that version's algorithm and columns;
+the plan's own measurement is reused when recent). A difference is *drift*: the partition was
+changed behind twice's back (rows deleted by hand, values edited). It is recorded in the ledger
+as a ``drift`` observation (source ``fingerprint``, the recorded and current counts and
+checksums in its detail) of the unit that recorded that version, and carried into the
+partition's diff (``rows_now``/``checksum_now``/``drifted``), so "rows 10 -> 10, unchanged"
+(new output against the last record) never hides that the partition held 8 rows before the
+rerun ("drift: 10 -> 8 rows behind twice's back; change: 8 -> 10").
+
 Reruns. A unit planned to run although it succeeded before (``--force``, a partition that no
 longer matches its fingerprint) is handed to the engine as a rerun of the attempt the plan saw
 (a new job generation): if another process reran it after the plan, that newer success stands.
@@ -39,9 +49,10 @@ from typing import TYPE_CHECKING, Any, Literal
 from twice.interval import Interval
 from twice.pipeline import OutcomeUnknownError, Pipeline, Task
 from twice.verification import (
+    Drift,
     PartitionDiff,
     SchemaChangeError,
-    current_fingerprint,
+    measure_drift,
     partition_key,
     record_partition,
     schema_signature,
@@ -54,10 +65,14 @@ if TYPE_CHECKING:
     from twice.unit_of_work import UnitOfWork
 
 __all__ = [
-    "BackfillError", "BackfillPlan", "BackfillResult", "OutcomeUnknownError", "PartitionDiff",
-    "PlanItem", "SchemaChangeError", "TaskRun", "plan_backfill", "record_partition",
-    "run_backfill",
+    "BackfillError", "BackfillPlan", "BackfillResult", "Drift", "OutcomeUnknownError",
+    "PartitionDiff", "PlanItem", "SchemaChangeError", "TaskRun", "plan_backfill",
+    "record_partition", "run_backfill",
 ]
+
+DRIFT_STATE = "drift"  # observation state of a partition found changed behind twice's back
+DRIFT_SOURCE = "fingerprint"
+REUSE_DRIFT_SECONDS = 60.0  # a plan's measurement older than this is taken again before writing
 
 Action = Literal["run", "skip"]
 Status = Literal[
@@ -97,6 +112,7 @@ class TaskRun:
     new_input_version: bool = False
     outcome: str | None = None
     notes: tuple[str, ...] = ()
+    drift: Drift | None = None  # the partition before this backfill wrote it, vs its record
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -108,6 +124,7 @@ class TaskRun:
             "nonfatal": self.nonfatal, "duration_s": round(self.duration, 3),
             "new_input_version": self.new_input_version, "notes": list(self.notes),
             "diff": None if self.diff is None else self.diff.to_dict(),
+            "drift": None if self.drift is None else self.drift.to_dict(),
         }
 
 
@@ -127,6 +144,7 @@ class PlanItem:
     new_input_version: bool = False
     latest_attempt: int | None = None
     rerun: bool = True  # a deliberate rerun of a success (False: follows its upstream)
+    drift: Drift | None = None  # the partition vs its latest record, when the plan measured it
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -134,6 +152,7 @@ class PlanItem:
             "input_version": self.uow.input_version, "action": self.action,
             "reason": self.reason, "new_input_version": self.new_input_version,
             "latest_attempt": self.latest_attempt, "rerun": self.rerun,
+            "drift": None if self.drift is None else self.drift.to_dict(),
         }
 
 
@@ -211,25 +230,31 @@ def selected_tasks(pipeline: Pipeline, tasks: Sequence[str] | None) -> tuple[lis
 
 
 def _verified(ledger: Ledger, task: Task, uow: UnitOfWork, interval: Interval,
-              attempts: Sequence[AttemptRecord]) -> tuple[bool, str]:
+              attempts: Sequence[AttemptRecord]) -> tuple[bool, str, Drift | None]:
     """Whether ``uow`` already succeeded (``attempts`` are its recorded ones) and its partition
-    still holds what it recorded."""
+    still holds what it recorded; with the partition measured against its record, when it
+    was (the drift, carried into the backfill's diff)."""
+    from twice.destinations import DestinationError
+
     if ledger.unit(uow.uow_id) is None:
-        return False, "not run with this input and transform version"
+        return False, "not run with this input and transform version", None
     if not attempts or attempts[-1].outcome != "succeeded":
         seen = "no attempt" if not attempts else f"latest attempt {attempts[-1].outcome}"
-        return False, f"not settled as succeeded ({seen})"
+        return False, f"not settled as succeeded ({seen})", None
     if not task.owns_output:
-        return True, "succeeded before with the same input and transform version"
+        return True, "succeeded before with the same input and transform version", None
     recorded = ledger.latest_fingerprint(task.destination, partition_key(interval))
     if recorded is None or recorded.uow_id != uow.uow_id:
-        return False, "partition's latest fingerprint was written by another unit of work"
-    current = current_fingerprint(task.destination, interval, recorded.columns)
-    if current is None or (current.row_count, current.checksum) != (
-        recorded.row_count, recorded.checksum
-    ):
-        return False, "partition no longer matches its recorded fingerprint"
-    return True, f"verified: same unit of work, fingerprint v{recorded.version} still matches"
+        return False, "partition's latest fingerprint was written by another unit of work", None
+    try:
+        drift = measure_drift(task.destination, interval, recorded)
+    except DestinationError as exc:
+        return False, f"partition cannot be checked against its recorded fingerprint: {exc}", None
+    if drift.drifted:
+        return False, ("partition no longer matches its recorded fingerprint "
+                       f"v{recorded.version} ({drift.describe()} behind twice's back)"), drift
+    return (True, f"verified: same unit of work, fingerprint v{recorded.version} still matches",
+            drift)
 
 
 def plan_backfill(
@@ -269,11 +294,12 @@ def plan_backfill(
             ran_upstream = sorted(set(task.depends_on) & upstream_runs)
             forced = force and (not tasks or name in tasks)
             rerun = True
+            drift = None
             action: Action
             if forced:
                 action, reason = "run", "--force"
             else:
-                ok, reason = _verified(ledger, task, uow, interval, recorded)
+                ok, reason, drift = _verified(ledger, task, uow, interval, recorded)
                 action = "skip" if ok else "run"
                 if new_input:
                     reason = f"source changed: new input version {uow.input_version}"
@@ -284,7 +310,7 @@ def plan_backfill(
             if action == "run":
                 upstream_runs.add(name)
             items.append(PlanItem(interval, name, uow, action, reason, new_input,
-                                  recorded[-1].number if recorded else None, rerun))
+                                  recorded[-1].number if recorded else None, rerun, drift))
     return BackfillPlan(pipeline.name, spans, tuple(names), tuple(dependents), tuple(items),
                         force)
 
@@ -377,6 +403,7 @@ def run_backfill(
             refusal.append(conflicts[0])
             stop.set()
     diffs: dict[str, PartitionDiff] = {}
+    drifts: dict[tuple[str, str], Drift] = {}  # (task, interval label) -> before it was written
     refused: dict[str, str] = {}  # uow_id -> why its schema change was refused
     reconciled: dict[str, list[tuple[str | None, str]]] = {}  # uow_id -> (job id, state)
     diffs_lock = threading.Lock()
@@ -387,7 +414,8 @@ def run_backfill(
 
         with diffs_lock:
             if isinstance(event, OutputVerified) and event.diff is not None:
-                diffs[event.uow_id] = event.diff
+                drift = drifts.get((event.task, event.interval.label))
+                diffs[event.uow_id] = event.diff.with_drift(drift)
             elif isinstance(event, OutputRejected) and event.schema_change:
                 refused[event.uow_id] = (
                     f"{pipeline.get_task(event.task).destination}: {event.reason}; a backfill "
@@ -414,8 +442,15 @@ def run_backfill(
         units: dict[str, UnitResult] = {}
         before: dict[str, AttemptRecord | None] = {}
         runnable = [item for item in items if item.action == "run"]
+        measured: dict[str, Drift] = {}
         if runnable and not stop.is_set():
             before = {item.task: ledger.latest_attempt(item.uow.uow_id) for item in runnable}
+            for item in runnable:
+                drift = _drift_before_write(pipeline.get_task(item.task), item, ledger, emit)
+                if drift is not None:
+                    measured[item.task] = drift
+                    with diffs_lock:
+                        drifts[(item.task, interval.label)] = drift
             result = executor.run(interval, [item.task for item in runnable])
             units = {unit.task: unit for unit in result.units}
         runs: list[TaskRun] = []
@@ -435,6 +470,10 @@ def run_backfill(
                         run.input_version = record.input_version
                     run.new_input_version = True
                     before[item.task] = None
+                run.drift = measured.get(item.task)
+                if (run.drift is not None and run.drift.drifted and run.drift.uow_id is None
+                        and ledger.unit(actual) is not None):
+                    _record_drift(ledger, run.drift, actual, None)  # recorded by no unit
                 _describe(run, unit, pipeline.get_task(item.task), before.get(item.task),
                           ledger, diffs.get(actual), refused.get(actual), emit,
                           reconciled.get(actual, []))
@@ -462,6 +501,41 @@ def run_backfill(
     runs = [run for interval in plan.intervals for run in results.get(interval, [])]
     return BackfillResult(plan, runs, time.monotonic() - started,
                           refusal[0] if refusal else None)
+
+
+def _drift_before_write(task: Task, item: PlanItem, ledger: Ledger, emit: EventSink | None
+                        ) -> Drift | None:
+    """The partition ``item`` is about to rewrite, as it is now, against its latest recorded
+    version (None: nothing recorded, or no output twice can read). The plan's measurement is
+    reused when it is of the same version and recent; a drift is recorded in the ledger as a
+    ``drift`` observation (source ``fingerprint``) of the unit that recorded the version."""
+    from twice.destinations import DestinationError
+
+    if not task.owns_output:
+        return None
+    record = ledger.latest_fingerprint(task.destination, partition_key(item.interval))
+    if record is None:
+        return None
+    drift = item.drift
+    if drift is None or drift.version != record.version or (
+        time.monotonic() - drift.measured_at > REUSE_DRIFT_SECONDS
+    ):
+        try:
+            drift = measure_drift(task.destination, item.interval, record)
+        except DestinationError as exc:
+            _emit(emit, "drift-unknown", task=item.task, interval=item.interval.label,
+                  reason=str(exc))
+            return None
+    if drift.drifted:
+        if drift.uow_id is not None:
+            _record_drift(ledger, drift, drift.uow_id, drift.attempt)
+        _emit(emit, "drift", task=item.task, interval=item.interval.label, **drift.to_dict())
+    return drift
+
+
+def _record_drift(ledger: Ledger, drift: Drift, uow_id: str, attempt: int | None) -> None:
+    ledger.record_observation(uow_id, DRIFT_STATE, source=DRIFT_SOURCE, attempt=attempt,
+                              detail={**drift.to_dict(), "observed_by": "backfill"})
 
 
 def _fixed(deadline: datetime) -> Callable[[Interval], datetime]:

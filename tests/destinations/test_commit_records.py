@@ -44,7 +44,7 @@ FENCE = "pipe/task/2026-11-30"
 SCHEMA = pa.schema([
     ("day", pa.date32()), ("id", pa.int64()), ("name", pa.string()),
     ("amount", pa.decimal128(12, 2)), ("at", pa.timestamp("us", tz="UTC")),
-    ("score", pa.float64()),  # not fingerprintable: left out by default
+    ("score", pa.float64()),  # fingerprinted too (twice-fp-v2: every column, floats included)
 ])
 
 
@@ -85,7 +85,8 @@ def test_stamped_replace_commits_one_record_matching_a_fresh_fingerprint(engine,
                 record.token, record.input_version) == ("uow-a", FENCE, 1, 1, 5, "v1")
         assert record.mode == "replace" and record.rows_written == 4
         assert record.slice == "day=2026-11-30"
-        assert "score" not in record.columns and "day" in record.columns
+        assert record.columns == tuple(sorted(SCHEMA.names))  # every column, the float too
+        assert record.algorithm == "twice-fp-v2"
         assert record.committed_at.endswith("Z")
         datetime.fromisoformat(record.committed_at.replace("Z", "+00:00"))
         assert_fingerprint_matches(record, dest, DAY)
@@ -127,7 +128,8 @@ def test_stamped_append_and_upsert_fingerprints_match(sql_engine, engines) -> No
         dest.replace_partition(rows("v1"), DAY, stamp=stamp(1))
         appended = dest.append(rows("new", start=10), partition=DAY, stamp=stamp(1, uow="u2"))
         assert appended.commit is not None and appended.commit.mode == "append"
-        assert appended.commit.columns == ("id",)  # the key columns, as fingerprint() uses
+        # every column, not only the key columns: a changed value must change the checksum
+        assert appended.commit.columns == tuple(sorted(SCHEMA.names))
         assert_fingerprint_matches(appended.commit, dest, DAY)
         upserted = dest.upsert(rows("upd", n=2), stamp=stamp(2, uow="u3"))  # all rows
         assert upserted.commit is not None and upserted.commit.slice == "all rows"
@@ -192,14 +194,14 @@ def test_parquet_partial_multi_partition_write_reads_as_absent(engines, monkeypa
     assert again.rows_written == 0 and again.commit == retry.commit
 
 
-def test_no_fingerprintable_column_records_row_count_only(sql_engine, engines) -> None:
+def test_float_only_table_is_fingerprinted(sql_engine, engines) -> None:
     with open_destination(engines.spec(sql_engine, partition_column=None)) as dest:
         result = dest.append([{"x": 1.5}, {"x": 2.5}], stamp=stamp(1))
         assert result.commit is not None
-        assert (result.commit.row_count, result.commit.checksum, result.commit.algorithm,
-                result.commit.columns) == (2, "", NO_FINGERPRINT, ())
-        with pytest.raises(DestinationError):
-            fingerprint(dest, None)
+        assert (result.commit.row_count, result.commit.algorithm, result.commit.columns) == (
+            2, "twice-fp-v2", ("x",))
+        assert result.commit.algorithm != NO_FINGERPRINT
+        assert_fingerprint_matches(result.commit, dest, None)
 
 
 def test_looking_creates_nothing(engines) -> None:

@@ -42,7 +42,7 @@ def test_text_and_json_output(spec: str) -> None:
     ("args", "message"),
     [
         (["sqlite:///tmp/x.db#t; DROP TABLE y", "--partition", "day=1"], "table name"),
-        (["{spec}", "--partition", "day=2026-11-30", "--key-columns", "id,x'y"], "key column"),
+        (["{spec}", "--partition", "day=2026-11-30", "--key-columns", "id,x'y"], "column"),
         (["{spec}", "--partition", "day=not-a-date"], "does not fit column 'day'"),
         (["{spec}", "--partition", "day=2026-11-30T00:00Z/2026-11-30T00:00Z"], "zero-width"),
         (["nope://x#t", "--partition", "day=1"], "unknown destination scheme"),

@@ -1,5 +1,6 @@
-"""Fingerprints computed inside Spark equal twice-fp-v1 on DuckDB and SQLite for the same rows,
-and equal an independent implementation of the documented definition."""
+"""Fingerprints computed inside Spark equal twice-fp-v2 on DuckDB and SQLite for the same rows,
+and equal an independent implementation of the documented definition (floats:
+test_spark_float_fingerprint.py)."""
 
 from __future__ import annotations
 
@@ -45,7 +46,8 @@ SAMPLE: list[dict[str, Any]] = [
 
 
 def reference(rows: list[dict[str, Any]], columns: list[str]) -> tuple[int, str]:
-    """twice-fp-v1 as documented in twice.fingerprint, written without twice's code."""
+    """twice-fp-v2 (no float column here) as documented in twice.fingerprint, written without
+    twice's code."""
 
     def text(value: Any, arrow_type: pa.DataType) -> str:
         if value is None:
@@ -138,9 +140,13 @@ def test_empty_slice_and_float_columns(spark: Any, tmp_path: Path) -> None:
     dest.replace_partition([{"day": DAY, "id": 1, "x": 0.5}], DAY)
     empty = fingerprint(dest, date(2026, 1, 1))
     assert (empty.row_count, empty.checksum) == (0, "0" * 16)
-    assert fingerprint(dest, DAY).columns == ("day", "id")
-    with pytest.raises(DestinationError, match="cannot fingerprint x"):
-        fingerprint(dest, DAY, ["x"])
+    assert fingerprint(dest, DAY).columns == ("day", "id", "x")  # floats are covered
+    duck = open_destination(f"duckdb://{tmp_path}/w.duckdb?partition_column=day#t_floats")
+    duck.replace_partition([{"day": DAY, "id": 1, "x": 0.5}], DAY)
+    assert fingerprint(dest, DAY) == fingerprint(duck, DAY)
+    assert fingerprint(dest, DAY, ["x"]) == fingerprint(duck, DAY, ["x"])
+    with pytest.raises(DestinationError, match="not in the table"):
+        fingerprint(dest, DAY, ["nope"])
 
 
 ROW = st.fixed_dictionaries({

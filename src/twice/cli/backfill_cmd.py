@@ -76,7 +76,10 @@ def backfill(pipeline_file: str, start_text: str, end_text: str, tasks_text: str
 
     Intervals run in order with bounded concurrency. After each one, every partition written
     is fingerprinted in its engine and compared with the ledger's previous version (rows
-    before/after, checksum changed or not); the difference is recorded and printed. Dependents
+    before/after, checksum changed or not); the difference is recorded and printed. A
+    partition that had been changed behind twice's back (it no longer matches its last
+    recorded version when the backfill is about to rewrite it) is reported as drift, printed
+    and recorded in the ledger, besides the change the rerun makes. Dependents
     of the backfilled tasks follow for the same intervals: they execute when the output they
     read changed. A task not asserted safe_repeat that already succeeded is held unless named
     with --repeat. Units run through the executor:
@@ -220,21 +223,43 @@ def run_with_progress(pipeline: Any, ledger: Any, intervals: Any, **options: Any
 
 
 def describe_run(run: dict[str, Any]) -> str:
-    """One line per unit: status, and for a written partition its fingerprint difference."""
+    """One line per unit: status, and for a written partition its fingerprint difference:
+    against the previous recorded version, then (when the partition had been changed behind
+    twice's back) the drift (recorded -> as found) and the change (as found -> written)."""
     head = f"{run['interval'][:10]} {run['task']:<10} {run['status']:<9}"
     diff = run.get("diff")
+    drift = run.get("drift")
+    drifted = drift_text(drift, diff) if drift and drift.get("drifted") else ""
     if run["status"] == "skipped":
         return f"{head} {run['reason']}"
     if diff is None:
-        return f"{head} {run['reason']}".rstrip()
+        return f"{head} {run['reason']}".rstrip() + (f"; {drifted}" if drifted else "")
     if diff["rows_before"] is None:
         change = f"v{diff['version']} new: {diff['rows_after']} rows"
     else:
-        checksum = "CHANGED" if diff["checksum_changed"] else "unchanged"
+        if diff.get("definition_changed"):
+            checksum = "not comparable (the previous version covers other columns)"
+        else:
+            checksum = "CHANGED" if diff["checksum_changed"] else "unchanged"
         change = (f"v{diff['version']}: rows {diff['rows_before']} -> {diff['rows_after']}, "
                   f"checksum {checksum}")
+    if drifted:
+        change += f"; {drifted}"
     extra = "; new input version" if run.get("new_input_version") else ""
     return f"{head} {change}{extra}"
+
+
+def drift_text(drift: dict[str, Any], diff: dict[str, Any] | None) -> str:
+    """``drift: 10 -> 8 rows behind twice's back (checksum changed); change: 8 -> 10 rows``."""
+    checksum = "changed" if drift["checksum_now"] != drift["checksum_recorded"] else "unchanged"
+    text = (f"drift: {drift['rows_recorded']} -> {drift['rows_now']} rows behind twice's back "
+            f"(checksum {checksum}, v{drift['version']})")
+    if diff is not None and diff.get("version") == drift["version"] + 1:
+        text += f"; change: {drift['rows_now']} -> {diff['rows_after']} rows"
+        if list(diff.get("columns") or []) == list(drift["columns"]):
+            same = drift["checksum_now"] == diff["checksum_after"]
+            text += f" (checksum {'unchanged' if same else 'changed'})"
+    return text
 
 
 def print_summary(result: BackfillResult) -> None:
@@ -249,11 +274,25 @@ def print_summary(result: BackfillResult) -> None:
         + ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
         + f" in {result.elapsed:.1f} s"
     )
+    redefined = sum(d.verdict == "new definition" for d in diffs)
     console.print(
         f"partitions verified: {len(diffs)} "
         f"({sum(d.verdict == 'unchanged' for d in diffs)} unchanged, {len(changed)} changed, "
-        f"{sum(d.verdict == 'new' for d in diffs)} new)"
+        f"{sum(d.verdict == 'new' for d in diffs)} new"
+        + (f", {redefined} re-fingerprinted over other columns" if redefined else "") + ")"
     )
+    drifted = [run for run in result.runs if run.drift is not None and run.drift.drifted]
+    if drifted:
+        console.print(
+            f"[yellow]drift[/yellow]: {len(drifted)} partition(s) had been changed behind "
+            "twice's back since their last recorded version (recorded in the ledger as 'drift' "
+            "observations):"
+        )
+    for run in drifted:
+        assert run.drift is not None
+        diff = None if run.diff is None else run.diff.to_dict()
+        console.print(f"  {run.task} {run.interval.start.date()} {run.drift.destination}: "
+                      + drift_text(run.drift.to_dict(), diff), markup=False)
     if result.plan.dependents:
         dependents = ", ".join(result.plan.dependents)
         console.print(f"dependents rerun for the same intervals: {dependents}")

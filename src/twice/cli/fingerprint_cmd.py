@@ -25,9 +25,9 @@ EXIT_ENGINE_FAILURE = 1
     help="Partition value (2026-11-30), or an interval START/END; prefix COLUMN= when the "
     "destination does not name its partition_column.",
 )
-@click.option("--key-columns", default=None, metavar="a,b",
-              help="Columns to checksum (default: the destination's key columns, else all "
-              "columns of fingerprintable types).")
+@click.option("--columns", "--key-columns", "key_columns", default=None, metavar="a,b",
+              help="Columns to checksum (default: EVERY column, key or not, floats included; "
+              "--key-columns is the older spelling).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def fingerprint(destination: str, partition_text: str, key_columns: str | None,
                 as_json: bool) -> None:
@@ -35,6 +35,8 @@ def fingerprint(destination: str, partition_text: str, key_columns: str | None,
 
     DESTINATION is e.g. sqlite:///data/out.db?partition_column=day#positions,
     duckdb:///w.duckdb#t, postgresql://user@host/db#schema.table or parquet:///data/dir.
+    The checksum (twice-fp-v2) covers every column unless --columns names some; a column of a
+    type without a canonical text is refused, never left out. The output lists the columns.
     """
     from twice.destinations import DestinationError, open_destination
     from twice.fingerprint import fingerprint as compute
@@ -58,7 +60,7 @@ def fingerprint(destination: str, partition_text: str, key_columns: str | None,
     click.echo(f"{dest.spec}  {result.partition}")
     click.echo(f"  rows       {result.row_count}")
     click.echo(f"  checksum   {result.checksum}")
-    click.echo(f"  columns    {', '.join(result.columns)}")
+    click.echo(f"  columns    {', '.join(result.columns)} ({len(result.columns)})")
     click.echo(f"  algorithm  {result.algorithm} (computed in {result.engine})")
 
 

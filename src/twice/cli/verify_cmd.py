@@ -1,8 +1,10 @@
 """``twice verify``: recompute every recorded partition's fingerprint and compare with the ledger.
 
 The ledger's latest fingerprint version of each partition is what a run or backfill last wrote;
-if the destination no longer matches (rows deleted, duplicated or edited behind twice's back),
-this says which partition and how, and exits 1. Bad input exits 2; exit 0 means all matched.
+if the destination no longer matches (rows deleted, duplicated, or any value edited behind
+twice's back: fingerprints cover every column, floats included), this says which partition and
+how, and exits 1. Each line shows the algorithm and the columns the fingerprint covers. Bad
+input exits 2; exit 0 means all matched.
 """
 
 from __future__ import annotations
@@ -34,11 +36,17 @@ def _partition(text: str) -> Any:
               help="Only partitions of this destination (as recorded).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def verify(ledger_url: str | None, destination: str | None, as_json: bool) -> None:
-    """Recompute fingerprints of recorded partitions and compare with the ledger's latest."""
+    """Recompute fingerprints of recorded partitions and compare with the ledger's latest.
+
+    Each fingerprint is recomputed with the algorithm and over the columns it was recorded
+    with (shown); a partition whose values, rows or row count changed since (behind twice's
+    back) is a MISMATCH, and any mismatch exits 1. A fingerprint recorded by the older
+    twice-fp-v1 still verifies, over its own columns only, and is reported as older.
+    """
     from twice.destinations import DestinationError, open_destination
-    from twice.fingerprint import Fingerprint
     from twice.fingerprint import verify as check
     from twice.ledger import Ledger, LedgerError
+    from twice.verification import as_fingerprint
 
     try:
         ledger = Ledger.open(ledger_url)
@@ -53,27 +61,44 @@ def verify(ledger_url: str | None, destination: str | None, as_json: bool) -> No
         sys.exit(EXIT_BAD_INPUT)
     results = []
     for record in records:
+        recorded = as_fingerprint(record)
         entry: dict[str, Any] = {"destination": record.destination,
                                  "partition": record.partition, "version": record.version,
                                  "recorded_rows": record.row_count,
-                                 "recorded_checksum": record.checksum}
+                                 "recorded_checksum": record.checksum,
+                                 "algorithm": recorded.algorithm,
+                                 "columns": list(recorded.columns), "older": recorded.older,
+                                 "note": ""}
         try:
-            recorded = Fingerprint(record.row_count, record.checksum, tuple(record.columns or ()),
-                                   record.algorithm or "twice-fp-v1")
             with open_destination(record.destination) as dest:
                 result = check(dest, _partition(record.partition), recorded)
             entry.update(matches=result.matches, rows=result.current.row_count,
-                         checksum=result.current.checksum, reasons=list(result.reasons))
+                         checksum=result.current.checksum, reasons=list(result.reasons),
+                         note=result.note)
         except DestinationError as exc:
             entry.update(matches=False, rows=None, checksum=None, reasons=[str(exc)])
         results.append(entry)
     mismatches = [r for r in results if not r["matches"]]
+    older = [r for r in results if r["older"] and r["matches"]]
     if as_json:
         click.echo(json.dumps({"ok": not mismatches, "partitions": results}, sort_keys=True))
     else:
         for r in results:
-            state = "ok" if r["matches"] else "MISMATCH: " + "; ".join(r["reasons"])
-            click.echo(f"{r['destination']}  {r['partition']}  v{r['version']}  {state}")
-        click.echo(f"verified {len(results) - len(mismatches)}/{len(results)} partitions "
+            covers = f"[{r['algorithm']} over {', '.join(r['columns']) or 'no listed columns'}]"
+            if r["matches"]:
+                state = "ok"
+            elif r["rows"] is None:
+                state = "CANNOT VERIFY: " + "; ".join(r["reasons"])
+            else:
+                state = ("MISMATCH: " + "; ".join(r["reasons"])
+                         + f" (changed behind twice's back since v{r['version']} was recorded)")
+            click.echo(f"{r['destination']}  {r['partition']}  v{r['version']}  {state}  {covers}")
+            if r["note"]:
+                click.echo(f"    note: {r['note']}")
+        summary = (f"verified {len(results) - len(mismatches)}/{len(results)} partitions "
                    "match the ledger")
+        if older:
+            summary += (f"; {len(older)} recorded with an older algorithm, verified over their "
+                        "recorded columns only")
+        click.echo(summary)
     sys.exit(EXIT_MISMATCH if mismatches else 0)

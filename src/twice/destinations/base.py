@@ -213,6 +213,15 @@ class SqlDialect:
         """SQL giving the first 15 hex digits of md5(UTF-8 of ``text_sql``) as an integer."""
         raise NotImplementedError
 
+    # Whether canonical_text_sql handles floats (a twice function registered on the
+    # connection computes :func:`twice.destinations.columns.float_text`). Without it, float
+    # columns are streamed to Python (see twice.fingerprint.streamed_sql).
+    float_text_in_sql: ClassVar[bool] = False
+
+    def float_sql(self, column_sql: str) -> str:
+        """SQL giving a float column's value as a double, exactly (float32 widened)."""
+        return f"CAST({column_sql} AS DOUBLE PRECISION)"
+
 
 class SqlDestination(ABC):
     """replace_partition / upsert / read / fingerprint for SQL engines, over a few primitives."""
@@ -307,6 +316,11 @@ class SqlDestination(ABC):
         """``committed_at``: the destination's clock, ISO-8601 UTC text."""
         return utc_now_text()
 
+    def _check_values(self, table: pa.Table) -> None:
+        """Refuse, before any write starts, values this engine cannot store as they are (so
+        its fingerprint would differ from the other engines'); SQLite refuses NaN."""
+        return None
+
     # -- shared implementation --------------------------------------------------------------
 
     @property
@@ -348,6 +362,7 @@ class SqlDestination(ABC):
         column = self._require_partition_column()
         existing = self.schema()
         table = to_arrow(rows, target=existing)
+        self._check_values(table)
         schema = existing or schema_of(table)
         self._require_columns(schema, [column, *self.key_columns])
         slc = Slice.of(column, schema[column], partition)
@@ -526,15 +541,15 @@ class SqlDestination(ABC):
     def _slice_fingerprint(
         self, partition: PartitionSpec
     ) -> tuple[int, str, str, tuple[str, ...]]:
-        """(row count, checksum, algorithm, columns) of the slice, as ``fingerprint()`` would
-        compute it by default; ``algorithm "none"`` (row count only, empty checksum) when the
-        slice cannot be fingerprinted (no fingerprintable column, or a PostgreSQL database
-        that is not UTF8): the write still commits."""
+        """(row count, checksum, algorithm, columns) of the slice, as ``fingerprint()`` will
+        compute it by default afterwards (``twice-fp-v2`` over every column, key or not);
+        ``algorithm "none"`` (row count only, empty checksum) when the slice cannot be
+        fingerprinted (a PostgreSQL database that is not UTF8): the write still commits."""
         from twice.fingerprint import ALGORITHM, checksum_from_sums, resolve_columns
 
         schema = self._existing_schema()
         try:
-            columns = resolve_columns(schema, self.key_columns or None)
+            columns = resolve_columns(schema)
             count, high, low = self.fingerprint_sums(partition, columns)
         except DestinationError:
             return self.row_count(partition), "", NO_FINGERPRINT, ()
@@ -578,17 +593,27 @@ class SqlDestination(ABC):
         """(row count, sum of high 30 bits, sum of low 30 bits) of the row hashes, in-database.
 
         :mod:`twice.fingerprint` turns these into a checksum; see it for the definition.
+        Float columns on an engine without twice's float function in SQL (PostgreSQL): the
+        other columns' text is computed in the database, the float values are streamed
+        (exactly) and the rows hashed in Python, with the same definition.
         """
-        from twice.fingerprint import fingerprint_sql
+        from twice.fingerprint import fingerprint_sql, streamed_sql, streamed_sums
 
         schema = self._existing_schema()
         self._require_columns(schema, columns)
         where, params = self._where_for(schema, partition)
-        sql = fingerprint_sql(
-            self.dialect, self.qualified, where, [(c, schema[c]) for c in columns]
-        )
+        typed = [(c, schema[c]) for c in columns]
+        if not self.dialect.float_text_in_sql and any(t.kind == "float" for _, t in typed):
+            sql, floats = streamed_sql(self.dialect, self.qualified, where, typed)
+            return streamed_sums(self._stream(sql, params), floats)
+        sql = fingerprint_sql(self.dialect, self.qualified, where, typed)
         ((count, high, low),) = self._query(sql, params)
         return int(count), int(high or 0), int(low or 0)
+
+    def _stream(self, sql: str, params: Sequence[Any]) -> Iterator[Sequence[Any]]:
+        """The rows of a read query, for streamed fingerprints (engines override to fetch in
+        batches); inside a write it runs in that transaction, as :meth:`_query`."""
+        yield from self._query(sql, params)
 
     # -- helpers ----------------------------------------------------------------------------
 
@@ -599,6 +624,7 @@ class SqlDestination(ABC):
         before any write starts: key columns present and unique, rows inside ``partition``."""
         existing = self.schema()
         table = to_arrow(rows, target=existing)
+        self._check_values(table)
         schema = existing or schema_of(table)
         self._require_columns(schema, self.key_columns)
         label = self._check_slice(schema, table, partition)

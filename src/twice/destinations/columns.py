@@ -19,18 +19,46 @@ date           date32, date64                                 ``YYYY-MM-DD``
 timestamp      timestamp without time zone (stored as us)     ``YYYY-MM-DD HH:MM:SS.ffffff``
 timestamptz    timestamp with a time zone (stored as UTC us)  ``YYYY-MM-DD HH:MM:SS.ffffffZ``
 decimal(p,s)   decimal128/256 with p <= 38                    fixed point, exactly s digits
-float          float16/32/64                                  none: not fingerprintable
+float          float16/32/64 (stored as float64)              :func:`float_text`
 =============  =============================================  ============================
 
-Floats have no canonical text that all engines render alike (shortest round-trip printing
-differs in exponent thresholds and special values), so they can be stored but not used as
-fingerprint columns; cast them to a decimal. Years outside 1000-9999 are not supported.
+Floats (``twice-fp-v2``; ``twice-fp-v1`` could not fingerprint them): the value as a float64
+(a float32 column is widened exactly first), written as Python's ``repr`` writes it, i.e. the
+*shortest* string of decimal digits that reads back to the very same float64 (David Gay's
+algorithm; among equally short strings the one nearest the exact value; a string exactly halfway
+between two floats counts when round-half-even reading gives this float, e.g. ``2e+23``), laid out
+as follows. With ``d1 d2 .. dn`` those digits and ``E`` the decimal exponent of ``d1``
+(value = d1.d2..dn x 10**E):
+
+* ``-4 <= E < 16``: positional notation with at least one digit after the point:
+  ``3.0``, ``0.1``, ``-2.5``, ``0.0001``, ``123456789012345.0``, ``1234567890123456.0``;
+* otherwise: ``d1`` then ``.d2..dn`` if n > 1, then ``e``, the exponent's sign and at least two
+  exponent digits: ``1e+16``, ``1e-05``, ``-1.5e+300``, ``5e-324``,
+  ``2.2250738585072014e-308``;
+* special values are normalised: every NaN (any sign or payload) is ``NaN``, the infinities are
+  ``Infinity`` and ``-Infinity``, and ``-0.0`` is ``0.0`` (it compares equal to ``0.0`` in every
+  engine, and SQLite cannot keep the sign).
+
+No engine's own float-to-text conversion gives this on every value (for ``2e+23`` PostgreSQL
+prints ``1.9999999999999998e+23`` and Spark ``1.9999999999999998E23``; Spark prints ``5e-324`` as
+``4.9E-324``; SQLite keeps 15 digits; DuckDB agrees today but it is not a contract), so every
+engine computes the float part with this module's Python function: SQLite and
+DuckDB call it as a registered function inside the query, PostgreSQL streams the float values
+(binary, exact) next to the SQL-computed text of the other columns, Spark runs it in its Python
+workers (``mapInArrow``), Parquet in the Arrow path. SQLite cannot store NaN (it becomes NULL), so
+a NaN bound for SQLite is refused at write time.
+
+``unsupported`` (an engine type twice does not know, e.g. PostgreSQL ``jsonb``) has no canonical
+text: such a table is not written by twice, and fingerprinting it is refused, naming the column,
+never done by silently leaving the column out. Years outside 1000-9999 are not supported.
 SQLite stores date, timestamp, timestamptz and decimal values *as* their canonical text (with
 declared types of TEXT affinity), which keeps them exact, sortable and directly hashable.
 """
 
 from __future__ import annotations
 
+import math
+import sys
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -42,8 +70,11 @@ KINDS = (
     "integer", "boolean", "string", "binary", "date", "timestamp", "timestamptz", "decimal",
     "float", "unsupported",
 )
-FINGERPRINT_KINDS = frozenset(KINDS) - {"float", "unsupported"}
+FINGERPRINT_KINDS = frozenset(KINDS) - {"unsupported"}
 MAX_DECIMAL_PRECISION = 38
+
+if sys.float_repr_style != "short":  # pragma: no cover - every supported CPython is "short"
+    raise ImportError("twice needs a Python whose repr(float) is the shortest round-trip text")
 
 
 class SchemaError(DestinationError):
@@ -179,7 +210,30 @@ def canonical_text(array: pa.Array | pa.ChunkedArray, ctype: ColumnType) -> pa.C
         return pa.chunked_array(
             [pa.array([None if v is None else v.hex() for v in arr.to_pylist()], pa.string())]
         )
-    raise SchemaError(f"{ctype} values have no canonical text (floats cannot be fingerprinted)")
+    if kind == "float":
+        return pa.chunked_array([float_texts(chunk) for chunk in arr.chunks], pa.string())
+    raise SchemaError(f"{ctype} values have no canonical text and cannot be fingerprinted")
+
+
+def float_text(value: float) -> str:
+    """The canonical text of one float (see the module docstring): ``repr`` of the float64,
+    with NaN, the infinities and -0.0 normalised."""
+    value = float(value)  # SQLite hands over integer-valued REALs as they were stored
+    if value != value:
+        return "NaN"
+    if value == 0.0:
+        return "0.0"
+    if math.isinf(value):
+        return "Infinity" if value > 0 else "-Infinity"
+    return repr(value)
+
+
+def float_texts(array: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """:func:`float_text` of every value of a float array (nulls stay null)."""
+    values = array.cast(pa.float64()) if array.type != pa.float64() else array
+    return pa.array(
+        [None if v is None else float_text(v) for v in values.to_pylist()], pa.string()
+    )
 
 
 def from_canonical_text(values: list[object], ctype: ColumnType) -> pa.Array:

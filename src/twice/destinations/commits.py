@@ -31,9 +31,10 @@ explicit ``stamp=None`` writes unstamped, with no record and no fencing). A stam
 ONE transaction with its rows: creates the commits table if missing, refuses an older token
 for the same ``(table, fence_key)`` (equal tokens pass: the same lease writing again), writes
 the rows, fingerprints the slice as it now is (same connection, so it sees the uncommitted
-rows; the columns ``twice.fingerprint.fingerprint`` uses by default; ``algorithm "none"`` and an
-empty checksum when the slice cannot be fingerprinted, e.g. no fingerprintable column) and
-inserts the record. ``CommitRecord.table`` is the table unquoted (``schema.table`` when the
+rows; ``twice-fp-v2`` over every column, as ``twice.fingerprint.fingerprint`` computes it by
+default, the columns listed in the record; ``algorithm "none"`` and an empty checksum when the
+slice cannot be fingerprinted, e.g. a PostgreSQL database that is not UTF8) and inserts the
+record. ``CommitRecord.table`` is the table unquoted (``schema.table`` when the
 destination names a schema, PostgreSQL always does), the dataset directory on Parquet, the
 table name on Spark. ``commit_records()`` returns them ordered by (token, committed_at).
 
@@ -82,7 +83,7 @@ COMMITS_TABLE = "twice_commits"
 PARQUET_COMMIT_FILE = "_twice_commit.json"
 PARQUET_HISTORY_FILE = "_twice_commits.jsonl"  # older records of a partition (and the dataset's)
 SPARK_COMMITS_DIR = "_twice_commits"  # <warehouse>/_twice_commits/<table>/*.json
-NO_FINGERPRINT = "none"  # CommitRecord.algorithm when no column of the slice is fingerprintable
+NO_FINGERPRINT = "none"  # CommitRecord.algorithm when the slice cannot be fingerprinted
 
 # The twice_commits columns, in order, with their logical kinds (SQL engines).
 COMMIT_COLUMNS: Final[tuple[tuple[str, str], ...]] = (

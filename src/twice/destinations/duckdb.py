@@ -26,7 +26,7 @@ import duckdb
 import pyarrow as pa
 
 from twice.destinations.base import DestinationSpec, SqlDestination, SqlDialect, split_table_name
-from twice.destinations.columns import ColumnType, Schema, SchemaError
+from twice.destinations.columns import ColumnType, Schema, SchemaError, float_texts
 from twice.destinations.commits import COMMITS_TABLE
 from twice.destinations.errors import DestinationError, DestinationUnavailableError
 from twice.destinations.rows import to_arrow
@@ -59,6 +59,8 @@ class DuckDBDialect(SqlDialect):
             return f"DECIMAL({ctype.precision},{ctype.scale})"
         return self._DDL[ctype.kind]
 
+    float_text_in_sql = True  # twice_float_text, registered on twice's connections
+
     def canonical_text_sql(self, column_sql: str, ctype: ColumnType) -> str:
         kind = ctype.kind
         if kind == "date":
@@ -69,6 +71,8 @@ class DuckDBDialect(SqlDialect):
             return f"(strftime(timezone('UTC', {column_sql}), '%Y-%m-%d %H:%M:%S.%f') || 'Z')"
         if kind == "binary":
             return f"lower(hex({column_sql}))"
+        if kind == "float":  # twice's own function: CAST(double AS VARCHAR) is DuckDB's choice
+            return f"twice_float_text(CAST({column_sql} AS DOUBLE))"
         return f"CAST({column_sql} AS VARCHAR)"
 
     def hash60_sql(self, text_sql: str) -> str:
@@ -89,10 +93,12 @@ class DuckDBDestination(SqlDestination):
     def connection(self) -> duckdb.DuckDBPyConnection:
         if self._conn is None:
             try:
-                self._conn = duckdb.connect(self.path)
+                conn = duckdb.connect(self.path)
             except duckdb.Error as exc:
                 raise DestinationUnavailableError(f"{self.spec}: cannot open {self.path}: {exc}"
                                                   ) from None
+            _register_functions(conn)
+            self._conn = conn
         return self._conn
 
     def close(self) -> None:
@@ -184,6 +190,27 @@ class DuckDBDestination(SqlDestination):
     def _fetch(self, sql: str, params: Sequence[Any], columns: Schema) -> pa.Table:
         result = self.connection.sql(sql, params=list(params)).to_arrow_table()
         return to_arrow(result, target=columns)
+
+
+def _register_functions(conn: duckdb.DuckDBPyConnection) -> None:
+    """``twice_float_text(DOUBLE) -> VARCHAR``: the canonical float text of
+    :func:`twice.destinations.columns.float_text`, vectorised over Arrow arrays. DuckDB's own
+    ``CAST(double AS VARCHAR)`` happens to agree today, but it is DuckDB's to change; a
+    stored fingerprint must not depend on it. Registered once per database instance."""
+    try:
+        from duckdb import sqltypes
+    except ImportError:  # DuckDB < 1.4
+        from duckdb import typing as sqltypes  # type: ignore[no-redef]
+
+    try:
+        conn.create_function(
+            "twice_float_text", float_texts, [sqltypes.DOUBLE], sqltypes.VARCHAR, type="arrow",
+            side_effects=False,
+        )
+    except duckdb.CatalogException:
+        # Connections to one file in one process share DuckDB's database instance, and its
+        # catalog already holds the function (registered by an earlier twice connection).
+        pass
 
 
 def open_destination(spec: DestinationSpec) -> DuckDBDestination:

@@ -417,7 +417,7 @@ class ParquetDestination:
         schema = schema_of(arrow_schema.empty_table())
         column = self._require_partition_column(schema)
         try:
-            columns: tuple[str, ...] | None = resolve_columns(schema, self.key_columns or None)
+            columns: tuple[str, ...] | None = resolve_columns(schema)  # every column
         except DestinationError:
             columns = None
         read = list(columns or (column,))

@@ -11,11 +11,17 @@ seeing the old slice until commit. ``upsert`` copies into a temporary table and 
 Commit records of stamped writes (see :mod:`twice.destinations.commits`) go to
 ``<schema>.twice_commits``, in the destination table's own schema (the writer can create
 tables there, and the records live and die with the data), in the write's transaction.
+
+Fingerprints run as one aggregate query, except over float columns: PostgreSQL's shortest float
+text is not twice's (``1.9999999999999998e+23`` for ``2e+23``, a tie its algorithm excludes), so
+the other columns' canonical text is computed in the database and streamed with the float values
+in binary (exact), and the rows are hashed in Python (``twice.fingerprint.streamed_sql``).
 """
 
 from __future__ import annotations
 
 import io
+import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, ClassVar
@@ -31,6 +37,7 @@ from twice.destinations.commits import COMMITS_TABLE, WriteStamp
 from twice.destinations.errors import DestinationError, DestinationUnavailableError
 
 _COPY_BATCH_ROWS = 65_536
+_STREAM_BATCH_ROWS = 10_000
 _TYPES = {
     "smallint": "integer", "integer": "integer", "bigint": "integer", "boolean": "boolean",
     "text": "string", "character varying": "string", "character": "string", "bytea": "binary",
@@ -207,6 +214,20 @@ class PostgresDestination(SqlDestination):
         with self.connection.cursor() as cur:
             cur.execute(sql, list(params) or None)
             return cur.fetchall()
+
+    def _stream(self, sql: str, params: Sequence[Any]) -> Iterator[Sequence[Any]]:
+        """Rows in batches through a server-side cursor, in BINARY format so that float8
+        values arrive as the exact doubles (text output depends on extra_float_digits). Inside
+        a write's transaction it runs in it (a savepoint), so it sees the uncommitted rows."""
+        conn = self.connection
+        name = f"twice_fp_{uuid.uuid4().hex[:12]}"
+        with conn.transaction(), conn.cursor(name, binary=True) as cur:
+            cur.execute(sql, list(params) or None)
+            while True:
+                batch = cur.fetchmany(_STREAM_BATCH_ROWS)
+                if not batch:
+                    return
+                yield from batch
 
     def _fetch(self, sql: str, params: Sequence[Any], columns: Schema) -> pa.Table:
         rows = self._query(sql, params)

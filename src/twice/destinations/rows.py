@@ -39,6 +39,8 @@ def to_arrow(rows: RowsLike, *, target: Schema | None = None) -> pa.Table:
     order) with compatible kinds; columns of only nulls take the target type. Without a target
     (the table does not exist yet) every column must have an inferable, supported type.
     """
+    if target is not None:
+        _refuse_unsupported(target)
     table = _as_table(rows, target)
     for name in table.column_names:
         validate_identifier(name, "column name")
@@ -55,6 +57,19 @@ def to_arrow(rows: RowsLike, *, target: Schema | None = None) -> pa.Table:
                 )
         return table
     return _conform(table, target)
+
+
+def _refuse_unsupported(target: Schema) -> None:
+    """Refuse, up front and naming them, columns of a type twice does not know: they can be
+    neither converted nor fingerprinted (no canonical text), so twice never writes such a
+    table (before any write starts) rather than leave the column out of its evidence."""
+    bad = [f"{name!r} ({ctype.engine_type})" for name, ctype in target.items()
+           if ctype.kind == "unsupported"]
+    if bad:
+        raise SchemaError(
+            f"the table has column {', '.join(bad)} of a type twice cannot read, write or "
+            "fingerprint (no canonical text equal on every engine)"
+        )
 
 
 def _as_table(rows: RowsLike, target: Schema | None) -> pa.Table:

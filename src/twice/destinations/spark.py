@@ -29,7 +29,10 @@ is not atomic across them. Rerunning the interval converges. One writer per tabl
 
 Fingerprints run in Spark as one DataFrame aggregation (md5 of the canonical row text, sums of
 the high and low 30 bits of its first 60 bits), equal to :mod:`twice.fingerprint`'s
-``twice-fp-v1`` on every other engine. Operations pin ``spark.sql.session.timeZone=UTC`` (for
+``twice-fp-v2`` on every other engine. Float columns are the exception: Java's double-to-string
+is not twice's shortest text, so the floats' part of each row is written by twice's Python
+function in Spark's Python workers (``mapInArrow``, twice must be installed there), batch by
+batch, and Spark sums the batches. Operations pin ``spark.sql.session.timeZone=UTC`` (for
 ``timestamptz`` text and Arrow conversion) and restore the session's settings afterwards.
 
 Commit records (stamped writes, see :mod:`twice.destinations.commits`) are **not atomic with the
@@ -51,9 +54,11 @@ import shutil
 import threading
 import time
 import uuid
+import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import date
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
@@ -469,7 +474,7 @@ class SparkDestination:
         schema = self.schema()
         assert schema is not None  # the data was just written
         try:
-            columns: tuple[str, ...] = resolve_columns(schema, self.key_columns or None)
+            columns: tuple[str, ...] = resolve_columns(schema)  # every column
         except DestinationError:
             count, checksum, algorithm, columns = self.row_count(partition), "", NO_FINGERPRINT, ()
         else:
@@ -560,29 +565,56 @@ class SparkDestination:
     def fingerprint_sums(
         self, partition: PartitionSpec, columns: Sequence[str]
     ) -> tuple[int, int, int]:
-        """(count, high sum, low sum) of twice-fp-v1 row hashes, aggregated inside Spark."""
+        """(count, high sum, low sum) of twice-fp-v2 row hashes, aggregated inside Spark.
+
+        Without float columns: one DataFrame aggregation (md5 in the JVM). With float columns:
+        Spark's double-to-string is Java's (``4.9E-324``, ``1.9999999999999998E23``), not
+        twice's shortest text, so Spark computes the other columns' text and hands the float
+        values, exactly, to twice's Python function in its Python workers (``mapInArrow``),
+        which hash each batch; Spark sums the batches. twice must be importable there.
+        """
         from pyspark.sql import functions as F
 
-        from twice.fingerprint import LOW_BITS, LOW_MASK, UNIT_SEPARATOR
+        from twice.fingerprint import LOW_BITS, LOW_MASK, UNIT_SEPARATOR, float_segments
 
         with self._utc():
             frame, schema = self._frame(partition)
             _require_columns(schema, columns)
-            parts = [
-                F.when(F.col(c).isNull(), F.lit("N")).otherwise(
-                    F.concat(F.lit("V"), _canonical_text(F.col(c), schema[c]))
-                )
-                for c in columns
-            ]
-            text = F.concat_ws(UNIT_SEPARATOR, *parts)
-            hashed = F.conv(F.substring(F.md5(text), 1, 15), 16, 10).cast("bigint")
-            row = frame.select(hashed.alias("h")).agg(
-                F.count(F.lit(1)),
-                F.sum(F.shiftright(F.col("h"), LOW_BITS)),
-                F.sum(F.col("h").bitwiseAND(F.lit(LOW_MASK))),
-            ).first()
+            typed = [(c, schema[c]) for c in columns]
+
+            def encoded(run: list[tuple[str, ColumnType]]) -> Column:
+                parts = [
+                    F.when(F.col(c).isNull(), F.lit("N")).otherwise(
+                        F.concat(F.lit("V"), _canonical_text(F.col(c), t))
+                    )
+                    for c, t in run
+                ]
+                return F.concat_ws(UNIT_SEPARATOR, *parts)
+
+            if any(t.kind == "float" for _, t in typed):
+                runs = float_segments(typed)
+                values = [
+                    (F.col(run[0][0]).cast("double") if is_float else encoded(run)).alias(f"v{i}")
+                    for i, (is_float, run) in enumerate(runs)
+                ]
+                with warnings.catch_warnings():  # pyspark 4 warns about pandas 3 here
+                    warnings.filterwarnings("ignore", category=FutureWarning,
+                                            message="PySpark does not yet fully support")
+                    sums = frame.select(*values).mapInArrow(
+                        partial(_float_batch_sums, tuple(is_float for is_float, _ in runs)),
+                        "n long, high long, low long",
+                    )
+                row = sums.agg(F.sum("n"), F.sum("high"), F.sum("low")).first()
+            else:
+                text = encoded(typed)
+                hashed = F.conv(F.substring(F.md5(text), 1, 15), 16, 10).cast("bigint")
+                row = frame.select(hashed.alias("h")).agg(
+                    F.count(F.lit(1)),
+                    F.sum(F.shiftright(F.col("h"), LOW_BITS)),
+                    F.sum(F.col("h").bitwiseAND(F.lit(LOW_MASK))),
+                ).first()
         assert row is not None  # a global aggregate always yields one row
-        return int(row[0]), int(row[1] or 0), int(row[2] or 0)
+        return int(row[0] or 0), int(row[1] or 0), int(row[2] or 0)
 
     def null_counts(self, partition: PartitionSpec, columns: Sequence[str]) -> dict[str, int]:
         from pyspark.sql import functions as F
@@ -671,7 +703,16 @@ def _canonical_text(column: Column, ctype: ColumnType) -> Column:
         return F.lower(F.hex(column))
     if kind in ("integer", "boolean", "string", "date", "decimal"):
         return column.cast("string")  # decimals: plain notation, exactly `scale` digits
-    raise SchemaError(f"{ctype} values have no canonical text (floats cannot be fingerprinted)")
+    raise SchemaError(f"{ctype} values have no canonical text in Spark SQL (floats go through "
+                      "twice's Python function, see fingerprint_sums)")
+
+
+def _float_batch_sums(floats: tuple[bool, ...], batches: Iterator[pa.RecordBatch]
+                      ) -> Iterator[pa.RecordBatch]:
+    """``mapInArrow`` body (runs in Spark's Python workers): see fingerprint_sums."""
+    from twice.fingerprint import batch_sums
+
+    yield from batch_sums(batches, floats)
 
 
 def _local_path(location: str) -> Path:

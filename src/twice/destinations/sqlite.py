@@ -5,7 +5,10 @@ replacers cannot interleave) and insert with ``executemany``. SQLite has no date
 decimal storage, so twice stores those as their canonical text in columns whose declared type
 has TEXT affinity (``DATE_TEXT``, ``TIMESTAMP_TEXT``, ``TIMESTAMPTZ_TEXT``, ``DECIMAL_TEXT(p,s)``):
 exact, sortable, and hashable as is. A crash mid-transaction leaves a hot journal that SQLite
-rolls back on the next open, so the old slice survives.
+rolls back on the next open, so the old slice survives. Floats are REAL (exact float64); SQLite
+cannot store NaN (it keeps NULL), so a write holding NaN is refused before it starts, and
+fingerprints render floats with twice's ``twice_float_text`` function (``CAST AS TEXT`` keeps
+only 15 digits).
 
 Commit records of stamped writes (see :mod:`twice.destinations.commits`) go to a
 ``twice_commits`` table in the same database file, inside the write's ``BEGIN IMMEDIATE``
@@ -25,12 +28,15 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from twice.destinations.base import DestinationSpec, SqlDestination, SqlDialect, split_table_name
 from twice.destinations.columns import (
     ColumnType,
     Schema,
+    SchemaError,
     canonical_text,
+    float_text,
     from_canonical_text,
     schema_of,
 )
@@ -70,11 +76,15 @@ class SQLiteDialect(SqlDialect):
             return format(value, "f")
         return value
 
+    float_text_in_sql = True  # twice_float_text, registered on twice's connections
+
     def canonical_text_sql(self, column_sql: str, ctype: ColumnType) -> str:
         if ctype.kind == "boolean":
             return f"(CASE WHEN {column_sql} THEN 'true' ELSE 'false' END)"
         if ctype.kind == "binary":
             return f"lower(hex({column_sql}))"
+        if ctype.kind == "float":  # CAST(x AS TEXT) keeps 15 digits: not exact
+            return f"twice_float_text({column_sql})"
         return f"CAST({column_sql} AS TEXT)"
 
     def hash60_sql(self, text_sql: str) -> str:
@@ -123,6 +133,7 @@ class SQLiteDestination(SqlDestination):
                 raise DestinationUnavailableError(f"{self.spec}: cannot open {self.path}: {exc}"
                                                   ) from None
             conn.create_function("twice_md5_60", 1, hash60, deterministic=True)
+            conn.create_function("twice_float_text", 1, float_text, deterministic=True)
             self._conn = conn
         return self._conn
 
@@ -158,6 +169,19 @@ class SQLiteDestination(SqlDestination):
             conn.execute("ROLLBACK")
             raise
         conn.execute("COMMIT")
+
+    def _check_values(self, table: pa.Table) -> None:
+        """SQLite stores NaN as NULL: refuse it rather than lose it (and fingerprint NULL)."""
+        for name, column in zip(table.column_names, table.columns, strict=True):
+            if pa.types.is_floating(column.type):
+                nans = pc.sum(pc.is_nan(column)).as_py() or 0
+                if nans:
+                    raise SchemaError(
+                        f"{self.spec}: column {name!r} ({ColumnType('float')}) holds {nans} NaN "
+                        "value(s), which SQLite cannot store (it would keep NULL instead); "
+                        "nothing was written: replace NaN with NULL upstream or use another "
+                        "engine"
+                    )
 
     def _execute(self, tx: sqlite3.Connection, sql: str, params: Sequence[Any] = ()) -> int:
         return tx.execute(sql, tuple(params)).rowcount
