@@ -159,6 +159,17 @@ class PostgresDestination(SqlDestination):
             [f"{COMMITS_TABLE}|{self.table_label}|{stamp.fence_key}"],
         )
 
+    def _create_table(self, tx: psycopg.Cursor[Any], schema: Schema) -> None:
+        """First writers of a new table queue on an advisory lock: two concurrent ``CREATE
+        TABLE IF NOT EXISTS`` of one name can both pass the check and one then fails on the
+        catalog's unique index (``pg_type_typname_nsp_index``). The second one in finds the
+        table and creates nothing."""
+        tx.execute(
+            "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
+            [f"{self.qualified}|create"],
+        )
+        super()._create_table(tx, schema)
+
     def _create_commits_table(self, tx: psycopg.Cursor[Any]) -> None:
         """Create ``twice_commits`` once: concurrent ``CREATE TABLE IF NOT EXISTS`` can fail
         on the catalog's unique index, so first writers take an advisory lock per schema."""
