@@ -65,13 +65,18 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> None:
 @click.option("--dry-run", is_flag=True,
               help="Print the plan (intervals x tasks, what would be skipped and why); change "
               "nothing.")
+@click.option("--lease-ttl", default=300.0, show_default=True,
+              type=click.FloatRange(min=0.1, max=86_400.0), metavar="SECONDS",
+              help="How long a unit's lease lasts without renewal: a killed backfill's units "
+              "are taken over (and settled from their commit records) after it.")
 @click.option("--repeat", "repeat_text", default=None, metavar="a,b",
               help="Execute these tasks again although they are not safe_repeat and already "
               "succeeded (otherwise their units are held, with the reason).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (no progress bar).")
 def backfill(pipeline_file: str, start_text: str, end_text: str, tasks_text: str | None,
              concurrency: int, ledger_url: str | None, force: bool, accept_schema_change: bool,
-             deadline_text: str, dry_run: bool, repeat_text: str | None, as_json: bool) -> None:
+             deadline_text: str, dry_run: bool, lease_ttl: float, repeat_text: str | None,
+             as_json: bool) -> None:
     """Backfill PIPELINE_FILE for the intervals in [--start, --end).
 
     Intervals run in order with bounded concurrency. After each one, every partition written
@@ -125,7 +130,7 @@ def backfill(pipeline_file: str, start_text: str, end_text: str, tasks_text: str
         options: dict[str, Any] = {
             "tasks": tasks, "concurrency": concurrency, "force": force,
             "accept_schema_change": accept_schema_change, "deadline": deadline,
-            "repeat": repeat,
+            "repeat": repeat, "lease_ttl": lease_ttl,
         }
         if as_json:
             result = run_backfill(pipeline, ledger, intervals, **options)

@@ -97,13 +97,17 @@ def _task_names(pipeline: Pipeline, tasks: str | None, option: str = "--tasks"
               help="Override the pipeline's delivery deadline for this run (ISO-8601 instant "
                    "with offset), e.g. a rerun of a past interval with a newly agreed deadline; "
                    "'none' runs without one. The planner still refuses attempts past it.")
+@click.option("--lease-ttl", default=300.0, show_default=True,
+              type=click.FloatRange(min=0.1, max=86_400.0), metavar="SECONDS",
+              help="How long a unit's lease lasts without renewal: a killed run's units are "
+                   "taken over (and settled from their commit records) after it.")
 @click.option("--repeat", default=None, metavar="A,B",
               help="Execute these tasks again even though they are not safe_repeat and already "
                    "succeeded (otherwise such units are held, with the reason).")
 @click.option("--json", "as_json", is_flag=True, help="JSON output.")
 def run(pipeline_file: str, interval: str | None, start: str | None, end: str | None,
         tasks: str | None, ledger_url: str | None, max_workers: int, seed: int | None,
-        deadline: str | None, repeat: str | None, as_json: bool) -> None:
+        deadline: str | None, lease_ttl: float, repeat: str | None, as_json: bool) -> None:
     """Run a pipeline for one interval or a range."""
     from twice.errors import Interrupted
     from twice.executor import Executor
@@ -132,6 +136,7 @@ def run(pipeline_file: str, interval: str | None, start: str | None, end: str | 
         executor = Executor(
             pipeline, ledger, max_workers=max_workers,
             rng=None if seed is None else random.Random(seed), repeat=repeated,
+            lease_ttl=lease_ttl,
         )
         try:
             result = executor.run(spans, names)

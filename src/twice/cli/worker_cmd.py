@@ -85,6 +85,9 @@ def _since(text: str | None) -> datetime | None:
               help="Runs of other workers that ended without success after this instant are "
                    "theirs to report, not retried here (default: when this worker starts).")
 @click.option("--seed", default=None, type=int, help="Seed the retry jitter (reproducible).")
+@click.option("--deadline", "deadline", default=None, metavar="INSTANT|none",
+              help="Override the pipeline's delivery deadline (ISO-8601 instant with offset, "
+                   "or 'none'), as `twice run --deadline` does.")
 @click.option("--repeat", default=None, metavar="A,B",
               help="Execute these tasks again although they are not safe_repeat and already "
                    "succeeded (otherwise such units are held, with the reason).")
@@ -92,9 +95,9 @@ def _since(text: str | None) -> datetime | None:
 def worker(pipeline_file: str, ledger_url: str | None, interval: str | None, start: str | None,
            end: str | None, tasks: str | None, name: str | None, lease_ttl: float,
            pool_ttl: float, poll: float, once: bool, max_units: int | None, since: str | None,
-           seed: int | None, repeat: str | None, as_json: bool) -> None:
+           seed: int | None, deadline: str | None, repeat: str | None, as_json: bool) -> None:
     """Work on a pipeline's units alongside other workers sharing the ledger."""
-    from twice.cli.run_cmd import _BadInput, _intervals, _task_names
+    from twice.cli.run_cmd import _BadInput, _deadline_override, _intervals, _task_names
     from twice.ledger import Ledger, LedgerError
     from twice.pipeline import PipelineError
     from twice.pipeline_file import PipelineFileError, load_pipeline
@@ -108,6 +111,8 @@ def worker(pipeline_file: str, ledger_url: str | None, interval: str | None, sta
         pipeline = load_pipeline(pipeline_file)
     except PipelineFileError as exc:
         _fail(str(exc))
+    if deadline is not None:
+        pipeline.deadline = _deadline_override(deadline)
     try:
         spans = _intervals(pipeline, interval, start, end)
         names = _task_names(pipeline, tasks)
