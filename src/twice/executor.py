@@ -1043,11 +1043,11 @@ class _UnitRun:
             return self._result("leased-elsewhere", reason)
         generation, job_id = self._generation()
         pool = self.x.pool_for(self.task)
-        with contextlib.ExitStack() as slots:
+        with contextlib.ExitStack() as held, contextlib.ExitStack() as slots:
             if pool is not None:
                 wait_limit = None if self.deadline is None else self.deadline.remaining()
                 try:
-                    slots.enter_context(pool.acquire(self.task.slots, wait_limit))
+                    held.enter_context(pool.acquire(self.task.slots, wait_limit))
                 except PoolTimeout as exc:
                     return self._not_started(
                         f"not started: pool {pool.name!r} had no {self.task.slots} free slot(s) "
@@ -1076,6 +1076,7 @@ class _UnitRun:
                 self.task, ctx, timeout=timeout, isolation=self.x.isolation,
                 source_file=self.x.pipeline.source_file,
             )
+            self._hold_while_running(report, held, record.number)
             self._finish(record, report)
         if self.closed_elsewhere is not None:
             return self._result("leased-elsewhere", self.closed_elsewhere)
@@ -1086,6 +1087,27 @@ class _UnitRun:
                 "unknown and is settled from the destination's commit record on the next run"
             )
         return None
+
+    def _hold_while_running(self, report: AttemptReport, held: contextlib.ExitStack,
+                            number: int) -> None:
+        """A timed-out attempt whose thread still runs keeps its pool slots until that thread
+        ends: the work really continues, and the pool's dependency is still loaded by it (the
+        English lab text: never release local resources while the work remains active)."""
+        still = getattr(report.error, "worker", None)
+        if not isinstance(still, threading.Thread) or not still.is_alive():
+            return
+        carried = held.pop_all()
+
+        def release_when_done() -> None:
+            still.join()
+            carried.close()
+
+        threading.Thread(target=release_when_done, daemon=True,
+                         name=f"twice-hold-{self.task.name}").start()
+        self.notes.append(
+            f"attempt {number} timed out but its thread still runs: its pool slots stay held "
+            "until it ends"
+        )
 
     def _inputs_changed(self) -> UnitResult | None:
         """Input versions are recomputed before every attempt: if the unit's inputs changed

@@ -45,9 +45,11 @@ class AttemptTimeout(TimeoutError):
 
     outcome = "unknown"
 
-    def __init__(self, timeout: float, *, terminated: bool) -> None:
+    def __init__(self, timeout: float, *, terminated: bool,
+                 worker: threading.Thread | None = None) -> None:
         self.timeout = timeout
         self.terminated = terminated
+        self.worker = worker  # the thread still running the attempt (thread isolation)
         where = (
             "the child process was terminated, but remote work it submitted may still complete"
             if terminated
@@ -108,7 +110,7 @@ def run_with_timeout(
     worker.start()
     worker.join(timeout)
     if worker.is_alive():
-        raise AttemptTimeout(timeout, terminated=False)
+        raise AttemptTimeout(timeout, terminated=False, worker=worker)
     if "error" in outcome:
         raise outcome["error"]
     result: T = outcome["result"]

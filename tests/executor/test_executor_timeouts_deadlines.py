@@ -260,3 +260,29 @@ def test_a_task_may_declare_its_timeouts_plain_failures(ledger: Ledger,
     unit = Executor(pipeline, ledger, clock=clock,
                     sleep=clock.sleep).run(day()).unit("local_query")
     assert calls == [1, 2, 3] and unit.outcome == "succeeded"
+
+
+def test_a_timed_out_attempt_keeps_its_pool_slots_while_its_thread_runs(
+    real_ledger: Ledger,
+) -> None:
+    """The thread of a timed-out attempt keeps loading the pool's dependency: its slots stay
+    held until it ends, so a light task of the same pool does not start meanwhile."""
+    pipeline = Pipeline("pools", schedule=Schedule.daily("UTC"))
+    pipeline.pool("warehouse", slots=2)
+    ended: dict[str, float] = {}
+
+    @pipeline.task(pool="warehouse", slots=2, timeout=0.2)
+    def heavy(ctx):  # type: ignore[no-untyped-def]
+        time.sleep(1.0)
+        ended["heavy"] = time.monotonic()
+
+    @pipeline.task(pool="warehouse", slots=1, timeout=5)
+    def light(ctx):  # type: ignore[no-untyped-def]
+        ended["light_started"] = time.monotonic()
+
+    first = Executor(pipeline, real_ledger, pool_poll_interval=0.01).run(day(), ["heavy"])
+    assert first.unit("heavy").outcome == "unknown-needs-reconcile"
+    assert "heavy" not in ended  # the caller stopped waiting; the thread runs on
+    second = Executor(pipeline, real_ledger, pool_poll_interval=0.01).run(day(), ["light"])
+    assert second.unit("light").outcome == "succeeded"
+    assert ended["light_started"] >= ended["heavy"]  # never ran beside the heavy thread
