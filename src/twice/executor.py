@@ -85,7 +85,7 @@ from twice.unit_of_work import UnitOfWork
 from twice.verification import SchemaChangeError, record_partition
 
 if TYPE_CHECKING:
-    from twice.ledger import AttemptRecord, Ledger
+    from twice.ledger import AttemptRecord, FingerprintRecord, Ledger
 
 UnitOutcome = Literal[
     "succeeded",
@@ -645,6 +645,19 @@ def identify_unit(
     return pipeline.unit_of_work(task_name, interval, input_version=version)
 
 
+def overwritten_by(ledger: Ledger, task: Task, unit: UnitOfWork) -> FingerprintRecord | None:
+    """The latest recorded version of ``unit``'s destination partition when ANOTHER unit of
+    the same task and interval wrote it (so ``unit``'s success no longer stands for its slot:
+    e.g. a source reverted to an earlier version); None while the slot holds ``unit``'s output
+    or the task owns no destination. Every driver applies it (the engine, ``twice worker``)."""
+    if not task.owns_output:
+        return None
+    latest = ledger.latest_fingerprint(task.destination, unit.interval.label)
+    if latest is None or latest.uow_id in (None, unit.uow_id):
+        return None
+    return latest
+
+
 def _output_version(pipeline: Pipeline, ledger: Ledger, dep: str, interval: Interval) -> str:
     """What a dependency's output for ``interval`` is now: its partition's latest recorded
     fingerprint, or (no destination) its own unit id."""
@@ -849,10 +862,8 @@ class _UnitRun:
         latest recorded version was written by ANOTHER unit of the same task and interval
         (another input or transform version ran after it), so its output is gone. None while
         the slot still holds this unit's output (or the task owns no destination)."""
-        if not self.task.owns_output:
-            return None
-        latest = self.ledger.latest_fingerprint(self.task.destination, self.unit.interval.label)
-        if latest is None or latest.uow_id in (None, self.uow_id):
+        latest = overwritten_by(self.ledger, self.task, self.unit)
+        if latest is None:
             return None
         return (
             f"the slot now holds the output of unit {latest.uow_id} (fingerprint "

@@ -45,7 +45,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any, Literal
 
 from twice.evidence import iso
-from twice.executor import Executor, UnitResult
+from twice.executor import Executor, UnitResult, overwritten_by
 from twice.interval import Interval
 
 if TYPE_CHECKING:
@@ -349,7 +349,9 @@ class Worker:
         if self.ledger.unit(item.uow_id) is None:
             return RUN  # never recorded: nobody has touched it yet
         latest = self.ledger.latest_attempt(item.uow_id)
-        if latest is not None and latest.outcome == "succeeded":
+        if latest is not None and latest.outcome == "succeeded" and overwritten_by(
+            self.ledger, task, self.executor.unit_for(item.task, item.interval)
+        ) is None:
             return WorkerUnit(
                 item.task, item.interval, "done-elsewhere",
                 f"attempt {latest.number} by {latest.holder} succeeded; not run again",
