@@ -176,6 +176,22 @@ def _unit_from_row(row: RowMapping) -> UnitRecord:
     )
 
 
+def _locked_attempt(conn: Connection, uow_id: str, number: int) -> AttemptRecord:
+    """Attempt ``number`` of ``uow_id``, its row locked for the rest of the transaction."""
+    row = (
+        conn.execute(
+            select(attempts)
+            .where(attempts.c.uow_id == uow_id, attempts.c.number == number)
+            .with_for_update(key_share=True)
+        )
+        .mappings()
+        .first()
+    )
+    if row is None:
+        raise LedgerError(f"unit of work {uow_id} has no attempt {number}")
+    return _attempt_from_row(row)
+
+
 def _attempt_from_row(row: RowMapping) -> AttemptRecord:
     return AttemptRecord(
         uow_id=row["uow_id"],
@@ -933,18 +949,7 @@ class Ledger:
             )
         with self._write() as conn:
             now = self.now()
-            row = (
-                conn.execute(
-                    select(attempts)
-                    .where(attempts.c.uow_id == uow_id, attempts.c.number == number)
-                    .with_for_update(key_share=True)
-                )
-                .mappings()
-                .first()
-            )
-            if row is None:
-                raise LedgerError(f"unit of work {uow_id} has no attempt {number}")
-            current = _attempt_from_row(row)
+            current = _locked_attempt(conn, uow_id, number)
             if current.outcome == outcome and current.finished_at is not None:
                 return current
             if current.outcome in _TERMINAL_OUTCOMES:
@@ -1071,18 +1076,7 @@ class Ledger:
                 raise LedgerError(
                     f"unit of work {uow_id} has no attempt to resolve: it never started"
                 )
-            row = (
-                conn.execute(
-                    select(attempts)
-                    .where(attempts.c.uow_id == uow_id, attempts.c.number == number)
-                    .with_for_update(key_share=True)
-                )
-                .mappings()
-                .first()
-            )
-            if row is None:
-                raise LedgerError(f"unit of work {uow_id} has no attempt {number}")
-            current = _attempt_from_row(row)
+            current = _locked_attempt(conn, uow_id, number)
             if current.outcome not in _RESOLVABLE_OUTCOMES:
                 previous = self._resolution_of(conn, uow_id, number)
                 if previous is not None and previous.state == state and (
