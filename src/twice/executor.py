@@ -672,10 +672,11 @@ def _output_version(pipeline: Pipeline, ledger: Ledger, dep: str, interval: Inte
 
 def _is_schema_refusal(error: BaseException) -> bool:
     """The destination refused rows whose columns differ from the table's (a schema change
-    the write could not apply): typed, never read out of a message."""
+    the write could not apply): typed, never read out of a message. A ``SchemaChangeError``
+    from verification is not one: ``_check_output`` already emitted its rejection."""
     from twice.destinations.columns import SchemaError
 
-    return isinstance(error, SchemaError | SchemaChangeError)
+    return isinstance(error, SchemaError)
 
 
 def _sqlalchemy_error() -> type[Exception]:

@@ -343,14 +343,15 @@ class Worker:
             if not _succeeded(other):
                 return RUN  # the executor records it blocked, with the reason
         try:  # identified afresh: its input version covers its upstream's current output
-            item.uow_id = self.executor.unit_for(item.task, item.interval).uow_id
+            unit = self.executor.unit_for(item.task, item.interval)
         except Exception:
             return RUN  # the executor reports why the unit cannot be identified
+        item.uow_id = unit.uow_id
         if self.ledger.unit(item.uow_id) is None:
             return RUN  # never recorded: nobody has touched it yet
         latest = self.ledger.latest_attempt(item.uow_id)
         if latest is not None and latest.outcome == "succeeded" and overwritten_by(
-            self.ledger, task, self.executor.unit_for(item.task, item.interval)
+            self.ledger, task, unit
         ) is None:
             return WorkerUnit(
                 item.task, item.interval, "done-elsewhere",

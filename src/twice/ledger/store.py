@@ -26,6 +26,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, TypeVar, cast
 
@@ -978,16 +979,7 @@ class Ledger:
                 .where(attempts.c.uow_id == uow_id, attempts.c.number == number)
                 .values(outcome=outcome, finished_at=finished, finished_seq=seq)
             )
-        return AttemptRecord(
-            uow_id=current.uow_id,
-            number=current.number,
-            holder=current.holder,
-            started_at=current.started_at,
-            outcome=outcome,
-            generation=current.generation,
-            job_id=current.job_id,
-            finished_at=finished,
-        )
+        return replace(current, outcome=outcome, finished_at=finished)
 
     def record_attempt_not_started(
         self,
@@ -1130,16 +1122,7 @@ class Ledger:
                 summary=(f"{state} (attempt {number}): asserted by an operator ({operator}): "
                          f"{one_line}"),
             )
-        closed = AttemptRecord(
-            uow_id=current.uow_id,
-            number=current.number,
-            holder=current.holder,
-            started_at=current.started_at,
-            outcome=closed_as,
-            generation=current.generation,
-            job_id=current.job_id,
-            finished_at=finished,
-        )
+        closed = replace(current, outcome=closed_as, finished_at=finished)
         return _resolution_record(closed, observation, repeated=False)
 
     def resolutions(self, uow_id: str) -> list[ResolutionRecord]:
