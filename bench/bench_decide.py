@@ -19,8 +19,8 @@ import sys
 import time
 from pathlib import Path
 
-from twice.decision import decide
-from twice.extended_fixture import decide_extended, parse_extended, render_extended
+from twice.core.decision import decide
+from twice.interop.extended import decide_extended, parse_extended, render_extended
 
 ROOT = Path(__file__).resolve().parents[1]
 CASE = json.loads((ROOT / "labs" / "pde-retry-window" / "case.json").read_text())

@@ -9,7 +9,8 @@ server at ``--postgres``, default ``$TWICE_TEST_POSTGRES_URL``, dropped afterwar
   on its own unit of work, against one committed bare ``INSERT`` of a row on the same engine
   (the floor for any durable write);
 * a backfill of ``--intervals`` daily intervals of a pipeline whose only task does nothing
-  (``twice.backfill.run_backfill``), its rerun (every interval verified, so skipped), and the
+  (``twice.drivers.backfill.run_backfill``), its rerun (every interval verified, so skipped), and
+  the
   same intervals through ``twice.Executor.run``, against a bare Python loop calling the same
   task function over the same intervals: total time and overhead per interval.
 
@@ -31,13 +32,13 @@ from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
 
-from twice.backfill import run_backfill
-from twice.executor import Executor
-from twice.interval import Interval
+from twice.core.interval import Interval
+from twice.core.unit import UnitOfWork
+from twice.define.pipeline import Pipeline, TaskContext
+from twice.define.schedule import Schedule
+from twice.drivers.backfill import run_backfill
+from twice.engine.executor import Executor
 from twice.ledger import Ledger
-from twice.pipeline import Pipeline, TaskContext
-from twice.schedule import Schedule
-from twice.unit_of_work import UnitOfWork
 
 FIRST_DAY = date(2024, 1, 1)
 Results = dict[str, float | None]

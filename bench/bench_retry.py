@@ -26,7 +26,7 @@ from typing import Any
 import tenacity
 
 import twice
-from twice.policy import RetryPolicy
+from twice.core.policy import RetryPolicy
 
 POLICY = RetryPolicy(max_attempts=3, initial_delay=1.0, multiplier=2.0, max_delay=60.0,
                      jitter="full", transient=(ConnectionError,))

@@ -44,7 +44,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
 from twice.destinations import open_destination
-from twice.fingerprint import fingerprint
+from twice.destinations.fingerprint import fingerprint
 
 DAY = date(2026, 11, 30)
 KEYS = ("id", "day")

@@ -24,11 +24,11 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from twice.acceptance import AcceptanceCriteria
-from twice.interval import Interval
-from twice.pipeline import OutcomeUnknownError, Pipeline, RemoteState, TaskContext
-from twice.policy import RetryPolicy
-from twice.schedule import Schedule
+from twice.core.interval import Interval
+from twice.core.policy import RetryPolicy
+from twice.define.acceptance import AcceptanceCriteria
+from twice.define.pipeline import OutcomeUnknownError, Pipeline, RemoteState, TaskContext
+from twice.define.schedule import Schedule
 
 HERE = Path(__file__).resolve().parent
 TABLES = ("raw_positions", "positions_stage", "positions", "fund_daily")
@@ -60,8 +60,8 @@ def build_pipeline(workdir: str | os.PathLike[str], faults: Any = None,
     """The pipeline over ``workdir/source`` into ``workdir/warehouse.duckdb``."""
     import pyarrow as pa
 
-    from twice.aggregates import recompute_from_slice
     from twice.destinations import open_destination
+    from twice.destinations.aggregates import recompute_from_slice
 
     root = Path(workdir)
     source_dir, warehouse = root / "source", root / "warehouse.duckdb"

@@ -6,6 +6,8 @@ codes in one place) branch on types, never on message text:
 - ``InputError``: what was asked is invalid (also a ``ValueError``); nothing was done.
 - ``ConflictError``: someone else holds or has changed what we wanted to write.
 - ``UnavailableError``: a service (ledger, destination, remote API) could not be reached.
+- ``DestinationError``: a destination cannot be opened, read or written as asked (also a
+  ``ValueError``); ``twice.destinations.errors`` holds its kinds.
 - ``Interrupted``: the operator interrupted a run; what was started is recorded.
 """
 
@@ -31,3 +33,7 @@ class UnavailableError(TwiceError):
 class Interrupted(TwiceError):
     """The run was interrupted (KeyboardInterrupt in task code or at the prompt); the attempt
     in flight is recorded ``unknown`` and is settled from its commit record next time."""
+
+
+class DestinationError(TwiceError, ValueError):
+    """A destination cannot be opened, read or written as asked; nothing was changed."""

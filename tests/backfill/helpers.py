@@ -7,7 +7,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from twice.interval import Interval
+from twice.core.interval import Interval
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "funds_positions" / "pipeline.py"
@@ -51,7 +51,7 @@ def contents(root: Path) -> dict[str, list[tuple[Any, ...]]]:
 
 def fingerprints(root: Path, spans: list[Interval]) -> dict[tuple[str, str], tuple[int, str]]:
     from twice.destinations import open_destination
-    from twice.fingerprint import fingerprint
+    from twice.destinations.fingerprint import fingerprint
 
     out = {}
     for table in example().TABLES:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from tests.backfill import helpers
 
-from twice.backfill import plan_backfill, run_backfill
+from twice.drivers.backfill import plan_backfill, run_backfill
 from twice.ledger import Ledger
 
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 import pytest
 from tests.executor.helpers import ManualClock, day
 
-from twice.backfill import run_backfill
+from twice.core.policy import RetryPolicy
+from twice.define.pipeline import Pipeline, TaskContext
+from twice.define.schedule import Schedule
+from twice.drivers.backfill import run_backfill
 from twice.ledger import Ledger
-from twice.pipeline import Pipeline, TaskContext
-from twice.policy import RetryPolicy
-from twice.schedule import Schedule
 
 
 def flaky(calls: list[int], failures: int):  # type: ignore[no-untyped-def]

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from tests.executor.helpers import ManualClock, day
 
-from twice.backfill import run_backfill
+from twice.core.policy import RetryPolicy
+from twice.define.pipeline import Pipeline, RemoteState, TaskContext
+from twice.define.schedule import Schedule
+from twice.drivers.backfill import run_backfill
 from twice.ledger import Ledger
-from twice.pipeline import Pipeline, RemoteState, TaskContext
-from twice.policy import RetryPolicy
 from twice.remote import BackendError, JobError, JobFailed, JobStatus, reconcile_job, run_job
-from twice.remote.fake_bigquery import FakeBigQuery
-from twice.schedule import Schedule
+from twice.testing.fake_bigquery import FakeBigQuery
 
 
 def remote_pipeline(bq: FakeBigQuery) -> Pipeline:

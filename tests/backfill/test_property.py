@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tests.backfill import helpers
 
-from twice.backfill import run_backfill
+from twice.drivers.backfill import run_backfill
 from twice.ledger import Ledger
 
 DAYS = 3

@@ -12,8 +12,8 @@ from twice.ledger import Ledger
 
 PIPELINE = """\
 from datetime import time
-from twice.pipeline import Pipeline
-from twice.schedule import Schedule
+from twice.define.pipeline import Pipeline
+from twice.define.schedule import Schedule
 
 pipeline = Pipeline("opts", schedule=Schedule.daily("UTC"), deadline=time(6, 0))
 

@@ -9,10 +9,10 @@ from click.testing import CliRunner
 
 from twice.cli import cli
 from twice.cli.exits import BAD_INPUT, CONFLICT, FAILED, INTERRUPTED, exit_code_for
+from twice.define.pipeline import PipelineError
 from twice.destinations.commits import FencedWriteError, WriteStamp
 from twice.errors import Interrupted, TwiceError, UnavailableError
 from twice.ledger.errors import LedgerError, LedgerStorageError, LedgerUnavailableError
-from twice.pipeline import PipelineError
 
 
 @pytest.mark.parametrize(("error", "code"), [
@@ -32,8 +32,8 @@ def test_each_error_type_has_one_exit_code(error: BaseException, code: int) -> N
 def test_ctrl_c_in_task_code_is_recorded_and_exits_130(tmp_path: Path) -> None:
     pipeline = tmp_path / "p.py"
     pipeline.write_text(
-        "from twice.pipeline import Pipeline\n"
-        "from twice.schedule import Schedule\n"
+        "from twice.define.pipeline import Pipeline\n"
+        "from twice.define.schedule import Schedule\n"
         "pipeline = Pipeline('p', schedule=Schedule.daily('UTC'))\n"
         f"@pipeline.task(destination='sqlite://{tmp_path}/w.db?partition_column=day#t')\n"
         "def t(ctx):\n"

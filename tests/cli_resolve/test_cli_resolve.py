@@ -42,7 +42,7 @@ def ledger_path(tmp_path: Path) -> Path:
         ledger.acquire_lease(lost.uow_id, "worker-2", 30)  # takeover: attempt 1 unknown
         ledger.begin_attempt(checked.uow_id, holder="worker-2")
         ledger.finish_attempt(checked.uow_id, 1, "succeeded")
-        ledger.record_observation(checked.uow_id, "validated", source="twice.acceptance",
+        ledger.record_observation(checked.uow_id, "validated", source="twice.define.acceptance",
                                   attempt=1)
         ledger.release_lease(lost.uow_id, "worker-2")
     return path

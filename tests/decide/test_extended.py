@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given, settings
 
 from tests.decide.lab_cases import lab_case, valid_fixtures
-from twice.extended_fixture import main as extended_main
-from twice.retry_fixture import evaluate
-from twice.timescale import format_duration, parse_duration
+from twice.core.timescale import format_duration, parse_duration
+from twice.interop.extended import main as extended_main
+from twice.interop.lab import evaluate
 
 
 def run(fixture: Any, output_format: str = "json") -> tuple[int, str, str]:

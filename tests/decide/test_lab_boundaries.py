@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from tests.decide.lab_cases import lab_case
-from twice.retry_fixture import main
+from twice.interop.lab import main
 
 
 def run(fixture: Any) -> tuple[int, dict[str, Any] | None, str]:

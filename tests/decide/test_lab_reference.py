@@ -1,6 +1,6 @@
 """Byte-for-byte compatibility with the lab's reference program on generated inputs.
 
-In-process: the reference's ``evaluate`` against ``twice.retry_fixture.evaluate`` on thousands of
+In-process: the reference's ``evaluate`` against ``twice.interop.lab.evaluate`` on thousands of
 valid, boundary and malformed payloads (same output line, or both invalid). In a subprocess: the
 real commands (``twice decide`` and ``labs/pde-retry-window/run.py``) against the reference
 program on stdin, comparing stdout bytes and exit codes, including non-JSON, oversized and
@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.decide.lab_cases import CASE_PATH, lab_case, mutated_fixtures, raw_texts, valid_fixtures
-from twice.retry_fixture import FixtureError, evaluate
+from twice.interop.lab import FixtureError, evaluate
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN_PY = ROOT / "labs" / "pde-retry-window" / "run.py"

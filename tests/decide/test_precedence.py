@@ -7,8 +7,15 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from twice.decision import Decision, DecisionWindow, TaskEvidence, TaskState, decide, decide_task
-from twice.policy import RetryPolicy
+from twice.core.decision import (
+    Decision,
+    DecisionWindow,
+    TaskEvidence,
+    TaskState,
+    decide,
+    decide_task,
+)
+from twice.core.policy import RetryPolicy
 
 
 @st.composite

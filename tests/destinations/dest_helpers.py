@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
-from twice.interval import Interval
+from twice.core.interval import Interval
 
 
 def day_interval(day: date, days: int = 1) -> Interval:

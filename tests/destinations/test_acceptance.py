@@ -6,8 +6,9 @@ from datetime import date
 
 import pytest
 
-from twice.acceptance import AcceptanceCriteria, LoadOutcome, evaluate, observe
+from twice.define.acceptance import AcceptanceCriteria, LoadOutcome, evaluate
 from twice.destinations import IdentifierError, open_destination
+from twice.engine.verification import observe
 
 DAY = date(2026, 11, 30)
 

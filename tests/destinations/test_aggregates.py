@@ -9,8 +9,8 @@ from decimal import Decimal
 import pyarrow as pa
 import pytest
 
-from twice.aggregates import recompute_from_slice, summarize
 from twice.destinations import DestinationError, open_destination
+from twice.destinations.aggregates import recompute_from_slice, summarize
 
 DAY = date(2026, 11, 30)
 TRADES = [

@@ -1,7 +1,8 @@
 """Commit records and fencing (twice.destinations.commits) on every engine, real databases.
 
 A stamped write commits one record with its rows, in the same transaction, whose fingerprint is
-the one ``twice.fingerprint.fingerprint`` computes afterwards; an older fencing token for the
+the one ``twice.destinations.fingerprint.fingerprint`` computes afterwards; an older fencing token
+for the
 same fence key is refused with nothing written; a stamped append happens once per unit of work
 and generation; a failure or a SIGKILL inside the transaction leaves neither rows nor record.
 """
@@ -34,7 +35,7 @@ from twice.destinations.commits import (
     resolve_stamp,
     stamped,
 )
-from twice.fingerprint import fingerprint
+from twice.destinations.fingerprint import fingerprint
 
 D1, D2, D3 = (date(2026, 11, 28) + timedelta(days=i) for i in range(3))
 DAY = D3

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from twice.destinations import DestinationError, open_destination
-from twice.fingerprint import Fingerprint, fingerprint, verify
+from twice.destinations.fingerprint import Fingerprint, fingerprint, verify
 
 NOV30 = date(2026, 11, 30)
 SCHEMA = pa.schema([

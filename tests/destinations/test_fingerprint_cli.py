@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from twice.cli import cli
 from twice.destinations import open_destination
-from twice.fingerprint import fingerprint
+from twice.destinations.fingerprint import fingerprint
 
 DAY = date(2026, 11, 30)
 

@@ -6,8 +6,8 @@ from datetime import date
 
 import pytest
 
+from twice.core.identifiers import quote_identifier, validate_identifier
 from twice.destinations import DestinationError, IdentifierError, open_destination
-from twice.destinations.identifiers import quote_identifier, validate_identifier
 
 HOSTILE = ["x; DROP TABLE y", 'a"b', "a'b", "..", "a/b", "a.b", "", "1abc", "a b", "x" * 64,
            "t--", "ü"]

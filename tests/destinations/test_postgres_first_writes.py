@@ -13,8 +13,8 @@ from datetime import date, timedelta
 
 import pyarrow as pa
 
+from twice.define.schedule import Schedule
 from twice.destinations import open_destination
-from twice.schedule import Schedule
 
 WRITERS = 12
 

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from twice.destinations import open_destination
-from twice.fingerprint import fingerprint
+from twice.destinations.fingerprint import fingerprint
 
 FIRST = date(2026, 11, 26)
 INTERVAL_DAYS = 2

@@ -10,6 +10,7 @@ import pyarrow as pa
 import pytest
 from dest_helpers import day_interval, sorted_rows
 
+from twice.core.interval import Interval
 from twice.destinations import (
     DuplicateKeyError,
     PartitionError,
@@ -17,7 +18,6 @@ from twice.destinations import (
     SchemaError,
     open_destination,
 )
-from twice.interval import Interval
 
 NOV30, DEC1 = date(2026, 11, 30), date(2026, 12, 1)
 

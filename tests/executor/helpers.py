@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import io
 import json
-import threading
 from contextlib import redirect_stdout
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
+from twice import testing
 from twice.cli.ledger_decide import decide_over_ledger
-from twice.interval import Interval
+from twice.core.interval import Interval
+from twice.define.schedule import Schedule
 from twice.ledger import Ledger
-from twice.schedule import Schedule
+from twice.testing import no_sleep as no_sleep
 
 DAY = date(2026, 11, 30)
 # 2026-12-01T05:00Z: the morning after the interval 2026-11-30, before a 06:00 deadline.
@@ -23,33 +24,11 @@ def day(offset: int = 0) -> Interval:
     return Schedule.daily("UTC").interval_for(DAY + timedelta(days=offset))
 
 
-class ManualClock:
-    """Time that moves only when slept on or advanced: backoff and polls become exact.
-
-    Share it with the ledger (``Ledger.open(url, clock=clock)``), the executor (``clock=clock,
-    sleep=clock.sleep``) and the fake service, so every record agrees on "now".
-    """
+class ManualClock(testing.ManualClock):
+    """twice's manual clock, starting on the test morning unless told otherwise."""
 
     def __init__(self, start: datetime = MORNING) -> None:
-        self._now = start
-        self._lock = threading.Lock()
-        self.sleeps: list[float] = []
-
-    def __call__(self) -> datetime:
-        with self._lock:
-            return self._now
-
-    def advance(self, seconds: float) -> None:
-        with self._lock:
-            self._now += timedelta(seconds=seconds)
-
-    def sleep(self, seconds: float) -> None:
-        self.sleeps.append(seconds)
-        self.advance(seconds)
-
-
-def no_sleep(_seconds: float) -> None:
-    """An injected sleep that returns at once (the ledger still records the planned wait)."""
+        super().__init__(start)
 
 
 def planner_decisions(url: str, as_of: datetime | None = None) -> dict[str, dict[str, Any]]:

@@ -15,9 +15,9 @@ from twice.cli import cli
 
 PIPELINE = """\
 from datetime import timedelta
-from twice.pipeline import Pipeline
-from twice.policy import RetryPolicy
-from twice.schedule import Schedule
+from twice.define.pipeline import Pipeline
+from twice.core.policy import RetryPolicy
+from twice.define.schedule import Schedule
 
 pipeline = Pipeline("funds", schedule=Schedule.daily("UTC"), workflow_timeout=60)
 pipeline.pool("positions_db", slots=2)
@@ -163,8 +163,8 @@ def test_bad_input_exits_2_with_a_message(pipeline_file: Path, db: str, tmp_path
 def test_subprocess_errors_have_no_traceback(tmp_path: Path) -> None:
     broken = tmp_path / "broken.py"
     broken.write_text(textwrap.dedent("""\
-        from twice.pipeline import Pipeline
-        from twice.schedule import Schedule
+        from twice.define.pipeline import Pipeline
+        from twice.define.schedule import Schedule
         pipeline = Pipeline("funds", schedule=Schedule.daily("UTC"))
 
         @pipeline.task(depends_on=["extrct"])

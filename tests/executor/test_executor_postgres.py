@@ -10,13 +10,13 @@ from tests.executor.helpers import ManualClock, day, outcomes
 from tests.executor.helpers import planner_decisions as planner
 
 from twice.cli import cli
-from twice.executor import Executor
+from twice.core.policy import RetryPolicy
+from twice.define.pipeline import Pipeline
+from twice.define.schedule import Schedule
+from twice.engine.executor import Executor
 from twice.ledger import Ledger
-from twice.pipeline import Pipeline
-from twice.policy import RetryPolicy
 from twice.remote import reconcile_job, run_job
-from twice.remote.fake_bigquery import FakeBigQuery
-from twice.schedule import Schedule
+from twice.testing.fake_bigquery import FakeBigQuery
 
 pytestmark = pytest.mark.postgres
 

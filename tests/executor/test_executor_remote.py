@@ -10,10 +10,11 @@ import pytest
 from tests.executor.helpers import ManualClock, day, decisions, observed, outcomes
 from tests.executor.helpers import planner_decisions as planner
 
-from twice.executor import Executor
+from twice.core.policy import RetryPolicy
+from twice.define.pipeline import Pipeline, RemoteState
+from twice.define.schedule import Schedule
+from twice.engine.executor import Executor
 from twice.ledger import Ledger
-from twice.pipeline import Pipeline, RemoteState
-from twice.policy import RetryPolicy
 from twice.remote import (
     AcknowledgementLost,
     DuplicateJob,
@@ -26,8 +27,7 @@ from twice.remote import (
     run_job,
     submit_or_inspect,
 )
-from twice.remote.fake_bigquery import FakeBigQuery
-from twice.schedule import Schedule
+from twice.testing.fake_bigquery import FakeBigQuery
 
 BAD_ROWS = JobError("invalid", "Error while reading data, error message: 2 rows skipped")
 QUOTA = JobError("quotaExceeded", "Quota exceeded: too many table update operations")
@@ -189,7 +189,7 @@ def test_lost_ack_in_flight_same_job_id_resubmitted_duplicate_answered_one_job(
         ("failed-transient", 1, job_id), ("succeeded", 1, job_id)
     ]
     assert [e.error_class for e in ledger.errors(uow)] == [
-        "twice.remote.jobs.AcknowledgementLost", "twice.reconcile.RequestNeverArrived"
+        "twice.remote.jobs.AcknowledgementLost", "twice.engine.reconcile.RequestNeverArrived"
     ]
     assert decisions(ledger, uow) == ["reconcile-remote", "wait-backoff"]
     assert observed(ledger, uow, "reconcile") == ["not-found"]

@@ -18,12 +18,12 @@ from hypothesis import strategies as st
 from tests.executor.helpers import ManualClock, day, decisions, no_sleep, observed, outcomes
 from tests.executor.helpers import planner_decisions as planner
 
-from twice.backoff import jitter_bounds, jittered_delay
-from twice.executor import Executor
+from twice.core.backoff import jitter_bounds, jittered_delay
+from twice.core.policy import RetryPolicy
+from twice.define.pipeline import Pipeline
+from twice.define.schedule import Schedule
+from twice.engine.executor import Executor
 from twice.ledger import Ledger
-from twice.pipeline import Pipeline
-from twice.policy import RetryPolicy
-from twice.schedule import Schedule
 
 
 def flaky_pipeline(failures: int, policy: RetryPolicy, *, safe_repeat: bool = True,

@@ -10,11 +10,11 @@ import pytest
 from tests.executor.helpers import ManualClock, day, observed
 from tests.executor.helpers import planner_decisions as planner
 
-from twice.executor import Executor
+from twice.core.policy import RetryPolicy
+from twice.define.pipeline import Pipeline, PipelineError
+from twice.define.schedule import Schedule, ScheduleError
+from twice.engine.executor import Executor
 from twice.ledger import Ledger
-from twice.pipeline import Pipeline, PipelineError
-from twice.policy import RetryPolicy
-from twice.schedule import Schedule, ScheduleError
 
 
 class Spans:
@@ -181,7 +181,7 @@ def test_intervals_run_in_order_and_bad_intervals_are_refused(
     executor = Executor(pipeline, ledger, clock=clock, sleep=clock.sleep)
     result = executor.run(pipeline.schedule.intervals(day().start, day(3).start))
     assert seen == ["2026-11-30", "2026-12-01", "2026-12-02"] and len(result.units) == 3
-    from twice.interval import Interval
+    from twice.core.interval import Interval
 
     skewed = Interval(day().start + timedelta(hours=1), day().end + timedelta(hours=1))
     with pytest.raises(ScheduleError):

@@ -12,13 +12,13 @@ import pytest
 from tests.executor.helpers import ManualClock, day, decisions, no_sleep, outcomes
 from tests.executor.helpers import planner_decisions as planner
 
-from twice.executor import Executor
+from twice.core.policy import RetryPolicy
+from twice.define.pipeline import Pipeline
+from twice.define.schedule import Schedule
+from twice.engine.executor import Executor
 from twice.ledger import Ledger
-from twice.pipeline import Pipeline
-from twice.policy import RetryPolicy
 from twice.remote import reconcile_job, submit_or_inspect, wait_for_job
-from twice.remote.fake_bigquery import FakeBigQuery
-from twice.schedule import Schedule
+from twice.testing.fake_bigquery import FakeBigQuery
 
 
 def test_timeout_is_unknown_not_failed_and_the_thread_keeps_running(
@@ -182,8 +182,8 @@ def test_without_an_estimate_the_timeout_is_assumed(ledger: Ledger, clock: Manua
 
 PROCESS_PIPELINE = """\
 import time
-from twice.pipeline import Pipeline
-from twice.schedule import Schedule
+from twice.define.pipeline import Pipeline
+from twice.define.schedule import Schedule
 
 pipeline = Pipeline("funds", schedule=Schedule.daily("UTC"))
 
@@ -201,7 +201,7 @@ def hang(ctx):
 def test_process_isolation_terminates_and_still_reports_unknown(
     real_ledger: Ledger, tmp_path: Path
 ) -> None:
-    from twice.pipeline_file import load_pipeline
+    from twice.define.load import load_pipeline
 
     path = tmp_path / "proc.py"
     path.write_text(PROCESS_PIPELINE)

@@ -2,7 +2,8 @@
 
 An attempt that finished without error is recorded succeeded only after its output passed the
 task's acceptance criteria (checked against the real destination) and its destination slice
-was fingerprinted and recorded (``twice.verification``); otherwise it is failed-permanent with
+was fingerprinted and recorded (``twice.engine.verification``); otherwise it is failed-permanent
+with
 the reason as its error and its dependents do not run. ``reruns`` repeats a success the caller
 knows is stale, and keeps a newer one, so racing reruns execute a unit once.
 """
@@ -19,15 +20,15 @@ import pytest
 from tests.executor.helpers import ManualClock, day, outcomes
 from tests.executor.helpers import planner_decisions as planner
 
-from twice.acceptance import AcceptanceCriteria
+from twice.core.policy import RetryPolicy
+from twice.define.acceptance import AcceptanceCriteria
+from twice.define.pipeline import Pipeline, PipelineError, RemoteState, TaskContext
+from twice.define.schedule import Schedule
 from twice.destinations import open_destination
-from twice.executor import Executor
+from twice.engine.executor import Executor
 from twice.ledger import Ledger
-from twice.pipeline import Pipeline, PipelineError, RemoteState, TaskContext
-from twice.policy import RetryPolicy
 from twice.remote import reconcile_job, run_job
-from twice.remote.fake_bigquery import FakeBigQuery
-from twice.schedule import Schedule
+from twice.testing.fake_bigquery import FakeBigQuery
 
 
 def table_spec(tmp_path: Path) -> str:
@@ -119,7 +120,7 @@ def test_non_fatal_errors_and_nulls_are_read_from_the_ledger_and_the_destination
 def test_output_is_verified_after_success_only_and_events_tell_the_story(
     tmp_path: Path, ledger: Ledger, clock: ManualClock
 ) -> None:
-    from twice.events import (
+    from twice.engine.events import (
         AttemptFinished,
         AttemptStarted,
         Event,
@@ -187,7 +188,7 @@ def test_acceptance_is_declared_against_a_destination(tmp_path: Path) -> None:
     pipeline = Pipeline("p", schedule=Schedule.daily("UTC"))
     with pytest.raises(PipelineError, match="acceptance criteria are checked against"):
         pipeline.task(name="a", acceptance=AcceptanceCriteria(min_rows=1))(lambda ctx: None)
-    with pytest.raises(PipelineError, match=r"acceptance must be a twice\.acceptance"):
+    with pytest.raises(PipelineError, match=r"acceptance must be a twice\.AcceptanceCriteria"):
         pipeline.task(name="b", destination=table_spec(tmp_path),
                       acceptance={"min_rows": 1})(lambda ctx: None)
 

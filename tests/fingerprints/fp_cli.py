@@ -14,8 +14,8 @@ ROWS = 10
 
 PIPELINE = '''
 from twice.destinations import open_destination
-from twice.pipeline import Pipeline, TaskContext
-from twice.schedule import Schedule
+from twice.define.pipeline import Pipeline, TaskContext
+from twice.define.schedule import Schedule
 
 DESTINATION = {destination!r}
 SCALE = {scale!r}

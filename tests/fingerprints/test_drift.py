@@ -14,9 +14,9 @@ from datetime import UTC, datetime
 import pyarrow.compute as pc
 from fp_cli import D1, backfill, flat, unit_line, write_pipeline
 
-from twice.backfill import plan_backfill, run_backfill
+from twice.define.load import load_pipeline
+from twice.drivers.backfill import plan_backfill, run_backfill
 from twice.ledger import Ledger
-from twice.pipeline_file import load_pipeline
 
 
 def _delete_two(target):  # type: ignore[no-untyped-def]

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from twice.destinations import DestinationError, open_destination
 from twice.destinations.columns import SchemaError
 from twice.destinations.commits import WriteStamp
-from twice.fingerprint import fingerprint
+from twice.destinations.fingerprint import fingerprint
 
 DAY = date(2026, 11, 30)
 SCHEMA = pa.schema([("day", pa.date32()), ("id", pa.int64()), ("x", pa.float64()),

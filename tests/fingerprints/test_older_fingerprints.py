@@ -15,9 +15,9 @@ import pytest
 from fp_cli import D1, invoke
 from fp_reference import reference
 
+from twice.core.interval import Interval
 from twice.destinations import DestinationError, open_destination
-from twice.fingerprint import Fingerprint, recompute, verify
-from twice.interval import Interval
+from twice.destinations.fingerprint import Fingerprint, recompute, verify
 from twice.ledger import Ledger
 
 DAY = date(2026, 11, 23)

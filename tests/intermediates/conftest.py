@@ -12,9 +12,9 @@ from typing import Any
 import duckdb
 import pytest
 
-from twice.interval import Interval
+from twice.core.interval import Interval
+from twice.core.unit import UnitOfWork
 from twice.ledger import Ledger
-from twice.unit_of_work import UnitOfWork
 
 START = datetime(2026, 12, 2, 9, 0, tzinfo=UTC)
 DAY = date(2026, 11, 5)

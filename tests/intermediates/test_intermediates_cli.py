@@ -9,7 +9,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from twice.cli.intermediates_cmd import intermediates
-from twice.intermediates import format_bytes, materialize_or_reuse
+from twice.engine.intermediates import format_bytes, materialize_or_reuse
 from twice.ledger import Ledger
 
 from .conftest import Counter, HandClock, Store, make_unit
@@ -52,7 +52,7 @@ def test_json_and_expire(tmp_path: Path, store: Store, clock: HandClock) -> None
     # the library's expire() with a clock past retention; the listing then shows the expiry
     later = HandClock(clock.current + timedelta(days=8))
     with Ledger.open(url, clock=later) as ledger:
-        from twice.intermediates import expire
+        from twice.engine.intermediates import expire
 
         assert [e.version for e in expire(ledger)] == [version]
     after = json.loads(runner.invoke(intermediates, ["--ledger", url, "--json"]).output)

@@ -6,7 +6,13 @@ from datetime import timedelta
 
 import pytest
 
-from twice.intermediates import CostModel, expire, format_bytes, materialize_or_reuse, tradeoff
+from twice.engine.intermediates import (
+    CostModel,
+    expire,
+    format_bytes,
+    materialize_or_reuse,
+    tradeoff,
+)
 from twice.ledger import Ledger, LedgerError
 
 from .conftest import Counter, HandClock, Store, make_unit, rows

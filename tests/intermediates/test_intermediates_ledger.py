@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import inspect
 
-from twice.intermediates import materialize_or_reuse
+from twice.engine.intermediates import materialize_or_reuse
 from twice.ledger import Ledger, migrations
 from twice.ledger.engine import create_ledger_engine, resolve_url
 
@@ -88,7 +88,7 @@ def test_postgres_version_1_ledger_migrates_to_2_without_loss(
 
 @pytest.mark.postgres
 def test_postgres_ledger_reuse_tamper_and_expiry(postgres_url: str, duck_store: Store) -> None:
-    from twice.intermediates import expire
+    from twice.engine.intermediates import expire
 
     clock = HandClock()
     compute = Counter()

@@ -9,8 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from twice.destinations import open_destination
-from twice.fingerprint import fingerprint
-from twice.intermediates import (
+from twice.destinations.fingerprint import fingerprint
+from twice.engine.intermediates import (
     Computed,
     IntermediateError,
     intermediate_version,

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from tests.ledger.ledger_helpers import FakeClock, make_uow
 
+from twice.core.unit import UnitOfWork
 from twice.ledger import Ledger
-from twice.unit_of_work import UnitOfWork
 
 
 @pytest.fixture

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from twice.interval import Interval
-from twice.unit_of_work import UnitOfWork
+from twice.core.interval import Interval
+from twice.core.unit import UnitOfWork
 
 START = datetime(2026, 12, 2, 9, 0, tzinfo=UTC)
 

@@ -11,8 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tests.ledger.ledger_helpers import START, FakeClock, make_uow
 
+from twice.core.unit import UnitOfWork
 from twice.ledger import LEASE_SOURCE, LEASE_TAKEOVER_STATE, Ledger, LedgerError
-from twice.unit_of_work import UnitOfWork
 
 # -- leases ---------------------------------------------------------------------------------
 

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from tests.ledger.ledger_helpers import START, FakeClock, make_uow
 
-from twice.interval import Interval
+from twice.core.interval import Interval
+from twice.core.unit import UnitOfWork
 from twice.ledger import (
     AttemptRecord,
     DecisionRecord,
@@ -23,7 +24,6 @@ from twice.ledger import (
     UnitRecord,
     UnknownUnitError,
 )
-from twice.unit_of_work import UnitOfWork
 
 DEST = "warehouse.positions"
 

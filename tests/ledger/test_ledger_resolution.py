@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from tests.ledger.ledger_helpers import FakeClock
 
+from twice.core.unit import UnitOfWork
 from twice.ledger import (
     RESOLVED_FAILED_STATE,
     RESOLVED_SUCCEEDED_STATE,
@@ -12,7 +13,6 @@ from twice.ledger import (
     LedgerError,
     UnknownUnitError,
 )
-from twice.unit_of_work import UnitOfWork
 
 
 def _unknown_attempt(ledger: Ledger, uow: UnitOfWork) -> int:

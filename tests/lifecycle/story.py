@@ -20,10 +20,10 @@ from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
 
-from twice.interval import Interval
-from twice.pipeline import Pipeline, TaskContext
-from twice.policy import RetryPolicy
-from twice.schedule import Schedule
+from twice.core.interval import Interval
+from twice.core.policy import RetryPolicy
+from twice.define.pipeline import Pipeline, TaskContext
+from twice.define.schedule import Schedule
 
 DAYS = [date(2026, 11, 23) + timedelta(days=i) for i in range(3)]
 ENGINES = ("sqlite", "duckdb", "parquet", "postgresql")

@@ -23,9 +23,9 @@ from tests.lifecycle.story import (
     table_rows,
     write_source,
 )
-from twice.executor import Executor
+from twice.define.schedule import Schedule
+from twice.engine.executor import Executor
 from twice.ledger import Ledger
-from twice.schedule import Schedule
 
 REPO = Path(__file__).resolve().parents[2]
 DAY = Schedule.daily("UTC").interval_for(DAYS[0])
@@ -35,9 +35,9 @@ CHILD = """
 import os, signal, sys, threading
 from pathlib import Path
 from tests.lifecycle.story import build, DAYS
-from twice.executor import Executor
+from twice.engine.executor import Executor
 from twice.ledger import Ledger
-from twice.schedule import Schedule
+from twice.define.schedule import Schedule
 
 root, engine, mode, pg = Path(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4] or None
 hooks = {}

@@ -20,12 +20,12 @@ from tests.lifecycle.story import (
     table_rows,
     write_source,
 )
-from twice.backfill import run_backfill
-from twice.executor import Executor
+from twice.define.pipeline import OutcomeUnknownError, Pipeline, RemoteState, TaskContext
+from twice.define.schedule import Schedule
+from twice.drivers.backfill import run_backfill
+from twice.drivers.worker import Worker
+from twice.engine.executor import Executor
 from twice.ledger import Ledger
-from twice.pipeline import OutcomeUnknownError, Pipeline, RemoteState, TaskContext
-from twice.schedule import Schedule
-from twice.worker import Worker
 
 SCHEDULE = Schedule.daily("UTC")
 INTERVALS = [SCHEDULE.interval_for(day) for day in DAYS]

@@ -11,10 +11,10 @@ import os
 from datetime import timedelta
 from typing import Any
 
+from twice.core.policy import RetryPolicy
+from twice.define.pipeline import Pipeline, TaskContext
+from twice.define.schedule import Schedule
 from twice.destinations import open_destination
-from twice.pipeline import Pipeline, TaskContext
-from twice.policy import RetryPolicy
-from twice.schedule import Schedule
 
 FOLDER = os.environ.get("TWICE_AF_DIR", ".")
 FAILING = {int(n) for n in os.environ.get("TWICE_AF_FAIL_ATTEMPTS", "").split(",") if n}

@@ -10,9 +10,9 @@ from click.testing import CliRunner
 from twice.cli.airflow_cmd import airflow
 
 PIPELINE = '''
-from twice.pipeline import Pipeline
-from twice.policy import RetryPolicy
-from twice.schedule import Schedule
+from twice.define.pipeline import Pipeline
+from twice.core.policy import RetryPolicy
+from twice.define.schedule import Schedule
 
 pipeline = Pipeline("cli_demo", schedule=Schedule.hourly("UTC"))
 pipeline.pool("api", slots=3)
@@ -67,7 +67,7 @@ def test_bad_input_exits_2_naming_the_problem(tmp_path: Path) -> None:
     assert missing.exit_code == 2 and "not found" in missing.output
     assert "Traceback" not in missing.output
     broken = tmp_path / "broken.py"
-    broken.write_text("from twice.pipeline import Pipeline\npipeline = Pipeline(\n")
+    broken.write_text("from twice.define.pipeline import Pipeline\npipeline = Pipeline(\n")
     bad = runner.invoke(airflow, ["describe", str(broken)])
     assert bad.exit_code == 2 and "syntax error" in bad.output
     dag_id = runner.invoke(airflow, ["describe", _file(tmp_path), "--dag-id", "no spaces"])

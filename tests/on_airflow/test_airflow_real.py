@@ -31,10 +31,10 @@ from typing import Any
 
 import pytest
 
-from twice.airflow import pool_commands
-from twice.evidence import RUN_STARTED
+from twice.define.load import load_pipeline
+from twice.drivers.airflow import pool_commands
+from twice.engine.evidence import RUN_STARTED
 from twice.ledger import Ledger
-from twice.pipeline_file import load_pipeline
 
 pytestmark = pytest.mark.postgres
 
@@ -48,8 +48,8 @@ from datetime import datetime, timezone
 
 from airflow.sdk import DAG
 
-from twice.airflow import TwiceTaskOperator, to_dag
-from twice.pipeline_file import load_pipeline
+from twice.drivers.airflow import TwiceTaskOperator, to_dag
+from twice.define.load import load_pipeline
 
 PIPELINE = {str(PIPELINE_FILE)!r}
 dag = to_dag(PIPELINE, dag_id={DAG_ID!r})  # ledger from $TWICE_LEDGER on the workers

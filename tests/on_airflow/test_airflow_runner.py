@@ -1,6 +1,6 @@
 """One Airflow try = one twice attempt, on a real SQLite ledger (no Airflow needed).
 
-Drives ``twice.airflow.run_try`` the way Airflow's retry loop would (try_number growing,
+Drives ``twice.drivers.airflow.run_try`` the way Airflow's retry loop would (try_number growing,
 ``max_tries`` raised on a clear) and checks the Executor options ``attempts_per_call`` and
 ``continue_run`` against the ledger: the run's budget, backoff and safe-repeat rules span tries.
 """
@@ -17,21 +17,21 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from twice.airflow import (
+from twice.core.interval import Interval
+from twice.core.policy import RetryPolicy
+from twice.define.pipeline import Pipeline, Task, TaskContext
+from twice.define.schedule import Schedule
+from twice.destinations import open_destination
+from twice.drivers.airflow import (
     IntervalRefused,
     TryOutcome,
     first_try_of_budget,
     interval_from_airflow,
     run_try,
 )
-from twice.destinations import open_destination
-from twice.evidence import RUN_STARTED
-from twice.executor import Executor
-from twice.interval import Interval
+from twice.engine.evidence import RUN_STARTED
+from twice.engine.executor import Executor
 from twice.ledger import Ledger
-from twice.pipeline import Pipeline, Task, TaskContext
-from twice.policy import RetryPolicy
-from twice.schedule import Schedule
 
 DAY = Interval(datetime(2026, 11, 4, tzinfo=UTC), datetime(2026, 11, 5, tzinfo=UTC))
 START = datetime(2026, 12, 1, 5, 0, tzinfo=UTC)

@@ -11,17 +11,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from twice.airflow import (
+from twice.core.policy import RetryPolicy
+from twice.define.pipeline import Pipeline, TaskContext
+from twice.define.schedule import Schedule
+from twice.drivers.airflow import (
     describe,
     describe_dict,
     pool_commands,
     task_settings,
     timetable_spec,
 )
-from twice.pipeline import Pipeline, TaskContext
-from twice.policy import RetryPolicy
-from twice.schedule import Schedule
-from twice.translations import ROW_LIMIT
+from twice.interop.translations import ROW_LIMIT
 
 
 def _noop(ctx: TaskContext) -> None:
@@ -126,7 +126,7 @@ def test_describe_lists_tasks_in_dependency_order() -> None:
 
 def test_importing_twice_airflow_does_not_import_airflow() -> None:
     code = (
-        "import sys, twice.airflow, twice.cli.airflow_cmd\n"
+        "import sys, twice.drivers.airflow, twice.cli.airflow_cmd\n"
         "print(sorted(m for m in sys.modules if m == 'airflow' or m.startswith('airflow.')))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

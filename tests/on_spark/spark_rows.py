@@ -7,7 +7,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from twice.interval import Interval
+from twice.core.interval import Interval
 
 D1, D2, D3 = date(2026, 11, 29), date(2026, 11, 30), date(2026, 12, 1)
 SCHEMA = pa.schema([("day", pa.date32()), ("id", pa.int64()), ("name", pa.string())])

@@ -10,7 +10,7 @@ import pytest
 from tests.on_spark.spark_rows import D1, D2, canonical, concat, days, rows
 from twice.destinations import DestinationError, open_destination
 from twice.destinations.commits import FencedWriteError, WriteStamp, stamped
-from twice.fingerprint import fingerprint
+from twice.destinations.fingerprint import fingerprint
 
 BOTH = days(D1, 2)
 

@@ -20,8 +20,8 @@ import pytest
 from tests.on_spark.spark_rows import D1, D2, D3, canonical, concat, days, rows
 from twice.destinations import open_destination
 from twice.destinations.base import DestinationSpec
+from twice.destinations.fingerprint import fingerprint
 from twice.destinations.spark import SparkDestination
-from twice.fingerprint import fingerprint
 
 MARKER = 99
 

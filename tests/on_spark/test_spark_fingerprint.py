@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from tests.on_spark.spark_rows import days
 from twice.destinations import DestinationError, open_destination
-from twice.fingerprint import fingerprint
+from twice.destinations.fingerprint import fingerprint
 
 DAY = date(2026, 11, 30)
 WIDE = Context(prec=60)  # decimal(38, s) exceeds the default 28 digits
@@ -46,7 +46,8 @@ SAMPLE: list[dict[str, Any]] = [
 
 
 def reference(rows: list[dict[str, Any]], columns: list[str]) -> tuple[int, str]:
-    """twice-fp-v2 (no float column here) as documented in twice.fingerprint, written without
+    """twice-fp-v2 (no float column here) as documented in twice.destinations.fingerprint, written
+    without
     twice's code."""
 
     def text(value: Any, arrow_type: pa.DataType) -> str:

@@ -23,7 +23,7 @@ from tests.fingerprints.fp_reference import as_float32, reference
 from tests.fingerprints.fp_strategies import EDGES, FLOATS, NAN_PAYLOADS
 from twice.destinations import open_destination
 from twice.destinations.commits import WriteStamp
-from twice.fingerprint import fingerprint, verify
+from twice.destinations.fingerprint import fingerprint, verify
 
 DAY = date(2026, 11, 30)
 SCHEMA = pa.schema([("day", pa.date32()), ("id", pa.int64()), ("x", pa.float64()),

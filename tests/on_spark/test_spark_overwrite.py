@@ -17,7 +17,7 @@ from twice.destinations import (
     SchemaError,
     open_destination,
 )
-from twice.fingerprint import fingerprint
+from twice.destinations.fingerprint import fingerprint
 
 ALL3 = days(D1, 3)
 

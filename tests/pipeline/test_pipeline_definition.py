@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from twice.interval import Interval
-from twice.pipeline import Pipeline, PipelineError, RemoteState, Task, TaskContext
-from twice.policy import RetryPolicy
-from twice.schedule import Schedule
+from twice.core.interval import Interval
+from twice.core.policy import RetryPolicy
+from twice.define.pipeline import Pipeline, PipelineError, RemoteState, Task, TaskContext
+from twice.define.schedule import Schedule
 
 LISBON = Schedule.daily("Europe/Lisbon")
 
@@ -233,7 +233,7 @@ def test_empty_pipeline_is_invalid() -> None:
         ({"timeout": "60"}, r"task 'load': timeout: expected seconds or a timedelta"),
         ({"slots": 0, "pool": "db"}, r"task 'load': slots must be an integer >= 1"),
         ({"slots": 2}, r"task 'load': slots=2 needs a pool"),
-        ({"retry": 3}, r"task 'load': retry must be a twice.policy.RetryPolicy"),
+        ({"retry": 3}, r"task 'load': retry must be a twice.RetryPolicy"),
         ({"transform_version": ""}, r"task 'load': transform_version must be a non-empty"),
         (
             {"input_partition": "positions/{strat:%Y}"},
@@ -292,7 +292,7 @@ def test_task_function_must_take_the_context() -> None:
 def test_pipeline_fields_are_checked() -> None:
     with pytest.raises(PipelineError, match=r"workflow_timeout: must be > 0 seconds"):
         make(workflow_timeout=-5)
-    with pytest.raises(PipelineError, match=r"schedule must be a twice.schedule.Schedule"):
+    with pytest.raises(PipelineError, match=r"schedule must be a twice.Schedule"):
         Pipeline("p", schedule="@daily")  # type: ignore[arg-type]
     with pytest.raises(PipelineError, match=r"deadline must be >= 0 after the interval end"):
         make(deadline=timedelta(hours=-1))

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from twice.pipeline import NonFatal, Pipeline
-from twice.pipeline_file import PipelineFileError, TaskCallResult, call_task, load_pipeline
+from twice.define.load import PipelineFileError, TaskCallResult, call_task, load_pipeline
+from twice.define.pipeline import NonFatal, Pipeline
 
 HEADER = """\
 from datetime import timedelta
-from twice.pipeline import Pipeline
-from twice.schedule import Schedule
+from twice import Pipeline
+from twice import Schedule
 """
 
 GOOD = (
@@ -70,13 +70,13 @@ def test_loads_the_conventional_pipeline(tmp_path: Path) -> None:
 def test_loads_the_only_pipeline_under_another_name(tmp_path: Path) -> None:
     path = write(
         tmp_path,
-        GOOD.replace("pipeline", "funds").replace("from twice.funds", "from twice.pipeline"),
+        GOOD.replace("pipeline", "funds"),
     )
     assert load_pipeline(str(path)).name == "funds_positions"
 
 
 def test_from_twice_import_pipeline_does_not_count_as_the_pipeline(tmp_path: Path) -> None:
-    source = "from twice import pipeline\n" + GOOD.replace("pipeline =", "funds =").replace(
+    source = "from twice.define import pipeline\n" + GOOD.replace("pipeline =", "funds =").replace(
         "@pipeline.", "@funds."
     )
     assert load_pipeline(write(tmp_path, source)).name == "funds_positions"
@@ -244,7 +244,7 @@ def test_call_task_runs_a_file_task_in_a_spawned_child(tmp_path: Path) -> None:
 
 
 def test_task_context_pickles_with_its_records() -> None:
-    from twice.schedule import Schedule
+    from twice.define.schedule import Schedule
 
     pipeline = Pipeline("p", schedule=Schedule.daily("Europe/Lisbon"))
     pipeline.task(name="a")(lambda ctx: None)

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from twice.pipeline import Pipeline, PipelineError, TaskContext
-from twice.schedule import Schedule
+from twice.define.pipeline import Pipeline, PipelineError, TaskContext
+from twice.define.schedule import Schedule
 
 
 def noop(ctx: TaskContext) -> None:

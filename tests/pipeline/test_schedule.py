@@ -10,8 +10,8 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from twice.interval import Interval
-from twice.schedule import Schedule, ScheduleError
+from twice.core.interval import Interval
+from twice.define.schedule import Schedule, ScheduleError
 
 LISBON = "Europe/Lisbon"
 WET = timezone(timedelta(0))

@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from twice.interval import Interval
-from twice.pipeline import NonFatal, Pipeline, PipelineError, TaskContext
-from twice.schedule import Schedule, ScheduleError
-from twice.unit_of_work import UnitOfWork
+from twice.core.interval import Interval
+from twice.core.unit import UnitOfWork
+from twice.define.pipeline import NonFatal, Pipeline, PipelineError, TaskContext
+from twice.define.schedule import Schedule, ScheduleError
 
 LISBON = Schedule.daily("Europe/Lisbon")
 

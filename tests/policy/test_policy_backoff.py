@@ -7,9 +7,9 @@ import random
 from hypothesis import given
 from hypothesis import strategies as st
 
-from twice.backoff import delays, jitter_bounds, jittered_delay
-from twice.policy import RetryPolicy
-from twice.translations import to_prefect
+from twice.core.backoff import delays, jitter_bounds, jittered_delay
+from twice.core.policy import RetryPolicy
+from twice.interop.translations import to_prefect
 
 delay_values = st.one_of(st.integers(0, 600), st.floats(0, 600, allow_nan=False))
 

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from twice.pool import (
+from twice.engine.pool import (
     LedgerPool,
     Pool,
     PoolError,

@@ -9,7 +9,7 @@ from pathlib import Path
 import policy_workers as workers
 import pytest
 
-from twice.timeouts import (
+from twice.engine.timeouts import (
     AttemptCrashed,
     AttemptTimeout,
     Deadline,

@@ -13,8 +13,8 @@ import tenacity
 from hypothesis import given
 from hypothesis import strategies as st
 
-from twice.policy import RetryPolicy
-from twice.translations import (
+from twice.core.policy import RetryPolicy
+from twice.interop.translations import (
     FROM,
     TO,
     TOOLS,

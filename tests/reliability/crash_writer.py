@@ -23,12 +23,12 @@ from collections.abc import Callable
 from datetime import date, timedelta
 from typing import Any
 
-from twice.executor import Executor, RunResult
-from twice.interval import Interval
+from twice.core.interval import Interval
+from twice.core.policy import RetryPolicy
+from twice.define.pipeline import Pipeline, RemoteState, TaskContext
+from twice.define.schedule import Schedule
+from twice.engine.executor import Executor, RunResult
 from twice.ledger import Ledger
-from twice.pipeline import Pipeline, RemoteState, TaskContext
-from twice.policy import RetryPolicy
-from twice.schedule import Schedule
 
 FIRST_DAY = date(2026, 11, 1)
 DAYS = 3

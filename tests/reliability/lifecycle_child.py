@@ -151,7 +151,7 @@ def _install(fault: Fault, hooks: dict[str, Any]) -> None:
 
 def _intervals(days: list[int]) -> list[Any]:
     from tests.lifecycle.story import DAYS
-    from twice.schedule import Schedule
+    from twice.define.schedule import Schedule
 
     schedule = Schedule.daily("UTC")
     return [schedule.interval_for(DAYS[i]) for i in days]
@@ -164,10 +164,10 @@ def main(request: dict[str, Any]) -> int:
     unit (``run``, ``worker``) or the status of every planned unit (``backfill``).
     """
     from tests.lifecycle.story import build
-    from twice.backfill import run_backfill
-    from twice.executor import Executor
+    from twice.drivers.backfill import run_backfill
+    from twice.drivers.worker import Worker
+    from twice.engine.executor import Executor
     from twice.ledger import Ledger
-    from twice.worker import Worker
 
     root = Path(request["root"])
     fault = Fault(request.get("fault"))
@@ -223,8 +223,8 @@ def zygote() -> int:
     import sqlalchemy  # noqa: F401
 
     import tests.lifecycle.story  # noqa: F401
-    import twice.backfill
-    import twice.worker  # noqa: F401
+    import twice.drivers.backfill
+    import twice.drivers.worker  # noqa: F401
     from twice.destinations import duckdb, parquet, postgres, sqlite  # noqa: F401
     from twice.ledger import Ledger  # noqa: F401
 

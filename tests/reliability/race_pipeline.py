@@ -17,8 +17,8 @@ import sqlite3
 import time
 from pathlib import Path
 
-from twice.pipeline import Pipeline, TaskContext
-from twice.schedule import Schedule
+from twice.define.pipeline import Pipeline, TaskContext
+from twice.define.schedule import Schedule
 
 ROOT = Path(os.environ["TWICE_RACE_DIR"])
 ROWS_PER_UNIT = int(os.environ.get("TWICE_RACE_ROWS", "5"))

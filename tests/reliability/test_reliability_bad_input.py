@@ -35,12 +35,12 @@ from hypothesis import strategies as st
 from tests.decide.lab_cases import POLICY, TASK, TOP, lab_case, mutated_fixtures
 from tests.reliability.conftest import record, scale
 from twice.cli.app import cli
-from twice.schedule import FIRST_YEAR, LAST_YEAR
+from twice.define.schedule import FIRST_YEAR, LAST_YEAR
 
 SUITE = "bad input"
 PIPELINE = '''\
-from twice.pipeline import Pipeline, TaskContext
-from twice.schedule import Schedule
+from twice.define.pipeline import Pipeline, TaskContext
+from twice.define.schedule import Schedule
 
 pipeline = Pipeline("fuzz", schedule=Schedule.daily("UTC"))
 

@@ -33,7 +33,7 @@ import pytest
 from tests.reliability import crash_writer as cw
 from tests.reliability.conftest import record, scale
 from twice.destinations import open_destination
-from twice.fingerprint import Fingerprint, fingerprint
+from twice.destinations.fingerprint import Fingerprint, fingerprint
 from twice.ledger import Ledger
 
 CHILD = Path(cw.__file__)

@@ -8,7 +8,7 @@ ran as missing rows. Before each request, seeded dice arm one of the fake's own 
 answers to a submit (job created or not), lost acknowledgements (at once, or with the request
 still in flight), slow responses, 5xx answers to reads, jobs slower than the task waits
 (``JobStillRunning``, often still running after the executor's reconcile polls, so a later run
-must reconcile them) and jobs DONE with a transient ``errorResult``. ``twice.backfill`` runs
+must reconcile them) and jobs DONE with a transient ``errorResult``. ``twice.drivers.backfill`` runs
 the month and, as an operator would, is run again until every interval succeeded.
 
 Proven: every partition's rows and twice fingerprint equal a clean run's; exactly one job per
@@ -35,13 +35,14 @@ import pytest
 
 from tests.executor.helpers import ManualClock
 from tests.reliability.conftest import record, scale, unavailable
-from twice.backfill import BackfillResult, run_backfill
+from twice.core.interval import Interval
+from twice.core.policy import RetryPolicy
+from twice.define.pipeline import Pipeline, RemoteState, TaskContext
+from twice.define.schedule import Schedule
 from twice.destinations import open_destination
-from twice.fingerprint import Fingerprint, fingerprint
-from twice.interval import Interval
+from twice.destinations.fingerprint import Fingerprint, fingerprint
+from twice.drivers.backfill import BackfillResult, run_backfill
 from twice.ledger import Ledger
-from twice.pipeline import Pipeline, RemoteState, TaskContext
-from twice.policy import RetryPolicy
 from twice.remote import (
     BackendError,
     JobError,
@@ -51,8 +52,7 @@ from twice.remote import (
     submit_or_inspect,
     wait_for_job,
 )
-from twice.remote.fake_bigquery import FakeBigQuery
-from twice.schedule import Schedule
+from twice.testing.fake_bigquery import FakeBigQuery
 
 SUITE = "faults"
 SCHEDULE = Schedule.daily("UTC")

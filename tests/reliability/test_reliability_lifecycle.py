@@ -72,12 +72,12 @@ from tests.lifecycle.story import (
     write_source,
 )
 from tests.reliability.conftest import record, scale
-from twice.backfill import BackfillResult, run_backfill
-from twice.executor import Executor, RunResult
+from twice.define.pipeline import Pipeline
+from twice.define.schedule import Schedule
+from twice.drivers.backfill import BackfillResult, run_backfill
+from twice.drivers.worker import Worker, WorkerReport
+from twice.engine.executor import Executor, RunResult
 from twice.ledger import Ledger
-from twice.pipeline import Pipeline
-from twice.schedule import Schedule
-from twice.worker import Worker, WorkerReport
 
 CHILD = Path(__file__).with_name("lifecycle_child.py")
 REPO = CHILD.parents[2]
@@ -905,7 +905,7 @@ def test_control_a_blind_retry_is_caught(tmp_path: Path, zygote: Zygote,
     """The kill-without-reconcile trial with the recovery blind to commit records (every
     unknown attempt reads "nothing written"): the committed write is executed again, and the
     trial's execution count says so."""
-    from twice import executor
+    from twice.engine import executor
 
     monkeypatch.setattr(executor._UnitRun, "_commit_record",
                         lambda self, number, generation: None)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from tests.remote_jobs.replay import replay_client
-from twice.cost import CostLimitExceeded, check_limit
-from twice.pipeline import RemoteState
+from twice.define.pipeline import RemoteState
+from twice.engine.cost import CostLimitExceeded, check_limit
 from twice.remote import (
     AcknowledgementLost,
     BackendError,

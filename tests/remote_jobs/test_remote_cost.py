@@ -14,11 +14,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from twice.cli.estimate_cmd import estimate as estimate_cli
-from twice.cost import CostError, CostLimitExceeded, ParquetQuery, check_limit, estimate_parquet
-from twice.executor import Executor
+from twice.define.pipeline import Pipeline, PipelineError
+from twice.define.schedule import Schedule
+from twice.engine.cost import CostLimitExceeded, check_limit
+from twice.engine.executor import Executor
 from twice.ledger import Ledger
-from twice.pipeline import Pipeline, PipelineError
-from twice.schedule import Schedule
+from twice.remote.dry_run import CostError, ParquetQuery, estimate_parquet
 
 DAYS = ("2024-12-01", "2024-12-02", "2024-12-03")
 COLUMNS = ("fund_id", "amount", "currency", "note")
@@ -224,8 +225,8 @@ def test_cli_pipeline_task(tmp_path: Path, ds: Path) -> None:
     needed = chunk_bytes(ds, {"fund_id", "amount"}, {"2024-12-02"})
     file = tmp_path / "funds.py"
     file.write_text(
-        "from twice.cost import ParquetQuery\n"
-        "from twice.pipeline import Pipeline\nfrom twice.schedule import Schedule\n"
+        "from twice.remote.dry_run import ParquetQuery\n"
+        "from twice.define.pipeline import Pipeline\nfrom twice.define.schedule import Schedule\n"
         "pipeline = Pipeline('funds', schedule=Schedule.daily('UTC'))\n"
         "@pipeline.task(maximum_bytes_billed=" + str(needed - 1) + ", cost_estimate=ParquetQuery("
         "\"SELECT fund_id, amount FROM movements WHERE business_date = '{start}'\", "
@@ -246,7 +247,7 @@ def test_cli_pipeline_task(tmp_path: Path, ds: Path) -> None:
 
 def test_fake_bigquery_dry_run_and_limit_enforcement() -> None:
     from twice.remote import estimate_query
-    from twice.remote.fake_bigquery import FakeBigQuery
+    from twice.testing.fake_bigquery import FakeBigQuery
 
     bq = FakeBigQuery()
     bq.plan_estimate("SELECT big", 260, upper_bound=True)

@@ -1,7 +1,8 @@
 """A REAL faulted run for the health tests: a small pipeline of our own executed by the engine.
 
-Nothing here writes the ledger by hand: ``twice.executor.Executor`` and
-``twice.backfill.run_backfill`` run the tasks (on a manual clock, so backoff is instant and the
+Nothing here writes the ledger by hand: ``twice.engine.executor.Executor`` and
+``twice.drivers.backfill.run_backfill`` run the tasks (on a manual clock, so backoff is instant and
+the
 times are exact), and the engine records every attempt, verification, refusal and hold. The only
 other record is an operator's resolution (``Ledger.record_resolution``, what ``twice resolve``
 calls). Two business days, seven tasks each, one unit in each of these health states:
@@ -32,11 +33,11 @@ from typing import Any
 
 from tests.executor.helpers import ManualClock
 
-from twice.acceptance import AcceptanceCriteria
-from twice.interval import Interval
-from twice.pipeline import OutcomeUnknownError, Pipeline, TaskContext
-from twice.policy import RetryPolicy
-from twice.schedule import Schedule
+from twice.core.interval import Interval
+from twice.core.policy import RetryPolicy
+from twice.define.acceptance import AcceptanceCriteria
+from twice.define.pipeline import OutcomeUnknownError, Pipeline, TaskContext
+from twice.define.schedule import Schedule
 
 PIPELINE = "ops"
 DAYS = (date(2026, 11, 30), date(2026, 12, 1))
@@ -130,8 +131,8 @@ class FaultedRun:
 
 def run_faulted(root: Path) -> FaultedRun:
     """Run the faults through the engine into ``root/ledger.db`` (see the module docstring)."""
-    from twice.backfill import run_backfill
-    from twice.executor import Executor
+    from twice.drivers.backfill import run_backfill
+    from twice.engine.executor import Executor
     from twice.ledger import Ledger
 
     root.mkdir(parents=True, exist_ok=True)

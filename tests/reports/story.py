@@ -24,9 +24,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from twice.interval import Interval
+from twice.core.interval import Interval
+from twice.core.unit import UnitOfWork
 from twice.ledger import Ledger
-from twice.unit_of_work import UnitOfWork
 
 PIPELINE = "funds_positions"
 DAY = datetime(2026, 12, 1, tzinfo=UTC)
@@ -135,9 +135,10 @@ class Story:
                                    estimated_finish=at(5, 12).isoformat(), duration=300,
                                    validation=120))
         second = self.attempt("extract", at(5, 5), at(5, 9), "succeeded")
-        ledger.record_observation(uow, "succeeded", source="twice.executor", attempt=second)
+        ledger.record_observation(uow, "succeeded", source="twice.engine.executor", attempt=second)
         self.now(at(5, 10))
-        ledger.record_observation(uow, "validated", source="twice.acceptance", attempt=second,
+        ledger.record_observation(uow, "validated", source="twice.define.acceptance",
+                                  attempt=second,
                                   detail={"acceptance": {"passed": True, "checks": [
                                       "rows >= 1: 1200 (ok)", "rejected rows <= 0: 0 (ok)"]}})
         ledger.record_fingerprint("warehouse.positions_raw", "2026-12-01", 1200, "42424242",

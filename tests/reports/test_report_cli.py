@@ -83,8 +83,8 @@ def test_handover_to_file_and_stdout(story: StoryLedger, tmp_path: Path) -> None
 def test_handover_with_pipeline_file(story: StoryLedger, tmp_path: Path) -> None:
     path = tmp_path / "funds.py"
     path.write_text(textwrap.dedent("""\
-        from twice.pipeline import Pipeline
-        from twice.schedule import Schedule
+        from twice.define.pipeline import Pipeline
+        from twice.define.schedule import Schedule
         pipeline = Pipeline("funds_positions", schedule=Schedule.daily("UTC"),
                             owners={"escalation": "ops-oncall@example.com"})
         @pipeline.task

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from tests.reports.story import AS_OF, StoryClock, StoryLedger, at, unit_for
 
+from twice.define.load import load_pipeline
 from twice.ledger import Ledger
-from twice.pipeline_file import load_pipeline
 from twice.reports import Evidence, gather, load_evidence, render_handover
 
 SECTIONS = (
@@ -25,10 +25,10 @@ EXAMPLES = ("### Duplicate after a lost response", "### DONE with an error",
 
 PIPELINE_FILE = """\
 from datetime import time, timedelta
-from twice.acceptance import AcceptanceCriteria
-from twice.pipeline import Pipeline
-from twice.policy import RetryPolicy
-from twice.schedule import Schedule
+from twice.define.acceptance import AcceptanceCriteria
+from twice.define.pipeline import Pipeline
+from twice.core.policy import RetryPolicy
+from twice.define.schedule import Schedule
 
 pipeline = Pipeline("funds_positions", schedule=Schedule.daily("UTC"),
                     workflow_timeout=timedelta(hours=1), deadline=time(6, 0),

@@ -249,7 +249,7 @@ def verified_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, int]:
     """The funds_positions example through faults, then a forced rerun of one day."""
     from tests.backfill import helpers
 
-    from twice.backfill import run_backfill
+    from twice.drivers.backfill import run_backfill
     from twice.ledger import Ledger
 
     tmp = tmp_path_factory.mktemp("verified")
@@ -343,10 +343,10 @@ def test_a_superseded_unit_is_not_counted(tmp_path: Path) -> None:
     """A changed input is a new unit (the engine's identify step); the old one is set aside."""
     import pyarrow as pa
 
-    from twice.executor import Executor
+    from twice.define.pipeline import Pipeline
+    from twice.define.schedule import Schedule
+    from twice.engine.executor import Executor
     from twice.ledger import Ledger
-    from twice.pipeline import Pipeline
-    from twice.schedule import Schedule
 
     source = tmp_path / "source.txt"
     source.write_text("v1")

@@ -12,7 +12,7 @@ from datetime import date
 import pytest
 from tests.backfill import helpers
 
-from twice.backfill import run_backfill
+from twice.drivers.backfill import run_backfill
 from twice.ledger import Ledger
 from twice.reports import load_evidence, render_handover, render_html, render_update
 

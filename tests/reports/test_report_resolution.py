@@ -24,7 +24,7 @@ def _resolved_ledger(path: Path, clock: FakeClock, *, validate: bool = False) ->
                                  note="rows checked by hand")
         if validate:
             clock.advance(60)
-            ledger.record_observation(uow.uow_id, "validated", source="twice.acceptance",
+            ledger.record_observation(uow.uow_id, "validated", source="twice.define.acceptance",
                                       attempt=1)
         clock.advance(60)
     return uow.uow_id

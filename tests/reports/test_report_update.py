@@ -48,7 +48,7 @@ def test_attention_comes_in_the_vocabulary_order(evidence: Evidence, story: Stor
 def test_confirmed_is_only_what_was_verified(evidence: Evidence) -> None:
     confirmed = lines_of(evidence)["Confirmed"]
     assert "1 of 7 verified succeeded" in confirmed
-    assert "extract (validated via twice.acceptance, evidence 20 min old)" in confirmed
+    assert "extract (validated via twice.define.acceptance, evidence 20 min old)" in confirmed
     assert "load" not in confirmed
 
 

@@ -11,10 +11,10 @@ import pytest
 
 import twice
 from tests.retrying.retrying_helpers import FakeClock, Script
-from twice.backoff import delays, jitter_bounds
-from twice.policy import RetryPolicy
-from twice.retrying import RetryAttempt, RetryDeadlineExceeded, Retrying, retry
-from twice.timeouts import AttemptTimeout, Deadline
+from twice.core.backoff import delays, jitter_bounds
+from twice.core.policy import RetryPolicy
+from twice.engine.timeouts import AttemptTimeout, Deadline
+from twice.interop.retrying import RetryAttempt, RetryDeadlineExceeded, Retrying, retry
 
 Runner = Callable[[Retrying, Script], Any]
 
@@ -229,7 +229,7 @@ def test_unknown_outcomes_are_logged_as_unknown(run: Runner) -> None:
     r = retry(policy(transient=(AttemptTimeout,)), sleep=FakeClock().sleep)
     assert run(r, fn) == "ok"
     assert [a.outcome for a in r.last_attempts] == ["unknown", "succeeded"]
-    assert r.last_attempts[0].error_class == "twice.timeouts.AttemptTimeout"
+    assert r.last_attempts[0].error_class == "twice.engine.timeouts.AttemptTimeout"
 
 
 def test_fast_path_reads_no_clock_and_logs_one_success() -> None:

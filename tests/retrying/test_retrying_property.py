@@ -8,9 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.retrying.retrying_helpers import FakeClock, Script
-from twice.backoff import jitter_bounds
-from twice.policy import JITTERS, RetryPolicy
-from twice.retrying import RetryDeadlineExceeded, retry
+from twice.core.backoff import jitter_bounds
+from twice.core.policy import JITTERS, RetryPolicy
+from twice.interop.retrying import RetryDeadlineExceeded, retry
 
 
 class Permanent(Exception):

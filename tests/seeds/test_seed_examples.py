@@ -18,14 +18,14 @@ from pathlib import Path
 import pytest
 
 import twice
-from twice.backoff import jitter_bounds
-from twice.decision import DecisionWindow, EvidenceError, TaskEvidence, TaskState
+from twice.core.backoff import jitter_bounds
+from twice.core.decision import DecisionWindow, EvidenceError, TaskEvidence, TaskState
+from twice.core.policy import RetryPolicy
+from twice.define.pipeline import Pipeline, TaskContext
+from twice.define.schedule import Schedule
+from twice.engine.executor import Executor
 from twice.errors import InputError
-from twice.executor import Executor
 from twice.ledger import Ledger
-from twice.pipeline import Pipeline, TaskContext
-from twice.policy import RetryPolicy
-from twice.schedule import Schedule
 
 # retry(maks_percobaan=3, jeda_awal=0.2, faktor=2.0, galat_transien=(ConnectionError,))
 CHAPTER = RetryPolicy(max_attempts=3, initial_delay=0.2, multiplier=2.0, max_delay=60,

@@ -26,9 +26,9 @@ from click.testing import CliRunner
 from tests.workers.pipelines.twice_w_side import amounts
 from tests.workers.worker_procs import PIPELINES, fresh_database, rows, start, wait_until
 from twice.cli import cli
+from twice.define.load import load_pipeline
+from twice.define.schedule import Schedule
 from twice.ledger import LEASE_TAKEOVER_STATE, Ledger
-from twice.pipeline_file import load_pipeline
-from twice.schedule import Schedule
 
 pytestmark = pytest.mark.postgres
 
@@ -169,7 +169,7 @@ def test_killed_before_write_resubmits_the_same_job_once(crashes: dict[str, Cras
                           if o.source == "reconcile")
         assert reconciled.observed_at <= ledger.attempts(crash.uow_id)[1].started_at
         errors = [e.error_class for e in ledger.errors(crash.uow_id)]
-        assert "twice.reconcile.RequestNeverArrived" in errors
+        assert "twice.engine.reconcile.RequestNeverArrived" in errors
 
 
 def test_killed_without_reconcile_is_left_unknown(crashes: dict[str, Crash]) -> None:

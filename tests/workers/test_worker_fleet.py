@@ -11,10 +11,10 @@ import pytest
 
 from tests.workers.pipelines.twice_w_side import amounts
 from tests.workers.worker_procs import PIPELINES, rows, start
-from twice.executor import identify_unit
+from twice.define.load import load_pipeline
+from twice.define.schedule import Schedule
+from twice.engine.executor import identify_unit
 from twice.ledger import Ledger
-from twice.pipeline_file import load_pipeline
-from twice.schedule import Schedule
 
 pytestmark = pytest.mark.postgres
 

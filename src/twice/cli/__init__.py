@@ -18,7 +18,7 @@ def main() -> None:
     start-up stays close to a bare ``python3 run.py``.
     """
     if sys.argv[1:] == ["decide"]:
-        from twice.retry_fixture import main as lab_main
+        from twice.interop.lab import main as lab_main
 
         sys.exit(lab_main())
     import warnings

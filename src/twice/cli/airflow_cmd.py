@@ -1,6 +1,6 @@
 """``twice airflow describe PIPELINE_FILE``: the pipeline as an Airflow 3.3 DAG, without Airflow.
 
-Prints what ``twice.airflow.to_dag`` would build: the pinned data-interval timetable, each
+Prints what ``twice.drivers.airflow.to_dag`` would build: the pinned data-interval timetable, each
 task's retries/retry_delay/backoff/pool settings with the attempt sequence, the pools to create
 and every difference Airflow cannot express (which twice then enforces inside the task). It
 imports neither Airflow nor the executor, so it runs wherever twice is installed.
@@ -27,9 +27,9 @@ def airflow() -> None:
 def describe(pipeline_file: str, dag_id: str | None, ledger_url: str | None,
              as_json: bool) -> None:
     """Print the DAG translation table and what Airflow cannot express."""
-    from twice.airflow.translation import describe as describe_text
-    from twice.airflow.translation import describe_json
-    from twice.pipeline_file import PipelineFileError, load_pipeline
+    from twice.define.load import PipelineFileError, load_pipeline
+    from twice.drivers.airflow.translation import describe as describe_text
+    from twice.drivers.airflow.translation import describe_json
 
     if dag_id is not None and not _valid_dag_id(dag_id):
         click.echo(f"twice airflow describe: --dag-id {dag_id!r}: use letters, digits, '_', "
@@ -47,7 +47,7 @@ def describe(pipeline_file: str, dag_id: str | None, ledger_url: str | None,
     ledger = repr(_masked(ledger_url)) if ledger_url else "None  # workers read $TWICE_LEDGER"
     click.echo("")
     click.echo("DAG file (put it in Airflow's dags folder):")
-    click.echo("  from twice.airflow import to_dag")
+    click.echo("  from twice.drivers.airflow import to_dag")
     click.echo(f"  dag = to_dag({str(pipeline.source_file)!r}, ledger={ledger}"
                + (f", dag_id={dag_id!r})" if dag_id else ")"))
 

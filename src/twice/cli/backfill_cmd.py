@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 if TYPE_CHECKING:
-    from twice.backfill import BackfillPlan, BackfillResult
+    from twice.drivers.backfill import BackfillPlan, BackfillResult
 
 EXIT_BAD_INPUT = 2
 EXIT_FAILED = 1
@@ -91,13 +91,13 @@ def backfill(pipeline_file: str, start_text: str, end_text: str, tasks_text: str
     a unit another process holds is left to it (exit 1, run again later), and an unknown
     outcome from an earlier run is reconciled by its job id before anything else.
     """
-    from twice.backfill import BackfillError, plan_backfill, run_backfill
+    from twice.core.interval import IntervalError
+    from twice.define.load import PipelineFileError, load_pipeline
+    from twice.define.pipeline import PipelineError
+    from twice.define.schedule import ScheduleError
     from twice.destinations import DestinationError
-    from twice.interval import IntervalError
+    from twice.drivers.backfill import BackfillError, plan_backfill, run_backfill
     from twice.ledger import Ledger, LedgerError
-    from twice.pipeline import PipelineError
-    from twice.pipeline_file import PipelineFileError, load_pipeline
-    from twice.schedule import ScheduleError
 
     start = parse_point(start_text, "--start")
     end = parse_point(end_text, "--end")
@@ -152,7 +152,7 @@ def parse_deadline(text: str) -> datetime | None:
     """``--deadline``: None for 'none', else an aware ISO-8601 instant."""
     if text.strip().lower() == "none":
         return None
-    from twice.timescale import TimeValueError, parse_instant
+    from twice.core.timescale import TimeValueError, parse_instant
 
     try:
         return parse_instant(text)
@@ -192,7 +192,7 @@ def run_with_progress(pipeline: Any, ledger: Any, intervals: Any, **options: Any
         TimeRemainingColumn,
     )
 
-    from twice.backfill import run_backfill
+    from twice.drivers.backfill import run_backfill
 
     console = Console(stderr=False)
     state = {"running": 0, "failed": 0}

@@ -54,13 +54,13 @@ def decide(extended: bool, output_format: str, ledger_url: str | None, as_of: st
 
         sys.exit(decide_over_ledger(ledger_url, as_of, "json" if as_json else output_format))
     if extended:
-        from twice.extended_fixture import main as extended_main
+        from twice.interop.extended import main as extended_main
 
         sys.exit(extended_main(output_format))
     if output_format == "table":
-        from twice.decision_table import lab_table
+        from twice.interop.decision_table import lab_table
 
         sys.exit(lab_table())
-    from twice.retry_fixture import main as lab_main
+    from twice.interop.lab import main as lab_main
 
     sys.exit(lab_main())

@@ -67,7 +67,7 @@ def compare_warehouses(example: ModuleType, run_dir: Path, clean_dir: Path,
                        intervals: list[Any]) -> list[tuple[str, str, Any, Any]]:
     """(table, day, fingerprint in the run, fingerprint in the clean run) for every partition."""
     from twice.destinations import open_destination
-    from twice.fingerprint import fingerprint
+    from twice.destinations.fingerprint import fingerprint
 
     rows = []
     for table in example.TABLES:
@@ -126,9 +126,9 @@ def demo(workdir: str | None, days: int) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from twice.acceptance import AcceptanceCriteria, LoadOutcome, evaluate
-    from twice.backfill import run_backfill
     from twice.cli.backfill_cmd import describe_run
+    from twice.define.acceptance import AcceptanceCriteria, LoadOutcome, evaluate
+    from twice.drivers.backfill import run_backfill
     from twice.ledger import Ledger
 
     console = Console(highlight=False)

@@ -16,7 +16,7 @@ import click
 
 
 def _datasets(values: tuple[str, ...]) -> dict[str, Any]:
-    from twice.cost import ParquetDataset
+    from twice.remote.dry_run import ParquetDataset
 
     found: dict[str, Any] = {}
     for value in values:
@@ -65,7 +65,8 @@ def estimate(
     limit_bytes: int | None, task_name: str | None, interval_text: str | None, as_json: bool,
 ) -> None:
     """Estimate bytes read before running; refuse (exit 1) over maximum_bytes_billed."""
-    from twice.cost import CostError, check_limit, estimate_parquet
+    from twice.engine.cost import check_limit
+    from twice.remote.dry_run import CostError, estimate_parquet
 
     if limit_bytes is not None and limit_bytes < 1:
         raise click.UsageError("--limit-bytes: must be a positive integer")
@@ -86,9 +87,9 @@ def estimate(
 def _task_check(
     path: str, task_name: str | None, interval_text: str | None, limit: int | None
 ) -> Any:
-    from twice.cost import check_limit
-    from twice.pipeline import PipelineError
-    from twice.pipeline_file import PipelineFileError, load_pipeline
+    from twice.define.load import PipelineFileError, load_pipeline
+    from twice.define.pipeline import PipelineError
+    from twice.engine.cost import check_limit
 
     if not task_name or not interval_text:
         raise click.UsageError("PIPELINE_FILE needs --task and --interval")

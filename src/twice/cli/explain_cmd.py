@@ -24,7 +24,7 @@ import click
 def explain(uow_id: str, ledger_url: str | None, as_json: bool) -> None:
     """Full recorded timeline of one unit of work."""
     from twice.cli.ledger_decide import CliInputError, open_existing_ledger
-    from twice.evidence import iso
+    from twice.engine.evidence import iso
 
     try:
         ledger = open_existing_ledger(ledger_url)

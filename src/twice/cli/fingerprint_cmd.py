@@ -38,9 +38,9 @@ def fingerprint(destination: str, partition_text: str, key_columns: str | None,
     The checksum (twice-fp-v2) covers every column unless --columns names some; a column of a
     type without a canonical text is refused, never left out. The output lists the columns.
     """
+    from twice.core.interval import IntervalError
     from twice.destinations import DestinationError, open_destination
-    from twice.fingerprint import fingerprint as compute
-    from twice.interval import IntervalError
+    from twice.destinations.fingerprint import fingerprint as compute
 
     try:
         column, partition = _parse_partition(partition_text)
@@ -66,8 +66,8 @@ def fingerprint(destination: str, partition_text: str, key_columns: str | None,
 
 def _parse_partition(text: str) -> tuple[str | None, Any]:
     """``[COLUMN=]VALUE`` where VALUE may be an interval ``START/END``."""
-    from twice.destinations.identifiers import IDENTIFIER_PATTERN, validate_identifier
-    from twice.interval import Interval
+    from twice.core.identifiers import IDENTIFIER_PATTERN, validate_identifier
+    from twice.core.interval import Interval
 
     column = None
     head, sep, rest = text.partition("=")

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING
 import click
 
 if TYPE_CHECKING:
+    from twice.define.pipeline import Pipeline
     from twice.ledger.records import UnitRecord
-    from twice.pipeline import Pipeline
 
 EXIT_BAD_INPUT = 2
 
@@ -31,7 +31,7 @@ def _fail(message: str) -> None:
 
 def _deadlines(pipeline: Pipeline) -> Callable[[UnitRecord], datetime | None]:
     """The pipeline's deadline per unit; None where the definition cannot say."""
-    from twice.pipeline import PipelineError
+    from twice.define.pipeline import PipelineError
 
     def deadline_for(unit: UnitRecord) -> datetime | None:
         try:
@@ -64,7 +64,7 @@ def handover(ledger_url: str | None, pipeline_file: str | None, pipeline: str | 
 
     definition = None
     if pipeline_file is not None:
-        from twice.pipeline_file import PipelineFileError, load_pipeline
+        from twice.define.load import PipelineFileError, load_pipeline
 
         try:
             definition = load_pipeline(pipeline_file)

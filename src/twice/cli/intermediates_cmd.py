@@ -2,7 +2,7 @@
 
 Lists every stored version with its owner, status, size, expiry and reuse count, and the
 storage-vs-recompute trade-off priced from the measurements the ledger recorded (prices are
-options with documented defaults, see ``twice.intermediates.CostModel``). ``--expire`` first
+options with documented defaults, see ``twice.engine.intermediates.CostModel``). ``--expire`` first
 deletes the slices of active versions past their retention and records each expiry.
 """
 
@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 if TYPE_CHECKING:
-    from twice.intermediates import CostModel, Expiry
+    from twice.engine.intermediates import CostModel, Expiry
     from twice.ledger import IntermediateRecord, Ledger
 
 EXIT_BAD_INPUT = 2
@@ -44,7 +44,7 @@ def intermediates(ledger_url: str | None, name: str | None, status: str | None,
                   as_json: bool) -> None:
     """Materialized intermediates: owner, version, status, size, expiry, reuses, trade-off."""
     from twice.cli.ledger_decide import CliInputError, open_existing_ledger
-    from twice.intermediates import CostModel, IntermediateError
+    from twice.engine.intermediates import CostModel, IntermediateError
 
     prices = {"storage_usd_per_gb_month": storage_price, "compute_usd_per_hour": compute_price,
               "scan_usd_per_tb": scan_price, "expected_reuses": expected_reuses}
@@ -81,13 +81,13 @@ def _option_names(message: str) -> str:
 
 
 def _expire(ledger: Ledger, name: str | None) -> list[Expiry]:
-    from twice.intermediates import expire
+    from twice.engine.intermediates import expire
 
     return expire(ledger, name=name)
 
 
 def _row(ledger: Ledger, entry: IntermediateRecord, cost: CostModel) -> dict[str, Any]:
-    from twice.intermediates import tradeoff
+    from twice.engine.intermediates import tradeoff
 
     events = ledger.intermediate_events(entry.name, entry.version)
     trade = tradeoff(entry, events, cost) if entry.status == "active" else None
@@ -111,7 +111,7 @@ def _expiry_dict(expiry: Expiry) -> dict[str, Any]:
 
 
 def _print(label: str, rows: list[dict[str, Any]], expired: list[Expiry]) -> None:
-    from twice.intermediates import format_bytes
+    from twice.engine.intermediates import format_bytes
 
     for item in expired:
         if item.error:

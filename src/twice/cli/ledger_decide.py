@@ -2,7 +2,7 @@
 
 Evidence is read as of ``--as-of`` (default: now); records made after it are ignored, so the
 question "what would the planner have said at 05:40?" has an answer. Policies and deadlines come
-from what each unit's latest run recorded (``twice.evidence.PlanSettings``); the workflow
+from what each unit's latest run recorded (``twice.engine.evidence.PlanSettings``); the workflow
 deadline of that run is not applied, since a new run gets a fresh one.
 
 Also home to the helpers ``twice status`` shares: opening an *existing* ledger (a status command
@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:
-    from twice.evidence import PlanSettings
+    from twice.engine.evidence import PlanSettings
     from twice.ledger import AttemptRecord, Ledger, ResolutionRecord, UnitRecord
 
 SCHEMA = "twice.decide-ledger/v1"
@@ -31,7 +31,7 @@ class CliInputError(ValueError):
 
 
 def parse_as_of(text: str | None) -> datetime | None:
-    from twice.timescale import TimeValueError, parse_instant
+    from twice.core.timescale import TimeValueError, parse_instant
 
     if text is None:
         return None
@@ -71,8 +71,8 @@ def unit_rows(
     ledger: Ledger, as_of: datetime | None, settings_for: SettingsFor | None = None
 ) -> tuple[datetime, list[dict[str, Any]]]:
     """One row per unit: its latest attempt, freshest evidence and the planner's decision."""
-    from twice.evidence import age_text, gather_evidence, iso, plan_unit
-    from twice.timescale import format_duration, micros_to_instant
+    from twice.core.timescale import format_duration, micros_to_instant
+    from twice.engine.evidence import age_text, gather_evidence, iso, plan_unit
 
     at = ledger.now() if as_of is None else as_of
     rows = []
@@ -151,7 +151,7 @@ def _assertion(
 
 
 def _report(ledger: Ledger, at: datetime, rows: list[dict[str, Any]]) -> dict[str, Any]:
-    from twice.evidence import iso
+    from twice.engine.evidence import iso
 
     return {
         "schema": SCHEMA,

@@ -16,9 +16,9 @@ from typing import Any
 
 import click
 
-from twice.backoff import jitter_bounds
-from twice.policy import JITTERS, PolicyError, RetryPolicy
-from twice.translations import (
+from twice.core.backoff import jitter_bounds
+from twice.core.policy import JITTERS, PolicyError, RetryPolicy
+from twice.interop.translations import (
     FROM,
     ROW_LIMIT,
     TO,

@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING
 import click
 
 if TYPE_CHECKING:
-    from twice.executor import RunResult
-    from twice.interval import Interval
-    from twice.pipeline import Pipeline
+    from twice.core.interval import Interval
+    from twice.define.pipeline import Pipeline
+    from twice.engine.executor import RunResult
 
 EPILOG = """\b
 Examples:
@@ -49,7 +49,7 @@ def _fail(message: str) -> None:
 
 def _intervals(pipeline: Pipeline, interval: str | None, start: str | None,
                end: str | None) -> list[Interval]:
-    from twice.schedule import ScheduleError
+    from twice.define.schedule import ScheduleError
 
     if interval is not None and (start is not None or end is not None):
         raise _BadInput("give either --interval or --start/--end, not both")
@@ -65,7 +65,7 @@ def _intervals(pipeline: Pipeline, interval: str | None, start: str | None,
 
 def _task_names(pipeline: Pipeline, tasks: str | None, option: str = "--tasks"
                 ) -> list[str] | None:
-    from twice.pipeline import PipelineError
+    from twice.define.pipeline import PipelineError
 
     if tasks is None:
         return None
@@ -109,12 +109,12 @@ def run(pipeline_file: str, interval: str | None, start: str | None, end: str | 
         tasks: str | None, ledger_url: str | None, max_workers: int, seed: int | None,
         deadline: str | None, lease_ttl: float, repeat: str | None, as_json: bool) -> None:
     """Run a pipeline for one interval or a range."""
+    from twice.define.load import PipelineFileError, load_pipeline
+    from twice.define.pipeline import PipelineError
+    from twice.define.schedule import ScheduleError
+    from twice.engine.executor import Executor
     from twice.errors import Interrupted
-    from twice.executor import Executor
     from twice.ledger import Ledger, LedgerError
-    from twice.pipeline import PipelineError
-    from twice.pipeline_file import PipelineFileError, load_pipeline
-    from twice.schedule import ScheduleError
 
     try:
         pipeline = load_pipeline(pipeline_file)
@@ -160,7 +160,7 @@ def _deadline_override(text: str) -> object:
     """``--deadline``: None for 'none', else a function giving that instant for every interval."""
     if text.strip().lower() == "none":
         return None
-    from twice.timescale import TimeValueError, parse_instant
+    from twice.core.timescale import TimeValueError, parse_instant
 
     try:
         due = parse_instant(text)

@@ -23,13 +23,13 @@ from typing import TYPE_CHECKING, Any
 import click
 
 if TYPE_CHECKING:
-    from twice.evidence import PlanSettings
+    from twice.define.pipeline import Pipeline
+    from twice.engine.evidence import PlanSettings
     from twice.ledger import UnitRecord
-    from twice.pipeline import Pipeline
 
 
 def _settings_from(pipeline: Pipeline) -> Any:
-    from twice.evidence import PlanSettings
+    from twice.engine.evidence import PlanSettings
 
     def settings_for(unit: UnitRecord) -> PlanSettings | None:
         if unit.pipeline != pipeline.name or unit.task not in pipeline:
@@ -56,7 +56,7 @@ def status(ledger_url: str | None, pipeline_file: str | None, as_of: str | None,
     try:
         at = parse_as_of(as_of)
         if pipeline_file is not None:
-            from twice.pipeline_file import PipelineFileError, load_pipeline
+            from twice.define.load import PipelineFileError, load_pipeline
 
             try:
                 settings_for = _settings_from(load_pipeline(pipeline_file))
@@ -71,7 +71,7 @@ def status(ledger_url: str | None, pipeline_file: str | None, as_of: str | None,
         label = ledger.url
         headline = _add_health(ledger, at, rows)
     if as_json:
-        from twice.evidence import iso
+        from twice.engine.evidence import iso
 
         click.echo(json.dumps({"ledger": label, "asOf": iso(at), "headline": headline.headline,
                                "done": headline.done, "units": rows}, sort_keys=True))
@@ -110,7 +110,7 @@ def _print(label: str, at: Any, rows: list[dict[str, Any]], headline: str) -> No
     from rich.markup import escape
     from rich.table import Table
 
-    from twice.evidence import iso
+    from twice.engine.evidence import iso
     from twice.ledger import OPERATOR_SOURCE_PREFIX
     from twice.reports import wording
 

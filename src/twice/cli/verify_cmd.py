@@ -21,7 +21,7 @@ EXIT_BAD_INPUT = 2
 
 def _partition(text: str) -> Any:
     """The ledger's partition key back into a partition spec (an interval, else the value)."""
-    from twice.interval import Interval, IntervalError
+    from twice.core.interval import Interval, IntervalError
 
     try:
         return Interval.parse(text) if "/" in text else text
@@ -44,9 +44,9 @@ def verify(ledger_url: str | None, destination: str | None, as_json: bool) -> No
     twice-fp-v1 still verifies, over its own columns only, and is reported as older.
     """
     from twice.destinations import DestinationError, open_destination
-    from twice.fingerprint import verify as check
+    from twice.destinations.fingerprint import verify as check
+    from twice.engine.verification import as_fingerprint
     from twice.ledger import Ledger, LedgerError
-    from twice.verification import as_fingerprint
 
     try:
         ledger = Ledger.open(ledger_url)

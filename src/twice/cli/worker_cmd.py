@@ -1,4 +1,5 @@
-"""``twice worker PIPELINE_FILE``: one of several processes sharing a ledger (see ``twice.worker``).
+"""``twice worker PIPELINE_FILE``: one of several processes sharing a ledger (see
+``twice.drivers.worker``).
 
 Start as many as you like, on one host or many, with the same pipeline, range and ledger
 (PostgreSQL for several hosts): each unit of work runs in one of them, pools bind them all, and
@@ -21,7 +22,7 @@ import click
 if TYPE_CHECKING:
     from datetime import datetime
 
-    from twice.worker import WorkerReport
+    from twice.drivers.worker import WorkerReport
 
 EPILOG = """\b
 Examples:
@@ -47,7 +48,7 @@ def _fail(message: str) -> None:
 def _since(text: str | None) -> datetime | None:
     if text is None:
         return None
-    from twice.timescale import TimeValueError, parse_instant
+    from twice.core.timescale import TimeValueError, parse_instant
 
     try:
         return parse_instant(text)
@@ -98,11 +99,11 @@ def worker(pipeline_file: str, ledger_url: str | None, interval: str | None, sta
            seed: int | None, deadline: str | None, repeat: str | None, as_json: bool) -> None:
     """Work on a pipeline's units alongside other workers sharing the ledger."""
     from twice.cli.run_cmd import _BadInput, _deadline_override, _intervals, _task_names
+    from twice.define.load import PipelineFileError, load_pipeline
+    from twice.define.pipeline import PipelineError
+    from twice.define.schedule import ScheduleError
+    from twice.drivers.worker import Worker
     from twice.ledger import Ledger, LedgerError
-    from twice.pipeline import PipelineError
-    from twice.pipeline_file import PipelineFileError, load_pipeline
-    from twice.schedule import ScheduleError
-    from twice.worker import Worker
 
     if name is not None and not name.strip():
         _fail("--name must not be empty")

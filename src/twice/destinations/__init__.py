@@ -29,23 +29,24 @@ import importlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from twice.core.schemes import ENGINE_MODULES
 from twice.destinations.errors import DestinationError, DestinationUnavailableError
-from twice.schemes import ENGINE_MODULES
 
 if TYPE_CHECKING:
+    from twice.core.identifiers import IdentifierError
     from twice.destinations.base import Destination, DestinationSpec, WriteResult
     from twice.destinations.columns import ColumnType, SchemaError
-    from twice.destinations.identifiers import IdentifierError
     from twice.destinations.rows import DuplicateKeyError
     from twice.destinations.slices import PartitionError, RowsOutsidePartitionError
 
 # Imported on first use: the engines and PyArrow load only when a destination is really used
 # (``twice.destinations.commits``, which every attempt needs, stays light).
 _LAZY = {
-    "Destination": "base", "DestinationSpec": "base", "WriteResult": "base",
-    "ColumnType": "columns", "SchemaError": "columns", "IdentifierError": "identifiers",
-    "DuplicateKeyError": "rows", "PartitionError": "slices",
-    "RowsOutsidePartitionError": "slices",
+    "Destination": "destinations.base", "DestinationSpec": "destinations.base",
+    "WriteResult": "destinations.base", "ColumnType": "destinations.columns",
+    "SchemaError": "destinations.columns", "IdentifierError": "core.identifiers",
+    "DuplicateKeyError": "destinations.rows", "PartitionError": "destinations.slices",
+    "RowsOutsidePartitionError": "destinations.slices",
 }
 
 
@@ -53,7 +54,7 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'twice.destinations' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"twice.destinations.{module}"), name)
+    return getattr(importlib.import_module(f"twice.{module}"), name)
 
 
 def open_destination(
@@ -64,8 +65,8 @@ def open_destination(
 ) -> Destination:
     """Open the destination named by ``spec``; keyword arguments fill in or must agree with
     the ``partition_column`` / ``key_columns`` query options."""
+    from twice.core.identifiers import validate_identifier, validate_identifiers
     from twice.destinations.base import DestinationSpec
-    from twice.destinations.identifiers import validate_identifier, validate_identifiers
 
     parsed = DestinationSpec.parse(spec)
     module_name = ENGINE_MODULES.get(parsed.scheme)

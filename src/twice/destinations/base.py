@@ -34,6 +34,11 @@ from urllib.parse import parse_qsl, unquote
 
 import pyarrow as pa
 
+from twice.core.identifiers import (
+    quote_identifier,
+    validate_identifier,
+    validate_identifiers,
+)
 from twice.destinations.columns import ColumnType, Schema, SchemaError, schema_of
 from twice.destinations.commits import (
     ACTIVE,
@@ -48,11 +53,6 @@ from twice.destinations.commits import (
     utc_now_text,
 )
 from twice.destinations.errors import DestinationError
-from twice.destinations.identifiers import (
-    quote_identifier,
-    validate_identifier,
-    validate_identifiers,
-)
 from twice.destinations.rows import RowsLike, check_keys, to_arrow
 from twice.destinations.slices import PartitionSpec, Slice
 
@@ -215,7 +215,7 @@ class SqlDialect:
 
     # Whether canonical_text_sql handles floats (a twice function registered on the
     # connection computes :func:`twice.destinations.columns.float_text`). Without it, float
-    # columns are streamed to Python (see twice.fingerprint.streamed_sql).
+    # columns are streamed to Python (see twice.destinations.fingerprint.streamed_sql).
     float_text_in_sql: ClassVar[bool] = False
 
     def float_sql(self, column_sql: str) -> str:
@@ -545,7 +545,7 @@ class SqlDestination(ABC):
         compute it by default afterwards (``twice-fp-v2`` over every column, key or not);
         ``algorithm "none"`` (row count only, empty checksum) when the slice cannot be
         fingerprinted (a PostgreSQL database that is not UTF8): the write still commits."""
-        from twice.fingerprint import ALGORITHM, checksum_from_sums, resolve_columns
+        from twice.destinations.fingerprint import ALGORITHM, checksum_from_sums, resolve_columns
 
         schema = self._existing_schema()
         try:
@@ -592,12 +592,13 @@ class SqlDestination(ABC):
     ) -> tuple[int, int, int]:
         """(row count, sum of high 30 bits, sum of low 30 bits) of the row hashes, in-database.
 
-        :mod:`twice.fingerprint` turns these into a checksum; see it for the definition.
+        :mod:`twice.destinations.fingerprint` turns these into a checksum; see it for the
+        definition.
         Float columns on an engine without twice's float function in SQL (PostgreSQL): the
         other columns' text is computed in the database, the float values are streamed
         (exactly) and the rows hashed in Python, with the same definition.
         """
-        from twice.fingerprint import fingerprint_sql, streamed_sql, streamed_sums
+        from twice.destinations.fingerprint import fingerprint_sql, streamed_sql, streamed_sums
 
         schema = self._existing_schema()
         self._require_columns(schema, columns)

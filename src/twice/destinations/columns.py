@@ -6,7 +6,8 @@ off them: schema checks (an incoming batch must match the table kind for kind) a
 canonical text that fingerprints hash, so that equal values give equal fingerprints whatever
 engine holds them.
 
-Canonical text per kind (the fingerprint definition in :mod:`twice.fingerprint` relies on it):
+Canonical text per kind (the fingerprint definition in :mod:`twice.destinations.fingerprint` relies
+on it):
 
 =============  =============================================  ============================
 kind           Arrow types accepted                           canonical text

@@ -31,7 +31,8 @@ explicit ``stamp=None`` writes unstamped, with no record and no fencing). A stam
 ONE transaction with its rows: creates the commits table if missing, refuses an older token
 for the same ``(table, fence_key)`` (equal tokens pass: the same lease writing again), writes
 the rows, fingerprints the slice as it now is (same connection, so it sees the uncommitted
-rows; ``twice-fp-v2`` over every column, as ``twice.fingerprint.fingerprint`` computes it by
+rows; ``twice-fp-v2`` over every column, as ``twice.destinations.fingerprint.fingerprint`` computes
+it by
 default, the columns listed in the record; ``algorithm "none"`` and an empty checksum when the
 slice cannot be fingerprinted, e.g. a PostgreSQL database that is not UTF8) and inserts the
 record. ``CommitRecord.table`` is the table unquoted (``schema.table`` when the

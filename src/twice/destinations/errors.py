@@ -6,11 +6,8 @@ Every subclass is also a ``ValueError``; every message names the field or column
 
 from __future__ import annotations
 
-from twice.errors import TwiceError
-
-
-class DestinationError(TwiceError, ValueError):
-    """A destination cannot be opened, read or written as asked; nothing was changed."""
+# the family root lives in twice.errors, beside its siblings
+from twice.errors import DestinationError as DestinationError
 
 
 class DestinationUnavailableError(DestinationError):

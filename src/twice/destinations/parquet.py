@@ -70,6 +70,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from twice.core.identifiers import (
+    validate_identifier,
+    validate_identifiers,
+    validate_path_value,
+)
 from twice.destinations.base import DestinationSpec, WriteResult
 from twice.destinations.columns import ColumnType, Schema, SchemaError, schema_of
 from twice.destinations.commits import (
@@ -85,11 +90,6 @@ from twice.destinations.commits import (
     resolve_stamp,
 )
 from twice.destinations.errors import DestinationError
-from twice.destinations.identifiers import (
-    validate_identifier,
-    validate_identifiers,
-    validate_path_value,
-)
 from twice.destinations.rows import RowsLike, check_keys, to_arrow
 from twice.destinations.slices import PartitionError, PartitionSpec, Slice
 
@@ -410,7 +410,12 @@ class ParquetDestination:
         """The record of a write whose slice will hold ``new_rows`` plus the current rows of
         the partitions ``kept``; its fingerprint is the one ``fingerprint()`` will compute
         after the write (the checksum is a sum over rows, so the parts add up)."""
-        from twice.fingerprint import ALGORITHM, arrow_sums, checksum_from_sums, resolve_columns
+        from twice.destinations.fingerprint import (
+            ALGORITHM,
+            arrow_sums,
+            checksum_from_sums,
+            resolve_columns,
+        )
 
         arrow_schema = self._arrow_schema()
         assert arrow_schema is not None  # written before any record is made
@@ -568,8 +573,9 @@ class ParquetDestination:
     def fingerprint_sums(
         self, partition: PartitionSpec, columns: Sequence[str]
     ) -> tuple[int, int, int]:
-        """Arrow-computed sums (see :mod:`twice.fingerprint`); no SQL engine involved."""
-        from twice.fingerprint import arrow_sums
+        """Arrow-computed sums (see :mod:`twice.destinations.fingerprint`); no SQL engine
+        involved."""
+        from twice.destinations.fingerprint import arrow_sums
 
         table = self.read_partition(partition, columns)
         return arrow_sums(table, list(schema_of(table).items()))

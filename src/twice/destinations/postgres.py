@@ -15,7 +15,8 @@ tables there, and the records live and die with the data), in the write's transa
 Fingerprints run as one aggregate query, except over float columns: PostgreSQL's shortest float
 text is not twice's (``1.9999999999999998e+23`` for ``2e+23``, a tie its algorithm excludes), so
 the other columns' canonical text is computed in the database and streamed with the float values
-in binary (exact), and the rows are hashed in Python (``twice.fingerprint.streamed_sql``).
+in binary (exact), and the rows are hashed in Python
+(``twice.destinations.fingerprint.streamed_sql``).
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from twice.core.identifiers import validate_identifier
 from twice.destinations.columns import (
     MAX_DECIMAL_PRECISION,
     ColumnType,
@@ -23,7 +24,6 @@ from twice.destinations.columns import (
     schema_of,
 )
 from twice.destinations.errors import DestinationError
-from twice.destinations.identifiers import validate_identifier
 
 RowsLike = Any  # pa.Table | pa.RecordBatch | pandas/polars DataFrame | Iterable[Mapping]
 

@@ -5,7 +5,8 @@ A run replaces exactly its slice. The same :class:`Slice` object produces the SQ
 Parquet partition directory values, so "what the writer deletes" and "what the writer accepts"
 can never drift apart.
 
-Interval semantics per partition column kind (half-open, like :class:`twice.interval.Interval`):
+Interval semantics per partition column kind (half-open, like
+:class:`twice.core.interval.Interval`):
 
 * ``date``: the bounds must be midnights (in their own offsets); the slice is the dates
   ``start.date() <= d < end.date()``.
@@ -24,9 +25,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from twice.core.interval import Interval
 from twice.destinations.columns import ColumnType
 from twice.destinations.errors import DestinationError
-from twice.interval import Interval
 
 PartitionSpec = Any  # Interval | date | datetime | int | str | bool | Decimal
 

@@ -28,7 +28,7 @@ listing files at that moment, can see a partition missing; a write touching seve
 is not atomic across them. Rerunning the interval converges. One writer per table at a time.
 
 Fingerprints run in Spark as one DataFrame aggregation (md5 of the canonical row text, sums of
-the high and low 30 bits of its first 60 bits), equal to :mod:`twice.fingerprint`'s
+the high and low 30 bits of its first 60 bits), equal to :mod:`twice.destinations.fingerprint`'s
 ``twice-fp-v2`` on every other engine. Float columns are the exception: Java's double-to-string
 is not twice's shortest text, so the floats' part of each row is written by twice's Python
 function in Spark's Python workers (``mapInArrow``, twice must be installed there), batch by
@@ -65,6 +65,11 @@ from urllib.parse import unquote
 
 import pyarrow as pa
 
+from twice.core.identifiers import (
+    validate_identifier,
+    validate_identifiers,
+    validate_path_value,
+)
 from twice.destinations.base import DestinationSpec, WriteResult
 from twice.destinations.columns import ColumnType, Schema, SchemaError, schema_of
 from twice.destinations.commits import (
@@ -79,11 +84,6 @@ from twice.destinations.commits import (
     resolve_stamp,
 )
 from twice.destinations.errors import DestinationError, DestinationUnavailableError
-from twice.destinations.identifiers import (
-    validate_identifier,
-    validate_identifiers,
-    validate_path_value,
-)
 from twice.destinations.rows import RowsLike, check_keys, to_arrow
 from twice.destinations.slices import PartitionError, PartitionSpec, Slice
 
@@ -469,7 +469,7 @@ class SparkDestination:
         self, owner: WriteStamp, mode: str, label: str, partition: PartitionSpec,
         rows_written: int, extra: dict[str, Any],
     ) -> CommitRecord:
-        from twice.fingerprint import ALGORITHM, checksum_from_sums, resolve_columns
+        from twice.destinations.fingerprint import ALGORITHM, checksum_from_sums, resolve_columns
 
         schema = self.schema()
         assert schema is not None  # the data was just written
@@ -575,7 +575,12 @@ class SparkDestination:
         """
         from pyspark.sql import functions as F
 
-        from twice.fingerprint import LOW_BITS, LOW_MASK, UNIT_SEPARATOR, float_segments
+        from twice.destinations.fingerprint import (
+            LOW_BITS,
+            LOW_MASK,
+            UNIT_SEPARATOR,
+            float_segments,
+        )
 
         with self._utc():
             frame, schema = self._frame(partition)
@@ -710,7 +715,7 @@ def _canonical_text(column: Column, ctype: ColumnType) -> Column:
 def _float_batch_sums(floats: tuple[bool, ...], batches: Iterator[pa.RecordBatch]
                       ) -> Iterator[pa.RecordBatch]:
     """``mapInArrow`` body (runs in Spark's Python workers): see fingerprint_sums."""
-    from twice.fingerprint import batch_sums
+    from twice.destinations.fingerprint import batch_sums
 
     yield from batch_sums(batches, floats)
 

@@ -42,7 +42,7 @@ from twice.destinations.columns import (
 )
 from twice.destinations.commits import COMMITS_TABLE
 from twice.destinations.errors import DestinationError, DestinationUnavailableError
-from twice.fingerprint import hash60
+from twice.destinations.fingerprint import hash60
 
 _DECIMAL_TEXT = re.compile(r"DECIMAL_TEXT\((\d+),\s*(\d+)\)")
 _TEXT_STORED = ("date", "timestamp", "timestamptz", "decimal")

@@ -5,7 +5,14 @@ Operators decide from what the ledger recorded, so it refuses invalid evidence (
 observation times, unknown vocabulary, a second job generation before the first is confirmed
 failed) instead of storing it. SQLAlchemy is imported only by this package::
 
-    from twice.ledger import Ledger
+from twice.core.outcomes import (
+    ATTEMPT_OUTCOMES,
+    ERROR_CLASSIFICATIONS,
+    FINISH_OUTCOMES,
+    AttemptOutcome,
+    ErrorClassification,
+)
+from twice.ledger import Ledger
 
     with Ledger.open("sqlite:///twice-ledger.db") as ledger:
         ledger.record_unit(uow)
@@ -23,11 +30,8 @@ from twice.ledger.errors import (
 )
 from twice.ledger.migrations import LATEST_VERSION, MIGRATIONS, Migration
 from twice.ledger.records import (
-    ATTEMPT_OUTCOMES,
     DECISIONS,
-    ERROR_CLASSIFICATIONS,
     EVENT_KINDS,
-    FINISH_OUTCOMES,
     GENERATION_STATES,
     INTERMEDIATE_ACTIONS,
     INTERMEDIATE_STATUSES,
@@ -39,11 +43,9 @@ from twice.ledger.records import (
     RESOLVED_ATTEMPT_OUTCOME,
     RESOLVED_FAILED_STATE,
     RESOLVED_SUCCEEDED_STATE,
-    AttemptOutcome,
     AttemptRecord,
     DecisionName,
     DecisionRecord,
-    ErrorClassification,
     ErrorRecord,
     EventKind,
     FingerprintDiff,

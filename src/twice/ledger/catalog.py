@@ -1,6 +1,7 @@
 """The catalog of materialized intermediates: which version is stored where, and its history.
 
-``twice.intermediates`` decides (reuse, refuse, recompute, expire); these functions record the
+``twice.engine.intermediates`` decides (reuse, refuse, recompute, expire); these functions record
+the
 outcome inside a write transaction supplied by the ``Ledger``. Writers of one stored slice
 (``location`` + ``partition``) are serialised, so the rule "at most one active version per
 slice" holds across processes: writing a version supersedes whatever was active there, because

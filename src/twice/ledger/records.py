@@ -16,22 +16,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from twice.interval import Interval
-from twice.unit_of_work import UnitOfWork
-
-AttemptOutcome = Literal["running", "succeeded", "failed-transient", "failed-permanent", "unknown"]
-ATTEMPT_OUTCOMES: tuple[AttemptOutcome, ...] = (
-    "running",
-    "succeeded",
-    "failed-transient",
-    "failed-permanent",
-    "unknown",
+from twice.core.interval import Interval
+from twice.core.outcomes import (
+    AttemptOutcome,
+    ErrorClassification,
 )
-#: Outcomes an attempt can be finished with (``running`` is only ever set by ``begin_attempt``).
-FINISH_OUTCOMES: tuple[AttemptOutcome, ...] = ATTEMPT_OUTCOMES[1:]
-
-ErrorClassification = Literal["transient", "permanent", "unknown"]
-ERROR_CLASSIFICATIONS: tuple[ErrorClassification, ...] = ("transient", "permanent", "unknown")
+from twice.core.unit import UnitOfWork
 
 GenerationState = Literal["active", "confirmed-failed", "succeeded"]
 GENERATION_STATES: tuple[GenerationState, ...] = ("active", "confirmed-failed", "succeeded")
@@ -448,7 +438,8 @@ class TimelineEvent:
 
 @dataclass(frozen=True)
 class IntermediateRecord:
-    """One version of a materialized intermediate in the catalog (see ``twice.intermediates``).
+    """One version of a materialized intermediate in the catalog (see
+    ``twice.engine.intermediates``).
 
     ``row_count``/``checksum`` over ``columns`` is the fingerprint taken right after the write;
     a reuse is allowed only while a freshly computed fingerprint equals it. ``compute_seconds``

@@ -38,10 +38,9 @@ from sqlalchemy import (
 from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
+from twice.core.outcomes import ATTEMPT_OUTCOMES, ERROR_CLASSIFICATIONS
 from twice.ledger.errors import LedgerError
 from twice.ledger.records import (
-    ATTEMPT_OUTCOMES,
-    ERROR_CLASSIFICATIONS,
     EVENT_KINDS,
     GENERATION_STATES,
     INTERMEDIATE_ACTIONS,
@@ -301,7 +300,8 @@ locks = Table(
     PrimaryKeyConstraint("kind", "name", name="pk_twice_locks"),
 )
 
-# -- version 2: the catalog of materialized intermediates (twice.intermediates) ---------------
+# -- version 2: the catalog of materialized intermediates (twice.engine.intermediates)
+# ---------------
 
 # One row per (name, version): where the result is stored, who owns it, how long it is kept,
 # the fingerprint it had when written and what computing it cost (measured). Rows are kept

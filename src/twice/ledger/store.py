@@ -34,6 +34,13 @@ from sqlalchemy import Engine, func, insert, select, update
 from sqlalchemy.engine import URL, Connection, RootTransaction, RowMapping
 from sqlalchemy.exc import DBAPIError
 
+from twice.core.outcomes import (
+    ERROR_CLASSIFICATIONS,
+    FINISH_OUTCOMES,
+    AttemptOutcome,
+    ErrorClassification,
+)
+from twice.core.unit import UnitOfWork
 from twice.ledger import catalog
 from twice.ledger import lease as leasing
 from twice.ledger import migrations as schema_steps
@@ -76,18 +83,14 @@ from twice.ledger.journal import (
 from twice.ledger.migrations import check_readable, migrate, read_version
 from twice.ledger.records import (
     DECISIONS,
-    ERROR_CLASSIFICATIONS,
-    FINISH_OUTCOMES,
     GENERATION_STATES,
     OPERATOR_SOURCE_PREFIX,
     RESOLUTION_OUTCOMES,
     RESOLUTION_STATES,
     RESOLVED_ATTEMPT_OUTCOME,
-    AttemptOutcome,
     AttemptRecord,
     DecisionName,
     DecisionRecord,
-    ErrorClassification,
     ErrorRecord,
     FingerprintDiff,
     FingerprintRecord,
@@ -119,7 +122,6 @@ from twice.ledger.schema import (
     observations,
     units,
 )
-from twice.unit_of_work import UnitOfWork
 
 Clock = Callable[[], datetime]
 T = TypeVar("T")
@@ -1863,7 +1865,7 @@ class Ledger:
         reason: str,
         detail: Mapping[str, Any] | None = None,
     ) -> IntermediateRecord:
-        """Catalog a freshly written intermediate version (see ``twice.intermediates``).
+        """Catalog a freshly written intermediate version (see ``twice.engine.intermediates``).
 
         Records its producing unit of work too; any other active version stored in the same
         slice becomes ``superseded``. Writing a version again is ``recomputed``.

@@ -1,7 +1,7 @@
 """Remote job services addressed by client-selected job ids (BigQuery-style).
 
 ``twice.remote.jobs`` holds the protocol, the status and error types and the helpers a task uses
-(submit or inspect, wait, reconcile); ``twice.remote.fake_bigquery`` is an in-process fake that
+(submit or inspect, wait, reconcile); ``twice.testing.fake_bigquery`` is an in-process fake that
 follows BigQuery's documented job-id semantics, for tests and demos.
 """
 

@@ -83,7 +83,8 @@ class DuckDBJobs:
     """Run DuckDB SQL as jobs with client-selected ids; see the module docstring.
 
     ``datasets`` maps view names to Parquet directories (hive partitions): each job sees them as
-    views, and ``estimate`` measures a query over them with ``twice.cost.estimate_parquet``.
+    views, and ``estimate`` measures a query over them with
+    ``twice.remote.dry_run.estimate_parquet``.
     """
 
     def __init__(
@@ -191,7 +192,7 @@ class DuckDBJobs:
 
     def estimate(self, query: str, config: Mapping[str, Any] | None = None) -> Estimate:
         """A dry run: bytes ``query`` reads from the Parquet datasets (nothing runs)."""
-        from twice.cost import estimate_parquet
+        from twice.remote.dry_run import estimate_parquet
 
         return estimate_parquet(query, self._datasets)
 

@@ -25,7 +25,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
-from twice.pipeline import RemoteState
+from twice.core.outcomes import RemoteState
 
 
 class JobState(StrEnum):

@@ -1,6 +1,6 @@
 """Operator reports built from the ledger: an HTML page, a short status update, a runbook.
 
-All three (and ``twice status``) read one model (``twice.reports.evidence.Evidence``), gathered
+All three (and ``twice status``) read one model (``twice.reports.gather.Evidence``), gathered
 as of one instant, and name each unit's state with the one health vocabulary
 (``twice.reports.health.Health``: verified, unknown, held, refused, failed, ...), so they never
 disagree; each fact is marked decided, executed, observed, verified, assumed by the caller or
@@ -15,7 +15,7 @@ package, so the CLI commands import it inside their functions and ``twice --help
 
 from __future__ import annotations
 
-from twice.reports.evidence import (
+from twice.reports.gather import (
     Assumption,
     Attempt,
     Deadline,

@@ -17,9 +17,9 @@ from dataclasses import fields, is_dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from twice.ledger.records import ERROR_CLASSIFICATIONS
+from twice.core.outcomes import ERROR_CLASSIFICATIONS
 from twice.reports import wording
-from twice.reports.evidence import (
+from twice.reports.gather import (
     Assumption,
     Evidence,
     Observation,
@@ -37,7 +37,7 @@ from twice.reports.health import (
 )
 
 if TYPE_CHECKING:
-    from twice.pipeline import Pipeline, Task
+    from twice.define.pipeline import Pipeline, Task
 
 NONE = "_None recorded._"
 LOCATION_KEYS = ("location", "job_location", "project", "region", "job_url", "url")

@@ -64,12 +64,12 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Literal
 
-from twice.evidence import EXECUTOR_SOURCE
+from twice.engine.evidence import EXECUTOR_SOURCE
 from twice.reports import wording
 
 if TYPE_CHECKING:
     from twice.ledger.records import ErrorRecord, FingerprintRecord, UnitRecord
-    from twice.reports.evidence import Attempt, Decision, Evidence, Observation, UnitReport
+    from twice.reports.gather import Attempt, Decision, Evidence, Observation, UnitReport
 
 
 class Health(StrEnum):
@@ -146,17 +146,19 @@ BASIS_MEANING: dict[Basis, str] = {
                 "neither twice nor a service observed it",
 }
 
-#: Errors with which the engine refuses an output or a write (recorded by class name, never
-#: parsed out of a message).
-REFUSAL_ERRORS = frozenset({
-    "twice.acceptance.AcceptanceFailed",
-    "twice.verification.SchemaChangeError",
-    "twice.destinations.columns.SchemaError",
-    "twice.destinations.commits.FencedWriteError",
-})
+#: Errors with which the engine refuses an output or a write, by class name (recorded with the
+#: error, never parsed out of a message). Names, not module paths: twice's error names are unique
+#: and ledgers written before a module moved still say the same thing.
+REFUSAL_ERRORS = frozenset({"AcceptanceFailed", "SchemaChangeError", "SchemaError",
+                            "FencedWriteError"})
+
+
+def is_refusal(error_class: str) -> bool:
+    """Whether a recorded error class (``module.Name``) is one of the engine's refusals."""
+    return error_class.rsplit(".", 1)[-1] in REFUSAL_ERRORS
 #: Decisions after a transient failure that leave no retry.
 NO_RETRY_DECISIONS = frozenset({"attempts-exhausted", "repair-cause", "reconcile-effects"})
-#: Observation states the engine records about a unit it did not run (``twice.executor``).
+#: Observation states the engine records about a unit it did not run (``twice.engine.executor``).
 HELD_STATE, BLOCKED_STATE, SUPERSEDED_STATE = "held", "blocked", "superseded"
 
 
@@ -223,7 +225,7 @@ def verification(
     ``after``: only evidence recorded at or after it counts (an operator's resolution: a
     check made before the person spoke cannot confirm what they said).
     """
-    from twice.schemes import is_owned
+    from twice.core.schemes import is_owned
 
     floor = after or attempt.started_at
     mine = [o for o in observations if o.record.attempt in (None, attempt.number)
@@ -267,7 +269,7 @@ def _refused(attempt: Attempt, observations: Sequence[Observation],
              errors: Sequence[ErrorRecord]) -> str | None:
     """Why the engine refused ``attempt``'s output, if it did."""
     for error in reversed(errors):
-        if error.attempt == attempt.number and error.error_class in REFUSAL_ERRORS:
+        if error.attempt == attempt.number and is_refusal(error.error_class):
             return f"{error.message} ({error.error_class.rsplit('.', 1)[-1]})"
     for observation in reversed(observations):
         record = observation.record
@@ -534,7 +536,7 @@ def scope(units: Iterable[UnitReport]) -> Scope:
 
 def unit_json(unit: UnitReport) -> dict[str, Any]:
     """One unit in every report's ``--json``: the same keys, the same health word."""
-    from twice.evidence import iso
+    from twice.engine.evidence import iso
 
     status = unit.status
     latest = unit.attempts[-1] if unit.attempts else None
@@ -563,8 +565,8 @@ def unit_json(unit: UnitReport) -> dict[str, Any]:
 
 def health_document(evidence: Evidence, command: str) -> dict[str, Any]:
     """The ``--json`` of ``twice update``, ``handover`` and ``report``: one shape for all."""
-    from twice.evidence import iso
-    from twice.reports.evidence import group_assumptions
+    from twice.engine.evidence import iso
+    from twice.reports.gather import group_assumptions
 
     summary = scope(evidence.units)
     units = ordered(evidence.units)

@@ -21,7 +21,7 @@ from typing import Any
 
 from twice.ledger.records import FingerprintDiff, FingerprintRecord
 from twice.reports import wording
-from twice.reports.evidence import (
+from twice.reports.gather import (
     BACKOFF_KEYS,
     DEADLINE_KEYS,
     EARLIEST_START_KEYS,

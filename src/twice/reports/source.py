@@ -13,7 +13,7 @@ import sqlite3
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from twice.reports.evidence import DeadlineSpec, Evidence, ReportError, gather
+from twice.reports.gather import DeadlineSpec, Evidence, ReportError, gather
 
 LEDGER_TABLE = "twice_schema"
 
@@ -101,7 +101,7 @@ def parse_instant_option(text: str | None, option: str) -> datetime | None:
     """An ISO-8601 instant with an offset from the command line, or None when not given."""
     if text is None:
         return None
-    from twice.timescale import TimeValueError, parse_instant
+    from twice.core.timescale import TimeValueError, parse_instant
 
     try:
         return parse_instant(text.strip())

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from html import escape
 
 from twice.reports import wording
-from twice.reports.evidence import Attempt, Decision, Observation, UnitReport
+from twice.reports.gather import Attempt, Decision, Observation, UnitReport
 from twice.reports.health import NEEDS_FRESH_EVIDENCE
 
 WIDTH = 1000

@@ -15,13 +15,13 @@ from collections.abc import Callable
 from datetime import datetime
 
 from twice.reports import wording
-from twice.reports.evidence import Evidence, UnitReport
+from twice.reports.gather import Evidence, UnitReport
 from twice.reports.health import (
     IN_PROGRESS,
     NEEDS_ATTENTION,
     NEEDS_FRESH_EVIDENCE,
-    REFUSAL_ERRORS,
     Health,
+    is_refusal,
     ordered,
     scope,
 )
@@ -103,7 +103,7 @@ def _cause(unit: UnitReport) -> str:
     cause = ""
     if errors:
         error = errors[-1]
-        cause = (error.message if error.error_class in REFUSAL_ERRORS
+        cause = (error.message if is_refusal(error.error_class)
                  else f"{error.error_class.rsplit('.', 1)[-1]}: {error.message}")
     if decision is not None and latest is not None and latest.outcome == "failed-transient":
         cause = f"{decision.record.decision}; {cause}" if cause else decision.record.decision

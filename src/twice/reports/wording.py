@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from twice.interval import Interval
+from twice.core.interval import Interval
 
 
 def instant(value: datetime) -> str:

@@ -15,8 +15,8 @@ from typing import Any
 
 import psycopg
 
+from twice.define.pipeline import TaskContext
 from twice.destinations import open_destination
-from twice.pipeline import TaskContext
 
 EXECUTIONS_DDL = """
 CREATE TABLE IF NOT EXISTS w_executions (

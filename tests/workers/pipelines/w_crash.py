@@ -10,11 +10,11 @@ from __future__ import annotations
 from twice_w_side import amounts, begin, destination, mark, work
 
 from twice import Pipeline
+from twice.core.policy import RetryPolicy
+from twice.define.pipeline import RemoteState, TaskContext
+from twice.define.schedule import Schedule
+from twice.destinations.fingerprint import arrow_sums, resolve_columns
 from twice.destinations.rows import to_arrow
-from twice.fingerprint import arrow_sums, resolve_columns
-from twice.pipeline import RemoteState, TaskContext
-from twice.policy import RetryPolicy
-from twice.schedule import Schedule
 
 pipeline = Pipeline("w_crash", schedule=Schedule.daily("UTC"))
 RETRY = RetryPolicy(max_attempts=3, initial_delay=0.1, jitter="none",

@@ -5,8 +5,8 @@ from __future__ import annotations
 from twice_w_side import amounts, begin, destination, mark, work
 
 from twice import Pipeline
-from twice.pipeline import TaskContext
-from twice.schedule import Schedule
+from twice.define.pipeline import TaskContext
+from twice.define.schedule import Schedule
 
 pipeline = Pipeline("w_many", schedule=Schedule.daily("UTC"))
 

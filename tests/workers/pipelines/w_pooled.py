@@ -5,8 +5,8 @@ from __future__ import annotations
 from twice_w_side import begin, mark, work
 
 from twice import Pipeline
-from twice.pipeline import TaskContext
-from twice.schedule import Schedule
+from twice.define.pipeline import TaskContext
+from twice.define.schedule import Schedule
 
 pipeline = Pipeline("w_pooled", schedule=Schedule.daily("UTC"))
 pipeline.pool("warehouse", slots=1)

@@ -1,0 +1,64 @@
+"""The unit of work and its deterministic job ids.
+
+A unit of work is what one logical run is about: pipeline, task, data interval, input partition
+and input version, transform version and destination. Its identity is stable across attempts, so
+every attempt, observation and job id of a rerun lands on the same record. A legitimate source
+change is a new input version, hence a new unit of work, never a hidden "equivalent" retry.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+
+from twice.core.interval import Interval
+
+_JOB_ID_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+
+
+@dataclass(frozen=True)
+class UnitOfWork:
+    pipeline: str
+    task: str
+    interval: Interval
+    destination: str
+    transform_version: str
+    input_partition: str = ""
+    input_version: str = ""
+
+    def identity(self) -> dict[str, str]:
+        """The fields that define this unit of work, as plain strings (the ledger's key)."""
+        return {
+            "pipeline": self.pipeline,
+            "task": self.task,
+            "interval_start": self.interval.start.isoformat(),
+            "interval_end": self.interval.end.isoformat(),
+            "input_partition": self.input_partition,
+            "input_version": self.input_version,
+            "transform_version": self.transform_version,
+            "destination": self.destination,
+        }
+
+    @property
+    def uow_id(self) -> str:
+        """Deterministic id: readable prefix + 12 hex digits of a hash of the identity."""
+        digest = hashlib.sha256(
+            json.dumps(self.identity(), sort_keys=True, separators=(",", ":")).encode()
+        ).hexdigest()[:12]
+        day = self.interval.start.strftime("%Y%m%dT%H%M")
+        return f"{self.pipeline}.{self.task}.{day}.{digest}"
+
+    def job_id(self, generation: int = 1) -> str:
+        """Client-selected remote job id for one generation of this unit of work.
+
+        The same generation always gives the same id, so a resubmission after a lost response
+        finds the existing job ("duplicate") instead of creating a second one. A new generation
+        is taken only once earlier ones are confirmed failed. The id uses only the characters
+        BigQuery accepts (letters, digits, ``_`` and ``-``) and stays far below its 1,024 limit.
+        """
+        if isinstance(generation, bool) or not isinstance(generation, int) or generation < 1:
+            raise ValueError("generation must be an integer >= 1")
+        readable = _JOB_ID_UNSAFE.sub("_", self.uow_id.replace(".", "_"))
+        return f"twice_{readable}_g{generation}"

@@ -1,0 +1,598 @@
+"""Backfills: run a range of intervals in order, verify every partition written, follow with
+the dependents whose inputs changed.
+
+Intervals start in order with at most ``concurrency`` in flight. Each interval's units run
+through the engine (``twice.engine.executor``: one lifecycle, the same rules as ``twice run``):
+every
+partition a task writes is fingerprinted and recorded as the partition's next version before the
+attempt counts as succeeded, and the difference with the previous version (rows before/after,
+checksum changed or not, schema changed or not) comes back as an event and is reported.
+
+Plan and resume: a unit of work (its id covers the input version, which covers the upstream
+outputs it reads, and the transform version) is *verified* when its latest attempt succeeded,
+the latest fingerprint of its partition was recorded by that same unit, and the partition still
+has that fingerprint now. Verified units are skipped unless ``force`` (the named tasks, or all);
+a changed source gives a new input version, hence a new unit, so it is never skipped as an
+"equivalent" rerun. A dependent of a task that runs is identified again after that task settles:
+it executes only if the output it reads changed.
+
+Deadlines. The intervals of a backfill are past: their delivery deadlines are history and
+planning against them would refuse every attempt. A backfill plans against its own
+``deadline`` (one instant for the whole range) or none.
+
+Drift. Before an interval's units write, each partition they will rewrite is measured against
+its latest recorded fingerprint version (recomputed with that version's algorithm and columns;
+the plan's own measurement is reused when recent). A difference is *drift*: the partition was
+changed behind twice's back (rows deleted by hand, values edited). It is recorded in the ledger
+as a ``drift`` observation (source ``fingerprint``, the recorded and current counts and
+checksums in its detail) of the unit that recorded that version, and carried into the
+partition's diff (``rows_now``/``checksum_now``/``drifted``), so "rows 10 -> 10, unchanged"
+(new output against the last record) never hides that the partition held 8 rows before the
+rerun ("drift: 10 -> 8 rows behind twice's back; change: 8 -> 10").
+
+Reruns. A unit planned to run although it succeeded before (``--force``, a partition that no
+longer matches its fingerprint) is handed to the engine as a rerun of the attempt the plan saw
+(a new job generation): if another process reran it after the plan, that newer success stands.
+A task not ``safe_repeat`` is held instead unless named in ``repeat``.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Literal, cast
+
+from twice.core.interval import Interval
+from twice.core.outcomes import PASSED_THROUGH, RunStatus
+from twice.define.pipeline import OutcomeUnknownError, Pipeline, Task
+from twice.engine.verification import (
+    Drift,
+    PartitionDiff,
+    SchemaChangeError,
+    measure_drift,
+    partition_key,
+    record_partition,
+    schema_signature,
+)
+
+if TYPE_CHECKING:
+    from twice.core.unit import UnitOfWork
+    from twice.engine.events import Event
+    from twice.engine.executor import UnitResult
+    from twice.ledger import AttemptRecord, Ledger
+
+__all__ = [
+    "BackfillError", "BackfillPlan", "BackfillResult", "Drift", "OutcomeUnknownError",
+    "PartitionDiff", "PlanItem", "SchemaChangeError", "TaskRun", "plan_backfill",
+    "record_partition", "run_backfill",
+]
+
+DRIFT_STATE = "drift"  # observation state of a partition found changed behind twice's back
+DRIFT_SOURCE = "fingerprint"
+REUSE_DRIFT_SECONDS = 60.0  # a plan's measurement older than this is taken again before writing
+
+Action = Literal["run", "skip"]
+EventSink = Callable[[str, Mapping[str, Any]], None]
+
+
+class BackfillError(ValueError):
+    """The backfill request itself is invalid (unknown task, empty range...)."""
+
+
+# ------------------------------------------------------------------------------- results
+
+
+@dataclass
+class TaskRun:
+    """What happened to one unit of work in this backfill (or why it did not run).
+
+    ``attempts`` are the ledger's attempts this backfill made or resolved (an unknown attempt
+    of an earlier run that it reconciled included), ``outcome`` the executor's word for the
+    unit, ``duration`` the seconds its attempts took.
+    """
+
+    task: str
+    interval: Interval
+    uow_id: str
+    input_version: str
+    status: RunStatus
+    reason: str = ""
+    attempts: list[tuple[int, str]] = field(default_factory=list)
+    reconciled: list[str] = field(default_factory=list)
+    acceptance: tuple[str, ...] = ()
+    nonfatal: int = 0
+    duration: float = 0.0
+    diff: PartitionDiff | None = None
+    new_input_version: bool = False
+    outcome: str | None = None
+    notes: tuple[str, ...] = ()
+    drift: Drift | None = None  # the partition before this backfill wrote it, vs its record
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "task": self.task, "interval": self.interval.label, "uow_id": self.uow_id,
+            "input_version": self.input_version, "status": self.status, "reason": self.reason,
+            "outcome": self.outcome,
+            "attempts": [{"number": n, "outcome": o} for n, o in self.attempts],
+            "reconciled": self.reconciled, "acceptance": list(self.acceptance),
+            "nonfatal": self.nonfatal, "duration_s": round(self.duration, 3),
+            "new_input_version": self.new_input_version, "notes": list(self.notes),
+            "diff": None if self.diff is None else self.diff.to_dict(),
+            "drift": None if self.drift is None else self.drift.to_dict(),
+        }
+
+
+@dataclass(frozen=True)
+class PlanItem:
+    """One (interval, task) of a backfill plan: run it or skip it, and why.
+
+    ``latest_attempt`` is the unit's latest attempt number when the plan was made: a success
+    recorded after it (by another process) is not repeated.
+    """
+
+    interval: Interval
+    task: str
+    uow: UnitOfWork
+    action: Action
+    reason: str
+    new_input_version: bool = False
+    latest_attempt: int | None = None
+    rerun: bool = True  # a deliberate rerun of a success (False: follows its upstream)
+    drift: Drift | None = None  # the partition vs its latest record, when the plan measured it
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "interval": self.interval.label, "task": self.task, "uow_id": self.uow.uow_id,
+            "input_version": self.uow.input_version, "action": self.action,
+            "reason": self.reason, "new_input_version": self.new_input_version,
+            "latest_attempt": self.latest_attempt, "rerun": self.rerun,
+            "drift": None if self.drift is None else self.drift.to_dict(),
+        }
+
+
+@dataclass(frozen=True)
+class BackfillPlan:
+    """Intervals x tasks (requested tasks plus their dependents, in dependency order)."""
+
+    pipeline: str
+    intervals: tuple[Interval, ...]
+    tasks: tuple[str, ...]
+    dependents: tuple[str, ...]
+    items: tuple[PlanItem, ...]
+    force: bool
+
+    def for_interval(self, interval: Interval) -> list[PlanItem]:
+        return [item for item in self.items if item.interval == interval]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "pipeline": self.pipeline, "intervals": [i.label for i in self.intervals],
+            "tasks": list(self.tasks), "dependents": list(self.dependents),
+            "force": self.force, "items": [item.to_dict() for item in self.items],
+        }
+
+
+@dataclass
+class BackfillResult:
+    """Everything a backfill did, in plan order; ``ok`` only if nothing failed or was refused."""
+
+    plan: BackfillPlan
+    runs: list[TaskRun]
+    elapsed: float = 0.0
+    refusal: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.refusal is None and all(
+            r.status in ("succeeded", "skipped") for r in self.runs
+        )
+
+    @property
+    def diffs(self) -> list[PartitionDiff]:
+        return [r.diff for r in self.runs if r.diff is not None]
+
+    def counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for run in self.runs:
+            counts[run.status] = counts.get(run.status, 0) + 1
+        return counts
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok, "refusal": self.refusal, "elapsed_s": round(self.elapsed, 3),
+            "counts": self.counts(), "plan": self.plan.to_dict(),
+            "runs": [r.to_dict() for r in self.runs],
+            "new_input_versions": [
+                r.uow_id for r in self.runs if r.new_input_version and r.status != "skipped"
+            ],
+        }
+
+
+# ------------------------------------------------------------------------------- planning
+
+
+def selected_tasks(pipeline: Pipeline, tasks: Sequence[str] | None) -> tuple[list[str], list[str]]:
+    """(tasks to run in dependency order, the dependents among them added by the backfill)."""
+    order = pipeline.topological_order()
+    if not tasks:
+        return order, []
+    for name in tasks:
+        pipeline.get_task(name)  # PipelineError with a suggestion for unknown names
+    dependents = pipeline.dependents_of(tasks) - set(tasks)
+    chosen = set(tasks) | dependents
+    return [n for n in order if n in chosen], [n for n in order if n in dependents]
+
+
+def _verified(ledger: Ledger, task: Task, uow: UnitOfWork, interval: Interval,
+              attempts: Sequence[AttemptRecord]) -> tuple[bool, str, Drift | None]:
+    """Whether ``uow`` already succeeded (``attempts`` are its recorded ones) and its partition
+    still holds what it recorded; with the partition measured against its record, when it
+    was (the drift, carried into the backfill's diff)."""
+    from twice.destinations import DestinationError
+
+    if ledger.unit(uow.uow_id) is None:
+        return False, "not run with this input and transform version", None
+    if not attempts or attempts[-1].outcome != "succeeded":
+        seen = "no attempt" if not attempts else f"latest attempt {attempts[-1].outcome}"
+        return False, f"not settled as succeeded ({seen})", None
+    if not task.owns_output:
+        return True, "succeeded before with the same input and transform version", None
+    recorded = ledger.latest_fingerprint(task.destination, partition_key(interval))
+    if recorded is None or recorded.uow_id != uow.uow_id:
+        return False, "partition's latest fingerprint was written by another unit of work", None
+    try:
+        drift = measure_drift(task.destination, interval, recorded)
+    except DestinationError as exc:
+        return False, f"partition cannot be checked against its recorded fingerprint: {exc}", None
+    if drift.drifted:
+        return False, ("partition no longer matches its recorded fingerprint "
+                       f"v{recorded.version} ({drift.describe()} behind twice's back)"), drift
+    return (True, f"verified: same unit of work, fingerprint v{recorded.version} still matches",
+            drift)
+
+
+def plan_backfill(
+    pipeline: Pipeline,
+    ledger: Ledger,
+    intervals: Iterable[Interval],
+    *,
+    tasks: Sequence[str] | None = None,
+    force: bool = False,
+) -> BackfillPlan:
+    """Decide, without writing anything, which units of work a backfill runs or skips.
+
+    ``force`` reruns the requested tasks (every task when none is named). A dependent whose
+    upstream runs is planned ``run`` but is a deliberate rerun only if its own output no longer
+    verifies: otherwise its unit of work is identified again after the upstream settles (its
+    input version covers the upstream output, ``twice.engine.executor.identify_unit``), and it
+    executes only if that output changed.
+    """
+    from twice.engine.executor import identify_unit
+
+    spans = tuple(pipeline.schedule.canonical(i) for i in intervals)
+    if not spans:
+        raise BackfillError("the backfill range holds no interval")
+    names, dependents = selected_tasks(pipeline, tasks)
+    items: list[PlanItem] = []
+    known_inputs: dict[tuple[str, str], set[str]] = {}
+    for unit in ledger.units(pipeline=pipeline.name):
+        known_inputs.setdefault((unit.task, unit.interval.label), set()).add(unit.input_version)
+    for interval in spans:
+        upstream_runs: set[str] = set()
+        for name in names:
+            task = pipeline.get_task(name)
+            uow = identify_unit(pipeline, ledger, name, interval)
+            recorded = ledger.attempts(uow.uow_id)
+            seen = known_inputs.get((name, interval.label), set())
+            new_input = bool(seen) and uow.input_version not in seen
+            ran_upstream = sorted(set(task.depends_on) & upstream_runs)
+            forced = force and (not tasks or name in tasks)
+            rerun = True
+            drift = None
+            action: Action
+            if forced:
+                action, reason = "run", "--force"
+            else:
+                ok, reason, drift = _verified(ledger, task, uow, interval, recorded)
+                action = "skip" if ok else "run"
+                if new_input:
+                    reason = f"source changed: new input version {uow.input_version}"
+                elif ok and ran_upstream:
+                    action, rerun = "run", False
+                    reason = (f"follows upstream {', '.join(ran_upstream)}: executes only if "
+                              "its output changes")
+            if action == "run":
+                upstream_runs.add(name)
+            items.append(PlanItem(interval, name, uow, action, reason, new_input,
+                                  recorded[-1].number if recorded else None, rerun, drift))
+    return BackfillPlan(pipeline.name, spans, tuple(names), tuple(dependents), tuple(items),
+                        force)
+
+
+# ------------------------------------------------------------------------------- execution
+
+
+def schema_conflicts(pipeline: Pipeline, ledger: Ledger, plan: BackfillPlan) -> list[str]:
+    """Destinations whose schema is not one and the same across the range (checked up front).
+
+    Compares the schema signatures recorded with the latest fingerprint of every partition in
+    the range with each other and with the table's current schema (e.g. after a migration).
+    """
+    from twice.destinations import open_destination
+
+    problems = []
+    for name in plan.tasks:
+        spec = pipeline.get_task(name).destination
+        if not pipeline.get_task(name).owns_output:
+            continue
+        recorded: dict[str, str] = {}
+        for interval in plan.intervals:
+            record = ledger.latest_fingerprint(spec, partition_key(interval))
+            if record is not None and record.schema is not None:
+                recorded.setdefault(record.schema, interval.label)
+        if not recorded:
+            continue
+        with open_destination(spec) as dest:
+            current = dest.schema()
+        signatures = set(recorded)
+        if current is not None:
+            signatures.add(schema_signature(current))
+        if len(signatures) > 1:
+            shown = "; ".join(f"[{sig}]" for sig in sorted(signatures))
+            problems.append(
+                f"{spec}: schema differs across the backfill range ({shown}); a backfill across "
+                "a schema change must apply the new schema to every interval of the range: "
+                "rerun with --accept-schema-change to rewrite every interval"
+            )
+    return problems
+
+
+def run_backfill(
+    pipeline: Pipeline,
+    ledger: Ledger,
+    intervals: Iterable[Interval],
+    *,
+    tasks: Sequence[str] | None = None,
+    concurrency: int = 1,
+    force: bool = False,
+    accept_schema_change: bool = False,
+    params: Mapping[str, Any] | None = None,
+    emit: EventSink | None = None,
+    deadline: datetime | None = None,
+    holder: str | None = None,
+    clock: Callable[[], datetime] | None = None,
+    sleep: Callable[[float], None] | None = None,
+    rng: random.Random | None = None,
+    lease_ttl: float = 300.0,
+    poll_interval: float = 1.0,
+    observe_timeout: float = 60.0,
+    repeat: Iterable[str] = (),
+) -> BackfillResult:
+    """Backfill ``intervals`` (in order, ``concurrency`` in flight) and verify every partition.
+
+    Each interval's planned units run through one :class:`twice.engine.executor.Executor` (see the
+    module docstring), its tasks in dependency order one at a time. ``accept_schema_change``
+    implies ``force``: the new schema is applied to every interval of the range, never to some
+    of them. A refused schema change stops new intervals from starting; intervals already
+    running finish. ``deadline`` is the backfill's own (aware) deadline, default none;
+    ``holder``, ``clock``, ``sleep``, ``rng``, ``lease_ttl``, ``poll_interval`` and
+    ``observe_timeout`` go to the executor; ``repeat`` names tasks that are not
+    ``safe_repeat`` to execute again anyway (otherwise their successes are ``held``).
+    """
+    from twice.engine.executor import Executor, default_holder
+
+    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+        raise BackfillError(f"concurrency must be an integer >= 1, got {concurrency!r}")
+    if deadline is not None and (
+        not isinstance(deadline, datetime) or deadline.utcoffset() is None
+    ):
+        raise BackfillError(f"deadline must be a timezone-aware datetime, got {deadline!r}")
+    force = force or accept_schema_change
+    plan = plan_backfill(pipeline, ledger, intervals, tasks=tasks, force=force)
+    stop = threading.Event()
+    refusal: list[str] = []
+    if not accept_schema_change:
+        conflicts = schema_conflicts(pipeline, ledger, plan)
+        if conflicts:
+            refusal.append(conflicts[0])
+            stop.set()
+    diffs: dict[str, PartitionDiff] = {}
+    drifts: dict[tuple[str, str], Drift] = {}  # (task, interval label) -> before it was written
+    refused: dict[str, str] = {}  # uow_id -> why its schema change was refused
+    reconciled: dict[str, list[tuple[str | None, str]]] = {}  # uow_id -> (job id, state)
+    diffs_lock = threading.Lock()
+
+    def listen(event: Event) -> None:
+        """Collect what the engine verified or refused (no re-reading of the ledger)."""
+        from twice.engine.events import OutputRejected, OutputVerified, Reconciled
+
+        with diffs_lock:
+            if isinstance(event, OutputVerified) and event.diff is not None:
+                drift = drifts.get((event.task, event.interval.label))
+                diffs[event.uow_id] = event.diff.with_drift(drift)
+            elif isinstance(event, OutputRejected) and event.schema_change:
+                refused[event.uow_id] = (
+                    f"{pipeline.get_task(event.task).destination}: {event.reason}; a backfill "
+                    "across a schema change must apply the new schema to every interval of the "
+                    "range (migrate the table, then --accept-schema-change)"
+                )
+            elif isinstance(event, Reconciled):
+                reconciled.setdefault(event.uow_id, []).append((event.job_id, event.state))
+
+    executor = Executor(
+        pipeline.with_deadline(None if deadline is None else _fixed(deadline)), ledger,
+        clock=clock, sleep=sleep, rng=rng, holder=holder or default_holder(), max_workers=1,
+        lease_ttl=lease_ttl, poll_interval=poll_interval, observe_timeout=observe_timeout,
+        params=params, accept_schema_change=accept_schema_change, listeners=[listen],
+        repeat=repeat,
+        reruns={item.uow.uow_id: item.latest_attempt or 0
+                for item in plan.items if item.action == "run" and item.rerun},
+    )
+    started = time.monotonic()
+
+    def one_interval(interval: Interval) -> list[TaskRun]:
+        items = plan.for_interval(interval)
+        _emit(emit, "interval-started", interval=interval.label)
+        units: dict[str, UnitResult] = {}
+        before: dict[str, AttemptRecord | None] = {}
+        runnable = [item for item in items if item.action == "run"]
+        measured: dict[str, Drift] = {}
+        if runnable and not stop.is_set():
+            before = {item.task: ledger.latest_attempt(item.uow.uow_id) for item in runnable}
+            for item in runnable:
+                drift = _drift_before_write(pipeline.get_task(item.task), item, ledger, emit)
+                if drift is not None:
+                    measured[item.task] = drift
+                    with diffs_lock:
+                        drifts[(item.task, interval.label)] = drift
+            result = executor.run(interval, [item.task for item in runnable])
+            units = {unit.task: unit for unit in result.units}
+        runs: list[TaskRun] = []
+        for item in items:
+            run = TaskRun(item.task, interval, item.uow.uow_id, item.uow.input_version,
+                          "skipped", item.reason, new_input_version=item.new_input_version)
+            unit = units.get(item.task)
+            if item.action == "run" and unit is None:
+                run.status = "blocked"
+                run.reason = "backfill stopped: " + (refusal[0] if refusal else "")
+            elif unit is not None:
+                actual = unit.uow_id or item.uow.uow_id
+                if actual != item.uow.uow_id:  # its upstream output changed: a new unit
+                    run.uow_id = actual
+                    record = ledger.unit(actual)
+                    if record is not None:
+                        run.input_version = record.input_version
+                    run.new_input_version = True
+                    before[item.task] = None
+                run.drift = measured.get(item.task)
+                if (run.drift is not None and run.drift.drifted and run.drift.uow_id is None
+                        and ledger.unit(actual) is not None):
+                    _record_drift(ledger, run.drift, actual, None)  # recorded by no unit
+                _describe(run, unit, pipeline.get_task(item.task), before.get(item.task),
+                          ledger, diffs.get(actual), refused.get(actual), emit,
+                          reconciled.get(actual, []))
+                if run.status == "refused":
+                    refusal.append(run.reason)
+                    stop.set()
+            runs.append(run)
+            _emit(emit, "task-finished", **run.to_dict())
+        failed = any(r.status in ("failed", "refused", "blocked", "leased-elsewhere", "held")
+                     for r in runs)
+        _emit(emit, "interval-finished", interval=interval.label, failed=failed)
+        return runs
+
+    results: dict[Interval, list[TaskRun]] = {}
+    with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="twice-bf") as pool:
+        pending: dict[Future[list[TaskRun]], Interval] = {}
+        queue = list(plan.intervals)
+        while queue or pending:
+            while queue and len(pending) < concurrency:
+                interval = queue.pop(0)
+                pending[pool.submit(one_interval, interval)] = interval
+            done, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for future in done:
+                results[pending.pop(future)] = future.result()
+    runs = [run for interval in plan.intervals for run in results.get(interval, [])]
+    return BackfillResult(plan, runs, time.monotonic() - started,
+                          refusal[0] if refusal else None)
+
+
+def _drift_before_write(task: Task, item: PlanItem, ledger: Ledger, emit: EventSink | None
+                        ) -> Drift | None:
+    """The partition ``item`` is about to rewrite, as it is now, against its latest recorded
+    version (None: nothing recorded, or no output twice can read). The plan's measurement is
+    reused when it is of the same version and recent; a drift is recorded in the ledger as a
+    ``drift`` observation (source ``fingerprint``) of the unit that recorded the version."""
+    from twice.destinations import DestinationError
+
+    if not task.owns_output:
+        return None
+    record = ledger.latest_fingerprint(task.destination, partition_key(item.interval))
+    if record is None:
+        return None
+    drift = item.drift
+    if drift is None or drift.version != record.version or (
+        time.monotonic() - drift.measured_at > REUSE_DRIFT_SECONDS
+    ):
+        try:
+            drift = measure_drift(task.destination, item.interval, record)
+        except DestinationError as exc:
+            _emit(emit, "drift-unknown", task=item.task, interval=item.interval.label,
+                  reason=str(exc))
+            return None
+    if drift.drifted:
+        if drift.uow_id is not None:
+            _record_drift(ledger, drift, drift.uow_id, drift.attempt)
+        _emit(emit, "drift", task=item.task, interval=item.interval.label, **drift.to_dict())
+    return drift
+
+
+def _record_drift(ledger: Ledger, drift: Drift, uow_id: str, attempt: int | None) -> None:
+    ledger.record_observation(uow_id, DRIFT_STATE, source=DRIFT_SOURCE, attempt=attempt,
+                              detail={**drift.to_dict(), "observed_by": "backfill"})
+
+
+def _fixed(deadline: datetime) -> Callable[[Interval], datetime]:
+    return lambda _interval: deadline
+
+
+def _describe(run: TaskRun, unit: UnitResult, task: Task, before: AttemptRecord | None,
+              ledger: Ledger, diff: PartitionDiff | None, refusal: str | None,
+              emit: EventSink | None,
+              reconciled: Sequence[tuple[str | None, str]] = ()) -> None:
+    """Fill ``run`` from the executor's result and the ledger's record of this backfill's
+    attempts (emitting what they show: failed attempts). ``refusal`` is the schema change the
+    engine refused, ``reconciled`` the unknown outcomes it settled (job id, state)."""
+    run.outcome, run.notes = unit.outcome, unit.notes
+    run.acceptance, run.nonfatal, run.diff = unit.acceptance, unit.nonfatal, diff
+    with ledger.snapshot():
+        recorded = ledger.attempts(run.uow_id)
+        recorded_errors = ledger.errors(run.uow_id)
+    ours: list[AttemptRecord] = []
+    if unit.outcome != "leased-elsewhere":
+        first = 1 if before is None else before.number + 1
+        if before is not None and before.outcome in ("unknown", "running"):
+            first = before.number  # resolved (or left) by this backfill
+        ours = [a for a in recorded if a.number >= first]
+    run.attempts = [(a.number, a.outcome) for a in ours]
+    run.duration = sum(a.duration.total_seconds() for a in ours if a.duration is not None)
+    numbers = {a.number for a in ours}
+    errors = {e.attempt: e for e in recorded_errors if e.attempt in numbers}
+    for attempt in ours:
+        error = errors.get(attempt.number)
+        if attempt.outcome.startswith("failed-") and error is not None:
+            _emit(emit, "attempt-failed", task=run.task, interval=run.interval.label,
+                  attempt=attempt.number,
+                  error=f"{error.error_class.rsplit('.', 1)[-1]}: {error.message}",
+                  transient=attempt.outcome == "failed-transient")
+    for job_id, state in reconciled:
+        run.reconciled.append(f"{job_id}: {state}")
+        _emit(emit, "reconciled", task=run.task, interval=run.interval.label, job_id=job_id,
+              state=state)
+    if unit.outcome == "succeeded":
+        if ours or diff is not None:
+            run.status, run.reason = "succeeded", run.reason or unit.reason
+        else:  # another process finished it after this backfill planned it
+            run.status, run.reason = "skipped", unit.reason
+        return
+    if unit.outcome in PASSED_THROUGH:
+        run.status, run.reason = cast(RunStatus, unit.outcome), unit.reason
+        return
+    last_error = unit.error or ""
+    if refusal is not None:
+        run.status, run.reason = "refused", refusal
+    else:
+        run.status = "failed"
+        run.reason = f"{unit.outcome}: {unit.reason}"
+        if last_error and last_error not in unit.reason:
+            run.reason += f" (last error {last_error})"
+
+
+def _emit(sink: EventSink | None, kind: str, **data: Any) -> None:
+    if sink is not None:
+        sink(kind, data)

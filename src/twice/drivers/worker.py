@@ -1,0 +1,403 @@
+"""A worker process: one of many ``twice`` processes sharing one ledger (PostgreSQL across hosts).
+
+Every worker is given the same pipeline, intervals and tasks. It walks the units of work (each
+interval in order, tasks in dependency order) and runs one unit at a time through the
+``Executor``, which takes the unit's lease first; so however many workers run, a unit runs in
+one of them at a time, and a succeeded unit is never run again. The worker never decides on
+its own: it only chooses which unit to hand to the executor next, from what the ledger says.
+
+Per unit, on each pass:
+
+- latest attempt succeeded (here or elsewhere): settled, nothing to do;
+- a dependency (among the selected tasks, same interval) not settled yet: revisit later; a
+  dependency that did not succeed: the unit is ``blocked`` (the executor records why);
+- leased by another live holder: revisit later (its lease expires if that holder dies, and
+  the executor that takes it over finds the attempt recorded ``unknown`` and reconciles it);
+- latest attempt ended without success in ANOTHER holder at or after ``since`` (default: when
+  this worker started): settled, "ended elsewhere". Each run of a unit gets a fresh attempt
+  budget, so without this rule a unit failing in one worker would be retried by each of the
+  others in turn; a worker started later (a new run, after a fix) does run it again;
+- otherwise the executor runs it (its result is the worker's result for that unit).
+
+Passes repeat (``poll`` seconds apart when nothing changed) until every unit is settled,
+unless ``once`` (one pass) or ``max_units`` (that many executor runs) stops it earlier.
+Pools are held in the ledger (``shared_pools``), so their capacity binds all workers together.
+
+Stopping: ``request_stop`` (SIGTERM/SIGINT under ``stop_on_signals``) lets the running attempt
+finish and be recorded, interrupts a backoff wait or a reconcile poll instead of starting
+another attempt, releases the lease, and starts nothing new. Units left are reported.
+
+Tasks run one unit per executor call, so ``ctx.upstream`` is empty: in a worker, tasks pass
+data through their destinations (as they must across machines), not return values.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import threading
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from types import FrameType
+from typing import TYPE_CHECKING, Any, Literal
+
+from twice.core.interval import Interval
+from twice.engine.evidence import iso
+from twice.engine.executor import Executor, UnitResult, overwritten_by
+
+if TYPE_CHECKING:
+    from twice.define.pipeline import Pipeline
+    from twice.ledger import Ledger
+
+Settlement = Literal["ran", "done-elsewhere", "ended-elsewhere", "left"]
+StopReason = Literal["finished", "once", "max-units", "signal"]
+
+
+def default_worker_name() -> str:
+    """``host:pid``: unique per live process, readable in the ledger and in ``twice explain``."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+class WorkerStopped(Exception):
+    """Raised inside the executor's waits once a stop was requested: start nothing more."""
+
+
+@dataclass(frozen=True)
+class WorkerUnit:
+    """What became of one unit of work as far as this worker is concerned.
+
+    ``settlement``: ``ran`` (the executor ran it here; ``result`` says how it went),
+    ``done-elsewhere`` (the ledger shows it succeeded, ``by`` whom), ``ended-elsewhere``
+    (another holder's run of it ended without success since this worker started) or ``left``
+    (still open when the worker stopped: leased elsewhere, waiting on a dependency, stopped).
+    """
+
+    task: str
+    interval: Interval
+    settlement: Settlement
+    reason: str
+    uow_id: str | None = None
+    by: str | None = None
+    outcome: str | None = None
+    result: UnitResult | None = None
+
+    @property
+    def ok(self) -> bool:
+        """Only what this worker ran counts against it; a ``ran`` unit must have succeeded."""
+        return self.settlement != "ran" or (self.result is not None and self.result.ok)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "task": self.task,
+            "interval": self.interval.label,
+            "uow_id": self.uow_id,
+            "settlement": self.settlement,
+            "outcome": self.outcome,
+            "by": self.by,
+            "reason": self.reason,
+            "result": None if self.result is None else self.result.to_dict(),
+        }
+
+
+@dataclass(frozen=True)
+class WorkerReport:
+    """Everything one worker process did, in the order units were settled."""
+
+    pipeline: str
+    worker: str
+    units: tuple[WorkerUnit, ...]
+    stopped: StopReason
+    passes: int
+    started_at: datetime
+    finished_at: datetime
+    notes: tuple[str, ...] = ()
+
+    @property
+    def ran(self) -> tuple[WorkerUnit, ...]:
+        return tuple(unit for unit in self.units if unit.settlement == "ran")
+
+    @property
+    def ok(self) -> bool:
+        """Every unit this worker ran succeeded and it was not stopped with work in hand."""
+        return all(unit.ok for unit in self.units) and self.stopped != "signal"
+
+    def counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for unit in self.units:
+            key = unit.settlement if unit.settlement != "ran" else f"ran:{unit.outcome}"
+            counts[key] = counts.get(key, 0) + 1
+        return dict(sorted(counts.items()))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "pipeline": self.pipeline,
+            "worker": self.worker,
+            "ok": self.ok,
+            "stopped": self.stopped,
+            "passes": self.passes,
+            "started_at": iso(self.started_at),
+            "finished_at": iso(self.finished_at),
+            "counts": self.counts(),
+            "units": [unit.to_dict() for unit in self.units],
+            "notes": list(self.notes),
+            # Truthfulness: what this worker established.
+            "jobsExecuted": any(u.result is not None and u.result.attempts for u in self.units),
+            "outputsVerified": False,
+            "idempotencyProven": False,
+        }
+
+
+class _Run:
+    """The verdict "hand this unit to the executor now"."""
+
+
+RUN = _Run()
+
+
+@dataclass
+class _Open:
+    task: str
+    interval: Interval
+    uow_id: str | None = None
+    why: str = "not looked at yet"
+
+
+class Worker:
+    """Runs the units of ``intervals`` x ``tasks`` that no other worker is running (see module).
+
+    ``name`` is the lease holder (default ``host:pid``); two live processes must never share a
+    name, since a lease held by a name is held by every process using it. ``lease_ttl`` is how
+    long a dead worker's unit stays blocked (live workers renew every third of it);
+    ``pool_ttl`` the same for pool slots. ``executor_options`` go to the ``Executor``.
+    """
+
+    def __init__(
+        self,
+        pipeline: Pipeline,
+        ledger: Ledger,
+        intervals: Interval | Iterable[Interval],
+        *,
+        tasks: Sequence[str] | str | None = None,
+        name: str | None = None,
+        lease_ttl: float = 60.0,
+        pool_ttl: float = 60.0,
+        poll: float = 1.0,
+        once: bool = False,
+        max_units: int | None = None,
+        since: datetime | None = None,
+        **executor_options: Any,
+    ) -> None:
+        if not poll > 0:
+            raise ValueError(f"poll must be > 0 seconds, got {poll!r}")
+        if not lease_ttl > 0:
+            raise ValueError(f"lease_ttl must be > 0 seconds, got {lease_ttl!r}")
+        if max_units is not None and (
+            isinstance(max_units, bool) or not isinstance(max_units, int) or max_units < 1
+        ):
+            raise ValueError(f"max_units must be an integer >= 1, got {max_units!r}")
+        if since is not None and since.tzinfo is None:
+            raise ValueError("since must be timezone-aware")
+        if name is not None and (not isinstance(name, str) or not name.strip()):
+            raise ValueError("name must be a non-empty string")
+        self.pipeline = pipeline
+        self.ledger = ledger
+        spans = [intervals] if isinstance(intervals, Interval) else list(intervals)
+        if not spans:
+            raise ValueError("no intervals to work on")
+        self.intervals = [pipeline.schedule.canonical(span) for span in spans]
+        plan = pipeline
+        if tasks is not None:
+            names = [tasks] if isinstance(tasks, str) else list(tasks)
+            plan = pipeline.subset(names, with_dependents=False)
+        self.order = plan.topological_order()
+        self.selected = frozenset(self.order)
+        self.name = name or default_worker_name()
+        self.poll = poll
+        self.once = once
+        self.max_units = max_units
+        self.since = since
+        self._stop = threading.Event()
+        self._stop_why: str | None = None
+        self.executor = Executor(
+            pipeline, ledger, holder=self.name, lease_ttl=lease_ttl, pool_ttl=pool_ttl,
+            shared_pools=True, max_workers=1, sleep=self._sleep, **executor_options,
+        )
+
+    # -- stopping -----------------------------------------------------------------------------
+
+    def request_stop(self, why: str = "stop requested") -> None:
+        """Finish the attempt in hand, then start nothing more (safe from a signal handler)."""
+        if self._stop_why is None:
+            self._stop_why = why
+        self._stop.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    @contextlib.contextmanager
+    def stop_on_signals(self, signals: Iterable[int] = (signal.SIGTERM, signal.SIGINT)
+                        ) -> Iterator[None]:
+        """First signal: graceful stop; a second one of the same kind acts as the default."""
+        previous: dict[int, Any] = {}
+
+        def handler(signum: int, _frame: FrameType | None) -> None:
+            if self.stopping:
+                signal.signal(signum, previous.get(signum, signal.SIG_DFL))
+                signal.raise_signal(signum)
+                return
+            self.request_stop(f"received {signal.Signals(signum).name}")
+
+        for signum in signals:
+            previous[signum] = signal.signal(signum, handler)
+        try:
+            yield
+        finally:
+            for signum, old in previous.items():
+                signal.signal(signum, old)
+
+    def _sleep(self, seconds: float) -> None:
+        """The executor's waits (backoff, reconcile polls) end early when stopping."""
+        if self._stop.wait(seconds):
+            raise WorkerStopped(self._stop_why or "stop requested")
+
+    # -- the loop -----------------------------------------------------------------------------
+
+    def run(self) -> WorkerReport:
+        """Pass over the open units until all are settled or a stop condition (see module)."""
+        started = self.ledger.now()
+        since = self.since or started
+        open_units = [_Open(task, interval) for interval in self.intervals for task in self.order]
+        settled: dict[tuple[str, Interval], WorkerUnit] = {}
+        done: list[WorkerUnit] = []
+        notes: list[str] = []
+        runs = passes = 0
+        stopped: StopReason = "finished"
+        while open_units:
+            passes += 1
+            progressed = False
+            for item in list(open_units):
+                if self.stopping:
+                    break
+                if self.max_units is not None and runs >= self.max_units:
+                    break
+                unit = self._look(item, settled, since)
+                if unit is None:
+                    continue  # wait: leased elsewhere or a dependency is still open
+                if unit is RUN:
+                    runs += 1
+                    unit = self._run(item)
+                    if unit is None:  # another holder took the lease first: revisit
+                        continue
+                assert isinstance(unit, WorkerUnit)
+                open_units.remove(item)
+                settled[(item.task, item.interval)] = unit
+                done.append(unit)
+                progressed = True
+            if not open_units:
+                break
+            if self.stopping:
+                stopped = "signal"
+                notes.append(f"stopped: {self._stop_why}; nothing new was started")
+                break
+            if self.max_units is not None and runs >= self.max_units:
+                stopped = "max-units"
+                notes.append(f"stopped after {runs} unit run(s) (--max-units {self.max_units})")
+                break
+            if self.once:
+                stopped = "once"
+                notes.append("one pass only (--once): open units are left for other workers")
+                break
+            if not progressed and self._stop.wait(self.poll):
+                continue  # the stop is handled at the top of the next pass
+        for item in open_units:
+            done.append(WorkerUnit(item.task, item.interval, "left", item.why, uow_id=item.uow_id))
+        if stopped == "finished" and self.stopping:
+            stopped = "signal"
+        return WorkerReport(
+            self.pipeline.name, self.name, tuple(done), stopped, passes, started,
+            self.ledger.now(), tuple(notes),
+        )
+
+    def _look(
+        self,
+        item: _Open,
+        settled: Mapping[tuple[str, Interval], WorkerUnit],
+        since: datetime,
+    ) -> WorkerUnit | _Run | None:
+        """Settle ``item`` from the ledger, or say to run it (``RUN``) or to wait (None).
+
+        Why it waits is kept in ``item.why`` for the report of units left open.
+        """
+        task = self.pipeline.get_task(item.task)
+        for dep in task.depends_on:
+            if dep not in self.selected:
+                continue  # outside the selection: the executor checks the ledger for it
+            other = settled.get((dep, item.interval))
+            if other is None:
+                item.why = f"waiting for dependency {dep} ({item.interval.label})"
+                return None
+            if not _succeeded(other):
+                return RUN  # the executor records it blocked, with the reason
+        try:  # identified afresh: its input version covers its upstream's current output
+            unit = self.executor.unit_for(item.task, item.interval)
+        except Exception:
+            return RUN  # the executor reports why the unit cannot be identified
+        item.uow_id = unit.uow_id
+        if self.ledger.unit(item.uow_id) is None:
+            return RUN  # never recorded: nobody has touched it yet
+        latest = self.ledger.latest_attempt(item.uow_id)
+        if latest is not None and latest.outcome == "succeeded" and overwritten_by(
+            self.ledger, task, unit
+        ) is None:
+            return WorkerUnit(
+                item.task, item.interval, "done-elsewhere",
+                f"attempt {latest.number} by {latest.holder} succeeded; not run again",
+                uow_id=item.uow_id, by=latest.holder, outcome="succeeded",
+            )
+        now = self.ledger.now()
+        lease = self.ledger.lease(item.uow_id)
+        if lease is not None and lease.active(now) and lease.holder != self.name:
+            item.why = f"leased by {lease.holder} until {iso(lease.expires_at)}"
+            return None
+        if (
+            latest is not None and latest.holder != self.name and latest.finished_at is not None
+            and latest.finished_at >= since and latest.outcome != "running"
+        ):
+            return WorkerUnit(
+                item.task, item.interval, "ended-elsewhere",
+                f"attempt {latest.number} by {latest.holder} ended {latest.outcome} at "
+                f"{iso(latest.finished_at)}, after this worker started: that run decided; "
+                "not run again here (a worker started later is a new run)",
+                uow_id=item.uow_id, by=latest.holder, outcome=latest.outcome,
+            )
+        return RUN
+
+    def _run(self, item: _Open) -> WorkerUnit | None:
+        """Hand one unit to the executor; None if another holder got its lease first."""
+        try:
+            result = self.executor.run(item.interval, [item.task]).units[0]
+        except WorkerStopped as exc:
+            latest = None if item.uow_id is None else self.ledger.latest_attempt(item.uow_id)
+            seen = "no attempt" if latest is None else (
+                f"attempt {latest.number} recorded {latest.outcome}"
+            )
+            return WorkerUnit(
+                item.task, item.interval, "left",
+                f"stopped ({exc}) while waiting to retry or reconcile: {seen}; lease released",
+                uow_id=item.uow_id, outcome=None if latest is None else latest.outcome,
+            )
+        if result.outcome == "leased-elsewhere":
+            item.why = result.reason
+            return None
+        return WorkerUnit(
+            item.task, item.interval, "ran", result.reason, uow_id=result.uow_id,
+            by=self.name, outcome=result.outcome, result=result,
+        )
+
+
+def _succeeded(unit: WorkerUnit) -> bool:
+    return unit.outcome == "succeeded"

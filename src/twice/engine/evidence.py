@@ -1,0 +1,471 @@
+"""Turn what the ledger recorded about a unit of work into the planner's ``TaskEvidence``.
+
+The executor (before every retry), ``twice status`` and ``twice decide --ledger`` all build
+evidence here, so the decision the executor acted on is the decision an operator recomputes
+from the ledger afterwards. Evidence is taken *as of* an instant: records made later are
+ignored (an attempt that finished after ``as_of`` was still running then), so "what would the
+planner have said at 05:40" is a question the ledger can answer.
+
+Runs and budgets: every executor run of a unit starts with a ``run-started`` observation that
+records the attempt number it began at and the planning numbers it used (``PlanSettings``: the
+policy, estimated and validation durations, the caller's safeRepeat assertion, the deadlines).
+The attempt budget counts the attempts of the latest run, and backoff restarts with it; attempt
+numbers in the ledger keep growing, so the full history stays true. This is the one rule
+Airflow breaks by clearing: a fresh budget while ``try_number`` keeps counting backoff up.
+
+Times reach the planner as integer microseconds (``twice.core.timescale``), so the arithmetic is
+exact.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from twice.core.decision import (
+    Decision,
+    DecisionResult,
+    DecisionWindow,
+    TaskEvidence,
+    TaskState,
+    decide_task,
+)
+from twice.core.outcomes import task_state
+from twice.core.policy import PolicyError, RetryPolicy
+from twice.core.timescale import (
+    MICROS,
+    duration_to_micros,
+    format_duration,
+    format_instant,
+    instant_to_micros,
+)
+
+if TYPE_CHECKING:
+    from twice.core.interval import Interval
+    from twice.define.pipeline import Pipeline, Task
+    from twice.ledger import (
+        AttemptRecord,
+        DecisionRecord,
+        Ledger,
+        ObservationRecord,
+        UnitRecord,
+    )
+
+EXECUTOR_SOURCE = "executor"
+RECONCILE_SOURCE = "reconcile"
+#: Observation state that opens an executor run; its detail holds the run's plan settings.
+RUN_STARTED = "run-started"
+DEFAULT_MAX_OBSERVATION_AGE = 600.0
+# Stands in for "no deadline": far enough never to bind, printed as "none".
+_NO_DEADLINE_YEARS = 100
+
+
+
+def iso(value: datetime | None) -> str | None:
+    """UTC ISO-8601 with ``Z``, the one way reports write instants."""
+    if value is None:
+        return None
+    return format_instant(instant_to_micros(value.astimezone(UTC)))
+
+
+def _parse_time(value: object) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return parsed if parsed.utcoffset() is not None else None
+
+
+@dataclass(frozen=True)
+class PlanSettings:
+    """The planning numbers of one run: recorded with it, so status can decide without the file.
+
+    ``duration`` is the task's ``estimated_duration`` (None: use the last attempt's measured
+    duration, else 0). ``deadline`` is the delivery deadline, ``workflow_deadline`` the end of
+    the run's workflow timeout; the executor plans against the earlier of the two.
+    """
+
+    policy: RetryPolicy
+    duration: float | None = None
+    validation: float = 0.0
+    safe_repeat: bool = False
+    deadline: datetime | None = None
+    workflow_deadline: datetime | None = None
+    max_observation_age: float = DEFAULT_MAX_OBSERVATION_AGE
+    transient: tuple[str, ...] = ()
+
+    @classmethod
+    def for_task(
+        cls,
+        pipeline: Pipeline,
+        task: Task,
+        interval: Interval,
+        *,
+        max_observation_age: float = DEFAULT_MAX_OBSERVATION_AGE,
+        workflow_deadline: datetime | None = None,
+    ) -> PlanSettings:
+        return cls(
+            policy=task.retry,
+            duration=task.estimated_duration,
+            validation=task.validation_duration or 0.0,
+            safe_repeat=task.safe_repeat,
+            deadline=pipeline.deadline_for(interval),
+            workflow_deadline=workflow_deadline,
+            max_observation_age=max_observation_age,
+            transient=tuple(error.__name__ for error in task.retry.transient),
+        )
+
+    def effective_deadline(self, *, include_workflow: bool = True) -> datetime | None:
+        candidates = [self.deadline]
+        if include_workflow:
+            candidates.append(self.workflow_deadline)
+        known = [value for value in candidates if value is not None]
+        return min(known) if known else None
+
+    def to_detail(self) -> dict[str, Any]:
+        return {
+            "policy": {**self.policy.to_dict(), "transient": list(self.transient)},
+            "estimated_duration": self.duration,
+            "validation_duration": self.validation,
+            "safe_repeat": self.safe_repeat,
+            "deadline": iso(self.deadline),
+            "workflow_deadline": iso(self.workflow_deadline),
+            "max_observation_age": self.max_observation_age,
+        }
+
+    @classmethod
+    def from_detail(cls, detail: Mapping[str, Any]) -> PlanSettings | None:
+        """Rebuild from a run marker's detail; None if it is missing or malformed."""
+        raw = detail.get("policy")
+        if not isinstance(raw, Mapping):
+            return None
+        try:
+            policy = RetryPolicy(
+                max_attempts=int(raw["max_attempts"]),
+                initial_delay=float(raw["initial_delay"]),
+                multiplier=float(raw["multiplier"]),
+                max_delay=float(raw["max_delay"]),
+                jitter=raw.get("jitter", "none"),
+                attempt_timeout=raw.get("attempt_timeout"),
+            )
+            duration = detail.get("estimated_duration")
+            return cls(
+                policy=policy,
+                duration=None if duration is None else float(duration),
+                validation=float(detail.get("validation_duration") or 0.0),
+                safe_repeat=bool(detail.get("safe_repeat", False)),
+                deadline=_parse_time(detail.get("deadline")),
+                workflow_deadline=_parse_time(detail.get("workflow_deadline")),
+                max_observation_age=float(
+                    detail.get("max_observation_age", DEFAULT_MAX_OBSERVATION_AGE)
+                ),
+                transient=tuple(str(name) for name in raw.get("transient", ())),
+            )
+        except (KeyError, TypeError, ValueError, PolicyError):
+            return None
+
+
+@dataclass(frozen=True)
+class UnitEvidence:
+    """Everything the ledger knew about one unit of work at ``as_of``."""
+
+    unit: UnitRecord
+    as_of: datetime
+    settings: PlanSettings | None
+    settings_source: str  # "pipeline", "ledger" (the latest run's marker) or "none"
+    attempts: tuple[AttemptRecord, ...]
+    run_first_attempt: int
+    observation: ObservationRecord | None
+    not_started: DecisionRecord | None
+    include_workflow_deadline: bool = False
+    rerun_of: int | None = None  # the succeeded attempt the latest run repeats, if any
+
+    @property
+    def uow_id(self) -> str:
+        return self.unit.uow_id
+
+    @property
+    def latest(self) -> AttemptRecord | None:
+        return self.attempts[-1] if self.attempts else None
+
+    @property
+    def attempts_in_run(self) -> int:
+        """Attempts of the latest run (what the budget counts)."""
+        return sum(1 for attempt in self.attempts if attempt.number >= self.run_first_attempt)
+
+    @property
+    def state(self) -> TaskState | None:
+        latest = self.latest
+        return None if latest is None else task_state(latest.outcome)
+
+    @property
+    def observed_at(self) -> datetime | None:
+        """The freshest evidence time: an observation, or an attempt's own start/finish."""
+        times = []
+        if self.observation is not None:
+            times.append(self.observation.observed_at)
+        latest = self.latest
+        if latest is not None:
+            times.append(latest.finished_at or latest.started_at)
+        return max(times) if times else None
+
+    @property
+    def source(self) -> str | None:
+        """Who supplied the freshest evidence."""
+        observation, latest = self.observation, self.latest
+        attempt_time = None if latest is None else (latest.finished_at or latest.started_at)
+        if observation is not None and (
+            attempt_time is None or observation.observed_at >= attempt_time
+        ):
+            return observation.source
+        return None if latest is None else f"{EXECUTOR_SOURCE} (attempt record)"
+
+    @property
+    def last_finished_at(self) -> datetime | None:
+        latest = self.latest
+        if latest is None or latest.outcome in ("running", "unknown"):
+            return None
+        return latest.finished_at
+
+    @property
+    def deadline(self) -> datetime | None:
+        if self.settings is None:
+            return None
+        return self.settings.effective_deadline(include_workflow=self.include_workflow_deadline)
+
+    def duration_seconds(self) -> float:
+        """Estimated execution time (see ``duration_basis`` for where it comes from)."""
+        return self._duration()[0]
+
+    def duration_basis(self) -> str:
+        """Where the estimate comes from: ``declared`` (estimated_duration), ``assumed: the
+        task's timeout`` (no estimate: an attempt may take up to its timeout, so the planner
+        never starts one that could not finish), ``measured`` (the last attempt), or ``none``
+        (no estimate, no timeout: 0 s, which pipeline validation warns about)."""
+        return self._duration()[1]
+
+    def _duration(self) -> tuple[float, str]:
+        settings = self.settings
+        if settings is not None and settings.duration is not None:
+            return settings.duration, "declared"
+        if settings is not None and settings.policy.attempt_timeout is not None:
+            return settings.policy.attempt_timeout, "assumed: the task's timeout"
+        for attempt in reversed(self.attempts):
+            if attempt.duration is not None and attempt.outcome != "unknown":
+                return attempt.duration.total_seconds(), "measured"
+        return 0.0, "none"
+
+    def window(self) -> DecisionWindow:
+        """The planner's frame in microseconds; needs ``settings``."""
+        if self.settings is None:
+            raise ValueError(f"{self.uow_id}: no plan settings (policy) recorded or given")
+        as_of = instant_to_micros(self.as_of)
+        deadline = self.deadline
+        return DecisionWindow(
+            as_of=as_of,
+            deadline=_no_deadline(as_of) if deadline is None else instant_to_micros(deadline),
+            max_observation_age=_micros(self.settings.max_observation_age),
+            policy=_policy_in_micros(self.settings.policy),
+        )
+
+    def task_evidence(self) -> TaskEvidence | None:
+        """The planner's view of the latest attempt; None before any attempt of this run
+        (then ``plan_unit`` checks the first attempt itself)."""
+        latest, state = self.latest, self.state
+        if latest is None or state is None or self.settings is None:
+            return None
+        # Running, unknown and succeeded describe the unit whichever run they belong to;
+        # a failed attempt of an earlier run leaves the new run at its first attempt, and so
+        # does the success a rerun was opened to repeat.
+        carried = state in (TaskState.RUNNING, TaskState.UNKNOWN) or (
+            state is TaskState.SUCCEEDED
+            and (self.rerun_of is None or latest.number > self.rerun_of)
+        )
+        in_run = self.attempts_in_run
+        if in_run == 0 and not carried:
+            return None
+        observed = self.observed_at
+        assert observed is not None
+        finished = self.last_finished_at
+        return TaskEvidence(
+            id=self.uow_id,
+            state=state,
+            safe_repeat=self.settings.safe_repeat,
+            attempts=max(in_run, 1),
+            observed_at=instant_to_micros(observed),
+            last_finished_at=None if finished is None else instant_to_micros(finished),
+            duration=_micros(self.duration_seconds()),
+            validation=_micros(self.settings.validation),
+        )
+
+
+def _policy_in_micros(policy: RetryPolicy) -> RetryPolicy:
+    """The planner adds policy delays to instants, so they must share the window's unit."""
+    return RetryPolicy(
+        max_attempts=policy.max_attempts,
+        initial_delay=_micros(policy.initial_delay),
+        multiplier=policy.multiplier,
+        max_delay=_micros(policy.max_delay),
+        jitter="none",
+        attempt_timeout=policy.attempt_timeout,
+    )
+
+
+def _micros(seconds: float) -> int:
+    return duration_to_micros(timedelta(seconds=seconds))
+
+
+def _no_deadline(as_of: int) -> int:
+    return as_of + _NO_DEADLINE_YEARS * 366 * 86_400 * MICROS
+
+
+def when_formatter(window: DecisionWindow) -> Any:
+    """Instants for reason texts; the no-deadline stand-in prints as 'none'."""
+
+    def when(value: int | float) -> str:
+        if value >= window.as_of + (_NO_DEADLINE_YEARS - 1) * 365 * 86_400 * MICROS:
+            return "(none set)"
+        return format_instant(value)
+
+    return when
+
+
+def plan_unit(evidence: UnitEvidence) -> DecisionResult | None:
+    """The planner's decision over ``evidence``; None without plan settings.
+
+    Before any attempt of the run the lab's arithmetic is applied to attempt 1 directly
+    (it starts now, no backoff): ``deadline-infeasible`` if it cannot finish, validation
+    included, by the deadline, otherwise ``retry-eligible`` (the only "may start" word the
+    vocabulary has).
+    """
+    if evidence.settings is None:
+        return None
+    window = evidence.window()
+    when = when_formatter(window)
+    task = evidence.task_evidence()
+    if task is not None:
+        return decide_task(task, window, when=when, span=format_duration)
+    observed = evidence.observed_at
+    if observed is not None:
+        age = window.as_of - instant_to_micros(observed)
+        if age > window.max_observation_age:
+            return DecisionResult(
+                evidence.uow_id,
+                Decision.REFRESH_OBSERVATION,
+                f"evidence observed at {when(instant_to_micros(observed))} is "
+                f"{format_duration(age)} old, over the "
+                f"{format_duration(window.max_observation_age)} limit: refresh it before acting",
+            )
+    number = (evidence.latest.number if evidence.latest else 0) + 1
+    start = window.as_of
+    finish = start + _micros(evidence.duration_seconds()) + _micros(evidence.settings.validation)
+    timing = (
+        f"no attempt in this run yet: attempt {number} could start at {when(start)} and finish, "
+        f"validation included, at {when(finish)}"
+    )
+    if finish > window.deadline:
+        return DecisionResult(
+            evidence.uow_id, Decision.DEADLINE_INFEASIBLE,
+            f"{timing}, after the deadline {when(window.deadline)}: do not start it",
+            0, start, finish,
+        )
+    return DecisionResult(
+        evidence.uow_id, Decision.RETRY_ELIGIBLE,
+        f"{timing}, within the deadline {when(window.deadline)}", 0, start, finish,
+    )
+
+
+def gather_evidence(
+    ledger: Ledger,
+    uow_id: str,
+    *,
+    as_of: datetime | None = None,
+    settings: PlanSettings | None = None,
+    include_workflow_deadline: bool = False,
+) -> UnitEvidence:
+    """Read one unit's evidence from the ledger as of ``as_of`` (default: the ledger's now).
+
+    ``settings`` (e.g. from the pipeline file) override the ones the latest run recorded.
+    ``include_workflow_deadline``: plan against the recorded run's workflow deadline too (the
+    executor does, inside that run; status and decide do not, as a new run gets a fresh one).
+    """
+    from twice.ledger import UnknownUnitError
+
+    with ledger.snapshot():  # one consistent view, one transaction for the four reads
+        unit = ledger.unit(uow_id)
+        if unit is None:
+            raise UnknownUnitError(f"unknown unit of work {uow_id!r}")
+        recorded_attempts = ledger.attempts(uow_id)
+        recorded_observations = ledger.observations(uow_id)
+        recorded_decisions = ledger.decisions(uow_id)
+    at = ledger.now() if as_of is None else as_of.astimezone(UTC)
+    attempts = tuple(
+        _as_of_attempt(attempt, at)
+        for attempt in recorded_attempts
+        if attempt.started_at <= at
+    )
+    observations = [obs for obs in recorded_observations if obs.observed_at <= at]
+    markers = [obs for obs in observations if obs.state == RUN_STARTED]
+    marker = markers[-1] if markers else None
+    first = 1
+    recorded = None
+    rerun_of = None
+    if marker is not None:
+        raw_first = marker.detail.get("first_attempt")
+        if isinstance(raw_first, int) and not isinstance(raw_first, bool):
+            first = raw_first
+        raw_rerun = marker.detail.get("rerun_of")
+        if isinstance(raw_rerun, int) and not isinstance(raw_rerun, bool):
+            rerun_of = raw_rerun
+        raw_settings = marker.detail.get("settings")
+        if isinstance(raw_settings, Mapping):
+            recorded = PlanSettings.from_detail(raw_settings)
+    chosen, source = (settings, "pipeline") if settings is not None else (recorded, "ledger")
+    if chosen is None:
+        source = "none"
+    latest_number = attempts[-1].number if attempts else 0
+    not_started = [
+        decision
+        for decision in recorded_decisions
+        if decision.not_started and decision.recorded_at <= at
+        and (decision.attempt or 0) > latest_number
+    ]
+    return UnitEvidence(
+        unit=unit,
+        as_of=at,
+        settings=chosen,
+        settings_source=source,
+        attempts=attempts,
+        run_first_attempt=first,
+        observation=observations[-1] if observations else None,
+        not_started=not_started[-1] if not_started else None,
+        include_workflow_deadline=include_workflow_deadline,
+        rerun_of=rerun_of,
+    )
+
+
+def _as_of_attempt(attempt: AttemptRecord, at: datetime) -> AttemptRecord:
+    """An attempt as it stood at ``at``: one that finished later was still running then."""
+    if attempt.finished_at is not None and attempt.finished_at > at:
+        return replace(attempt, outcome="running", finished_at=None)
+    return attempt
+
+
+def age_text(seconds: float) -> str:
+    """Compact age for tables: 4 s, 3 min, 2.5 h, 3 d."""
+    if not math.isfinite(seconds):
+        return "?"
+    if seconds < 0:
+        return "future!"
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 172_800:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86_400:.1f} d"

@@ -1,0 +1,1523 @@
+"""The engine: ONE lifecycle for every unit of work, whichever driver chose it.
+
+``twice run``, ``twice worker``, ``twice backfill`` and the Airflow runner only choose which
+(task, interval) units run and when; this module owns the rest, the same way on every path (the
+protocol is described once, in docs/architecture.md, "One lifecycle for every unit of work"):
+identify the unit (its input version covers its upstream outputs, ``identify_unit``), claim its
+lease (with a fencing token), hold it if it is an already-succeeded task not ``safe_repeat``,
+plan each attempt with the lab planner on ledger evidence, run the attempt under its write stamp
+(owned writes commit a commit record with their rows), verify (acceptance, then the slice's
+fingerprint recorded) before recording success, settle unknown outcomes (commit record first,
+then the task's ``reconcile`` by the attempt's own job id, else the operator), and emit typed
+events (``twice.engine.events``).
+
+Scheduling. For each interval (in the order given) the tasks run in dependency order;
+independent tasks run concurrently on a thread pool of ``max_workers``, but only as far as their
+pools allow (a 2-slot task in a 2-slot pool keeps every light task of that pool waiting) and one
+attempt at a time per embedded destination file. A task whose dependency did not succeed is not
+run (``blocked``, with the reason).
+
+The decide/attempt loop of one unit: build evidence FROM THE LEDGER and ask the planner before
+each attempt: ``retry-eligible``/``wait-backoff`` (then wait the policy delay with jitter),
+``deadline-infeasible`` (not started, recorded), ``attempts-exhausted``, ``reconcile-effects``
+(repeat not asserted safe), ``repair-cause`` (permanent error) or ``reconcile-remote`` (unknown
+outcome). The job generation is reused until it is confirmed failed, so a resubmission finds the
+existing job ("duplicate"); a deliberate rerun takes a new one, so the job really runs again.
+
+Budgets are per run: each run of a unit may make ``max_attempts`` attempts and its backoff
+restarts, while attempt numbers keep growing in the ledger. A unit whose latest attempt
+succeeded is not run again unless the driver names it in ``reruns={uow_id: attempt}`` (a success
+recorded after that attempt, by another process, is kept, so racing reruns execute it once). A
+crashed holder leaves an attempt ``running`` and a lease that expires: whoever takes the lease
+over finds the attempt recorded ``unknown`` and settles it before anything else.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import random
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from twice.core.backoff import jittered_delay
+from twice.core.decision import Decision, DecisionResult
+from twice.core.interval import Interval
+from twice.core.outcomes import (
+    STOPPING_DECISIONS,
+    RemoteState,
+    UnitOutcome,
+    attempt_outcome,
+)
+from twice.core.timescale import format_duration, micros_to_instant
+from twice.core.unit import UnitOfWork
+from twice.define.pipeline import NonFatal, Pipeline, Task, TaskContext
+from twice.destinations.commits import CommitRecord, WriteStamp
+from twice.engine.attempt import AttemptReport, Isolation, call_attempt
+from twice.engine.events import (
+    AttemptFinished,
+    AttemptStarted,
+    Event,
+    Listener,
+    OutputRejected,
+    OutputVerified,
+    Reconciled,
+    UnitSettled,
+)
+from twice.engine.evidence import (
+    EXECUTOR_SOURCE,
+    RUN_STARTED,
+    PlanSettings,
+    UnitEvidence,
+    gather_evidence,
+    iso,
+    plan_unit,
+)
+from twice.engine.pool import LedgerPool, Pool, PoolTimeout, SlotPool
+from twice.engine.reconcile import reconcile_attempt
+from twice.engine.timeouts import Deadline, WorkflowTimeout
+from twice.engine.verification import SchemaChangeError, record_partition
+from twice.errors import Interrupted
+from twice.remote.jobs import JobFailed, JobStatus
+
+if TYPE_CHECKING:
+    from twice.ledger import AttemptRecord, FingerprintRecord, Ledger
+
+Clock = Callable[[], datetime]
+Sleep = Callable[[float], None]
+
+
+@dataclass(frozen=True)
+class UnitResult:
+    """What happened to one unit of work in this run, and what the planner says now.
+
+    ``attempts`` counts attempts started in this run, ``total_attempts`` all recorded ones.
+    ``next_decision`` is the planner's decision over the ledger when the run left the unit.
+    """
+
+    task: str
+    interval: Interval
+    outcome: UnitOutcome
+    reason: str
+    uow_id: str | None = None
+    attempts: int = 0
+    total_attempts: int = 0
+    job_id: str | None = None
+    generation: int | None = None
+    next_decision: str | None = None
+    error: str | None = None
+    holder: str | None = None
+    lease_expires_at: datetime | None = None
+    notes: tuple[str, ...] = ()
+    acceptance: tuple[str, ...] = ()
+    nonfatal: int = 0
+    value: Any = field(default=None, compare=False, repr=False)
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome == "succeeded"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "task": self.task,
+            "interval": self.interval.label,
+            "uow_id": self.uow_id,
+            "outcome": self.outcome,
+            "reason": self.reason,
+            "attempts": self.attempts,
+            "total_attempts": self.total_attempts,
+            "job_id": self.job_id,
+            "generation": self.generation,
+            "next_decision": self.next_decision,
+            "error": self.error,
+            "holder": self.holder,
+            "lease_expires_at": iso(self.lease_expires_at),
+            "notes": list(self.notes),
+            "acceptance": list(self.acceptance),
+            "nonfatal": self.nonfatal,
+        }
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """Every unit of one ``Executor.run``; ``ok`` only if all of them succeeded."""
+
+    pipeline: str
+    holder: str
+    units: tuple[UnitResult, ...]
+    started_at: datetime
+    finished_at: datetime
+
+    @property
+    def ok(self) -> bool:
+        return all(unit.ok for unit in self.units)
+
+    def unit(self, task: str, interval: Interval | None = None) -> UnitResult:
+        """The result of ``task`` (for ``interval``; the only one if omitted)."""
+        found = [u for u in self.units if u.task == task and interval in (None, u.interval)]
+        if len(found) != 1:
+            raise KeyError(f"{len(found)} results for task {task!r} (interval {interval})")
+        return found[0]
+
+    def counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for unit in self.units:
+            counts[unit.outcome] = counts.get(unit.outcome, 0) + 1
+        return dict(sorted(counts.items()))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "pipeline": self.pipeline,
+            "holder": self.holder,
+            "ok": self.ok,
+            "started_at": iso(self.started_at),
+            "finished_at": iso(self.finished_at),
+            "counts": self.counts(),
+            "units": [unit.to_dict() for unit in self.units],
+            # Truthfulness: what this run did and did not establish.
+            "jobsExecuted": any(unit.attempts for unit in self.units),
+            "outputsVerified": False,
+            "idempotencyProven": False,
+        }
+
+
+def default_holder() -> str:
+    """A holder id unique across hosts, processes and executors."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+class _LeaseKeeper:
+    """Renews a unit's lease every ``ttl / 3`` seconds while it runs (attempts can outlive it)."""
+
+    def __init__(self, ledger: Ledger, uow_id: str, holder: str, ttl: float,
+                 expires_at: datetime | None = None) -> None:
+        self._ledger, self._uow_id, self._holder, self._ttl = ledger, uow_id, holder, ttl
+        self._done = threading.Event()
+        self.lost = False
+        self.expires_at = expires_at  # of the last lease we know we hold
+        self._thread = threading.Thread(target=self._renew, daemon=True, name="twice-lease")
+
+    def __enter__(self) -> _LeaseKeeper:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._done.set()
+        self._thread.join()
+        with contextlib.suppress(Exception):  # releasing is a courtesy; expiry also frees it
+            self._ledger.release_lease(self._uow_id, self._holder)
+
+    def _renew(self) -> None:
+        while not self._done.wait(self._ttl / 3):
+            try:
+                renewed = self._ledger.renew_lease(self._uow_id, self._holder, self._ttl)
+            except Exception:
+                continue
+            if not renewed.acquired:
+                self.lost = True
+                return
+            self.expires_at = renewed.expires_at
+
+    def expired(self, now: datetime) -> bool:
+        """Whether we may no longer hold the lease: a renewal failed, or the last lease we
+        know of has run out (a process paused past it has not renewed yet)."""
+        return self.lost or (self.expires_at is not None and now >= self.expires_at)
+
+
+class FileWriters:
+    """One writer at a time per embedded destination file (SQLite, DuckDB, Parquet), on every
+    path: embedded engines take one writer per file, so attempts of one process queue for the
+    file instead of failing with lock or catalog conflicts. Server engines need no lock here."""
+
+    EMBEDDED = ("sqlite", "duckdb", "parquet")
+
+    def __init__(self) -> None:
+        self._guard = threading.Lock()
+        self._locks: dict[str, threading.RLock] = {}
+
+    def holding(self, spec: str) -> AbstractContextManager[object]:
+        scheme = spec.partition(":")[0].lower()
+        if not spec or scheme not in self.EMBEDDED:
+            return contextlib.nullcontext()
+        key = spec.split("?", 1)[0].split("#", 1)[0]
+        with self._guard:
+            lock = self._locks.setdefault(key, threading.RLock())
+        return lock
+
+
+class Executor:
+    """Runs a pipeline's units of work against a ledger (see the module docstring).
+
+    ``clock`` returns the aware "now" for planning (default: the ledger's clock; an injected
+    clock must not run ahead of the ledger's, which refuses evidence from the future).
+    ``sleep`` waits backoff and reconcile polls (inject a fake in tests); ``rng`` draws the
+    jitter. ``shared_pools`` (default True) holds pool slots in the ledger as well as in
+    process, so every process using the same ledger shares the capacity (SQLite on one host,
+    PostgreSQL across hosts); False keeps pools local to this executor.
+
+    For a caller that owns the retry loop (``twice.drivers.airflow``): ``attempts_per_call`` stops a
+    unit after that many attempts in one ``run`` call, recording the planner's next step (it is
+    the result's ``next_decision``); ``continue_run`` continues the unit's latest run instead of
+    opening a new one, so the budget, backoff and safe-repeat rules span the caller's tries.
+
+    Which units run is the driver's choice: ``reruns`` names stale successes to run again (a
+    new job generation each), ``repeat`` names tasks that are not ``safe_repeat`` whose
+    successes the operator wants executed again anyway (otherwise they are ``held``), and
+    ``accept_schema_change`` lets a verified output change its destination's schema. How a
+    unit runs is the engine's, the same for every driver; ``listeners`` receive its typed
+    events (``twice.engine.events``).
+    """
+
+    def __init__(
+        self,
+        pipeline: Pipeline,
+        ledger: Ledger,
+        *,
+        clock: Clock | None = None,
+        sleep: Sleep | None = None,
+        rng: random.Random | None = None,
+        holder: str | None = None,
+        max_workers: int = 4,
+        lease_ttl: float = 300.0,
+        isolation: Isolation = "thread",
+        shared_pools: bool = True,
+        pool_ttl: float = 60.0,
+        pool_poll_interval: float = 0.05,
+        poll_interval: float = 1.0,
+        observe_timeout: float = 60.0,
+        max_observation_age: float = 600.0,
+        params: Mapping[str, Any] | None = None,
+        attempts_per_call: int | None = None,
+        continue_run: bool = False,
+        reruns: Mapping[str, int] | None = None,
+        repeat: Iterable[str] = (),
+        accept_schema_change: bool = False,
+        listeners: Iterable[Listener] = (),
+    ) -> None:
+        if isinstance(max_workers, bool) or not isinstance(max_workers, int) or max_workers < 1:
+            raise ValueError(f"max_workers must be an integer >= 1, got {max_workers!r}")
+        for name, value in (("lease_ttl", lease_ttl), ("poll_interval", poll_interval),
+                            ("observe_timeout", observe_timeout),
+                            ("max_observation_age", max_observation_age)):
+            if not value > 0:
+                raise ValueError(f"{name} must be > 0 seconds, got {value!r}")
+        if isolation not in ("thread", "process"):
+            raise ValueError(f"isolation must be 'thread' or 'process', got {isolation!r}")
+        if isolation == "process" and pipeline.source_file is None:
+            raise ValueError("isolation='process' needs a pipeline loaded with load_pipeline")
+        self.pipeline = pipeline
+        self.ledger = ledger
+        self.holder = holder or default_holder()
+        self._clock: Clock = clock or ledger.now
+        self._injected_clock = clock is not None
+        self._sleep: Sleep = sleep or time.sleep
+        self._rng = rng or random.Random()
+        self._rng_lock = threading.Lock()
+        self.max_workers = max_workers
+        self.lease_ttl = lease_ttl
+        self.isolation: Isolation = isolation
+        self.shared_pools = shared_pools
+        self.pool_ttl = pool_ttl
+        self.pool_poll_interval = pool_poll_interval
+        self.poll_interval = poll_interval
+        self.observe_timeout = observe_timeout
+        self.max_observation_age = max_observation_age
+        self.params = dict(params or {})
+        if attempts_per_call is not None and (
+            isinstance(attempts_per_call, bool) or not isinstance(attempts_per_call, int)
+            or attempts_per_call < 1
+        ):
+            raise ValueError(
+                f"attempts_per_call must be an integer >= 1, got {attempts_per_call!r}"
+            )
+        self.attempts_per_call = attempts_per_call
+        self.continue_run = continue_run
+        self.reruns: Mapping[str, int] = dict(reruns or {})
+        self.repeat = frozenset(repeat)
+        self.accept_schema_change = accept_schema_change
+        self.listeners: tuple[Listener, ...] = tuple(listeners)
+        self.writers = FileWriters()
+        self._pools: dict[str, SlotPool] = {}
+        self._pools_lock = threading.Lock()
+
+    # -- public -------------------------------------------------------------------------------
+
+    def now(self) -> datetime:
+        return self._clock()
+
+    def emit(self, event: Event) -> None:
+        """Hand ``event`` to every listener; a failing listener never changes the outcome."""
+        for listener in self.listeners:
+            with contextlib.suppress(Exception):
+                listener(event)
+
+    def unit_for(self, task_name: str, interval: Interval) -> UnitOfWork:
+        """The unit of work of ``task_name`` for ``interval`` as it stands NOW.
+
+        Its input version covers the upstream outputs it reads for the interval (DESIGN.md,
+        data versions): for each dependency in the pipeline, the latest recorded fingerprint of
+        the dependency's destination partition, or (no destination) the dependency's own unit
+        id. Changed upstream output is therefore a new unit of work that runs; identical output
+        is the same unit, already settled. Computed again before every attempt.
+        """
+        return identify_unit(self.pipeline, self.ledger, task_name, interval)
+
+    def run(
+        self, intervals: Interval | Iterable[Interval], tasks: Iterable[str] | str | None = None
+    ) -> RunResult:
+        """Run ``tasks`` (default: all) for each interval, in order; see the module docstring.
+
+        With ``tasks``, only those run; their dependencies outside the selection must have a
+        succeeded latest attempt in the ledger for the same interval, or they are blocked.
+        Bad input (unknown task, an interval off the schedule's grid) raises before anything runs.
+        """
+        spans = [intervals] if isinstance(intervals, Interval) else list(intervals)
+        canonical = [self.pipeline.schedule.canonical(span) for span in spans]
+        plan = self.pipeline
+        if tasks is not None:
+            names = [tasks] if isinstance(tasks, str) else list(tasks)
+            plan = self.pipeline.subset(names, with_dependents=False)
+        order = plan.topological_order()
+        started = self.now()
+        results: list[UnitResult] = []
+        for interval in canonical:
+            results.extend(self._run_interval(plan, order, interval))
+        return RunResult(self.pipeline.name, self.holder, tuple(results), started, self.now())
+
+    # -- scheduling ---------------------------------------------------------------------------
+
+    def _workflow_deadline(self) -> tuple[Deadline | None, datetime | None]:
+        timeout = self.pipeline.workflow_timeout
+        if timeout is None:
+            return None, None
+        if self._injected_clock:
+            deadline = Deadline(timeout, clock=lambda: self._clock().timestamp())
+        else:
+            deadline = Deadline(timeout)
+        return deadline, self.now() + timedelta(seconds=timeout)
+
+    def _run_interval(
+        self, plan: Pipeline, order: list[str], interval: Interval
+    ) -> list[UnitResult]:
+        deadline, wall_deadline = self._workflow_deadline()
+        done: dict[str, UnitResult] = {}
+        pending = list(order)
+        running: dict[Future[UnitResult], str] = {}
+        with ThreadPoolExecutor(self.max_workers, thread_name_prefix="twice-unit") as workers:
+            while pending or running:
+                progressed = True
+                while progressed:
+                    progressed = False
+                    for name in list(pending):
+                        task = plan.get_task(name)
+                        internal = [d for d in task.depends_on if d in plan]
+                        if any(dep not in done for dep in internal):
+                            continue
+                        pending.remove(name)
+                        progressed = True
+                        blocked = self._blocked_reason(task, internal, done, interval)
+                        if blocked is not None:
+                            done[name] = self._blocked(task, interval, blocked)
+                            continue
+                        upstream = {dep: done[dep].value for dep in internal}
+                        future = workers.submit(
+                            self._run_unit, task, interval, upstream, deadline, wall_deadline
+                        )
+                        running[future] = name
+                if not running:
+                    continue
+                finished, _ = wait(running, return_when=FIRST_COMPLETED)
+                for future in finished:
+                    done[running.pop(future)] = future.result()
+        return [done[name] for name in order]
+
+    def _blocked_reason(
+        self, task: Task, internal: list[str], done: Mapping[str, UnitResult], interval: Interval
+    ) -> str | None:
+        failed = [dep for dep in internal if not done[dep].ok]
+        if failed:
+            details = ", ".join(f"{dep} ({done[dep].outcome})" for dep in failed)
+            return f"dependency did not succeed in this run: {details}"
+        for dep in task.depends_on:
+            if dep in internal or dep not in self.pipeline:
+                continue  # declared external to this pipeline: satisfied by earlier runs
+            try:
+                unit = self.unit_for(dep, interval)
+            except Exception as exc:
+                return f"dependency {dep}: cannot identify its unit of work ({exc})"
+            latest = self.ledger.latest_attempt(unit.uow_id)
+            if latest is None or latest.outcome != "succeeded":
+                seen = "no attempt" if latest is None else f"latest attempt {latest.outcome}"
+                return (
+                    f"dependency {dep} was not selected to run and the ledger shows {seen} "
+                    f"for {interval}"
+                )
+        return None
+
+    def _blocked(self, task: Task, interval: Interval, reason: str) -> UnitResult:
+        try:
+            unit = self.unit_for(task.name, interval)
+        except Exception as exc:
+            return UnitResult(task.name, interval, "blocked", f"{reason}; {exc}")
+        self.ledger.record_unit(unit)
+        self.ledger.record_observation(
+            unit.uow_id, "blocked", source=EXECUTOR_SOURCE, detail={"reason": reason}
+        )
+        latest = self.ledger.latest_attempt(unit.uow_id)
+        return UnitResult(
+            task.name, interval, "blocked", reason, uow_id=unit.uow_id,
+            total_attempts=0 if latest is None else latest.number,
+        )
+
+    def _run_unit(
+        self,
+        task: Task,
+        interval: Interval,
+        upstream: Mapping[str, Any],
+        deadline: Deadline | None,
+        wall_deadline: datetime | None,
+    ) -> UnitResult:
+        """Claim, drive and settle the unit of ``task`` for ``interval`` (emits UnitSettled).
+
+        The unit is identified again if its inputs change while it is claimed (an upstream
+        output rewritten meanwhile): the new unit is driven instead, at most a few times.
+        """
+        from twice.ledger import LedgerError
+
+        result: UnitResult | None = None
+        for _ in range(3):
+            try:
+                result, superseded = self._claim_and_drive(
+                    task, interval, upstream, deadline, wall_deadline
+                )
+            except (LedgerError, _sqlalchemy_error()) as exc:
+                result = UnitResult(
+                    task.name, interval, "unknown-needs-reconcile",
+                    f"the ledger failed while twice drove this unit ({type(exc).__name__}: "
+                    f"{_first_line(exc)}); what the attempt wrote is settled from the "
+                    "destination's commit record on the next run",
+                    error=f"{type(exc).__name__}: {_first_line(exc)}",
+                )
+                superseded = False
+            if not superseded:
+                break
+        assert result is not None
+        self.emit(UnitSettled(result.uow_id or "", task.name, interval, result.outcome, result))
+        return result
+
+    def _claim_and_drive(
+        self,
+        task: Task,
+        interval: Interval,
+        upstream: Mapping[str, Any],
+        deadline: Deadline | None,
+        wall_deadline: datetime | None,
+    ) -> tuple[UnitResult, bool]:
+        try:
+            unit = self.unit_for(task.name, interval)
+        except Exception as exc:
+            return UnitResult(
+                task.name, interval, "blocked",
+                f"cannot identify the unit of work: {type(exc).__name__}: {exc}",
+                error=f"{type(exc).__name__}: {exc}",
+            ), False
+        self.ledger.record_unit(unit)
+        try:
+            settings = PlanSettings.for_task(
+                self.pipeline, task, unit.interval,
+                max_observation_age=self.max_observation_age, workflow_deadline=wall_deadline,
+            )
+        except Exception as exc:  # e.g. a deadline function that fails for this interval
+            reason = f"cannot plan it: {type(exc).__name__}: {exc}"
+            self.ledger.record_observation(
+                unit.uow_id, "blocked", source=EXECUTOR_SOURCE, detail={"reason": reason}
+            )
+            return UnitResult(task.name, interval, "blocked", reason, uow_id=unit.uow_id,
+                              error=f"{type(exc).__name__}: {exc}"), False
+        lease = self.ledger.acquire_lease(unit.uow_id, self.holder, self.lease_ttl)
+        if not lease.acquired:
+            latest = self.ledger.latest_attempt(unit.uow_id)
+            return UnitResult(
+                task.name, interval, "leased-elsewhere",
+                f"leased by {lease.holder} until {iso(lease.expires_at)}; not run",
+                uow_id=unit.uow_id, holder=lease.holder, lease_expires_at=lease.expires_at,
+                total_attempts=0 if latest is None else latest.number,
+            ), False
+        with _LeaseKeeper(self.ledger, unit.uow_id, self.holder, self.lease_ttl,
+                          lease.expires_at) as keeper:
+            run = _UnitRun(self, task, unit, upstream, deadline, settings, lease.token)
+            run.lease_lost = lambda: keeper.expired(self.ledger.now())
+            result = run.drive()
+        if lease.taken_over_from is not None:
+            note = self._takeover_note(unit.uow_id, lease.taken_over_from, result)
+            result = _with_notes(result, note)
+        if keeper.lost:
+            note = "the lease could not be renewed while running: another holder may have run it"
+            result = _with_notes(result, note)
+        return result, run.superseded
+
+    def _takeover_note(self, uow_id: str, previous: str, result: UnitResult) -> str:
+        """Say in the result what the ledger recorded when we took an expired lease over."""
+        from twice.ledger import LEASE_TAKEOVER_STATE
+
+        takeovers = [
+            o for o in self.ledger.observations(uow_id) if o.state == LEASE_TAKEOVER_STATE
+        ]
+        unknown = takeovers[-1].detail.get("attempts_now_unknown") if takeovers else None
+        note = f"took over the expired lease of {previous}"
+        if unknown:
+            handled = (
+                "left for reconciliation" if result.outcome == "unknown-needs-reconcile"
+                else "reconciled before anything else"
+            )
+            note += (
+                f"; attempt {', '.join(map(str, unknown))} was still running under it: recorded "
+                f"unknown and {handled}, not blindly retried"
+            )
+        return note
+
+    # -- pools and helpers used by _UnitRun ---------------------------------------------------
+
+    def pool_for(self, task: Task) -> SlotPool | None:
+        if task.pool is None:
+            return None
+        with self._pools_lock:
+            pool = self._pools.get(task.pool)
+            if pool is None:
+                capacity = self.pipeline.pools[task.pool]
+                pool = (
+                    LedgerPool(task.pool, capacity, self.ledger, ttl=self.pool_ttl,
+                               poll_interval=self.pool_poll_interval)
+                    if self.shared_pools
+                    else Pool(task.pool, capacity)
+                )
+                self._pools[task.pool] = pool
+            return pool
+
+    def jitter(self, task: Task, attempts: int) -> float:
+        with self._rng_lock:
+            return jittered_delay(task.retry, attempts, self._rng)
+
+    def sleep(self, seconds: float) -> None:
+        if seconds > 0:
+            self._sleep(seconds)
+
+
+def identify_unit(
+    pipeline: Pipeline, ledger: Ledger, task_name: str, interval: Interval
+) -> UnitOfWork:
+    """The unit of work of ``task_name`` for ``interval`` as the ledger stands now (see
+    ``Executor.unit_for``); drivers and plans use this so they name the units the engine runs."""
+    base = pipeline.unit_of_work(task_name, interval)
+    task = pipeline.get_task(task_name)
+    deps = [dep for dep in task.depends_on if dep in pipeline]
+    if not deps:
+        return base
+    versions = {dep: _output_version(pipeline, ledger, dep, base.interval) for dep in deps}
+    digest = hashlib.sha256(json.dumps(versions, sort_keys=True).encode()).hexdigest()[:16]
+    version = f"{base.input_version}+up:{digest}" if base.input_version else f"up:{digest}"
+    return pipeline.unit_of_work(task_name, interval, input_version=version)
+
+
+def overwritten_by(ledger: Ledger, task: Task, unit: UnitOfWork) -> FingerprintRecord | None:
+    """The latest recorded version of ``unit``'s destination partition when ANOTHER unit of
+    the same task and interval wrote it (so ``unit``'s success no longer stands for its slot:
+    e.g. a source reverted to an earlier version); None while the slot holds ``unit``'s output
+    or the task owns no destination. Every driver applies it (the engine, ``twice worker``)."""
+    if not task.owns_output:
+        return None
+    latest = ledger.latest_fingerprint(task.destination, unit.interval.label)
+    if latest is None or latest.uow_id in (None, unit.uow_id):
+        return None
+    return latest
+
+
+def _output_version(pipeline: Pipeline, ledger: Ledger, dep: str, interval: Interval) -> str:
+    """What a dependency's output for ``interval`` is now: its partition's latest recorded
+    fingerprint, or (no destination) its own unit id."""
+    task = pipeline.get_task(dep)
+    if task.owns_output:
+        record = ledger.latest_fingerprint(task.destination, interval.label)
+        if record is None:
+            return "fp:none"
+        return f"fp:{record.algorithm}:{record.row_count}:{record.checksum}"
+    return f"unit:{identify_unit(pipeline, ledger, dep, interval).uow_id}"
+
+
+def _is_schema_refusal(error: BaseException) -> bool:
+    """The destination refused rows whose columns differ from the table's (a schema change
+    the write could not apply): typed, never read out of a message. A ``SchemaChangeError``
+    from verification is not one: ``_check_output`` already emitted its rejection."""
+    from twice.destinations.columns import SchemaError
+
+    return isinstance(error, SchemaError)
+
+
+def _sqlalchemy_error() -> type[Exception]:
+    from sqlalchemy.exc import SQLAlchemyError
+
+    return SQLAlchemyError
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def _with_notes(result: UnitResult, *notes: str) -> UnitResult:
+    return replace(result, notes=(*result.notes, *notes))
+
+
+
+
+class _UnitRun:
+    """One run of one unit of work under our lease: the decide/attempt/reconcile loop."""
+
+    def __init__(
+        self,
+        executor: Executor,
+        task: Task,
+        unit: UnitOfWork,
+        upstream: Mapping[str, Any],
+        deadline: Deadline | None,
+        settings: PlanSettings,
+        token: int = 0,
+    ) -> None:
+        self.x = executor
+        self.token = token  # the fencing token stamped on owned writes (fresh per attempt)
+        self.supersede = False  # a deliberate rerun: take a new job generation once
+        self.superseded = False  # the inputs changed under us: the driver re-identifies it
+        self.lease_lost: Callable[[], bool] = lambda: False
+        self._waited_after: int | None = None  # the attempt whose backoff we already waited
+        self.closed_elsewhere: str | None = None  # our attempt was settled by a taker
+        self.diff: Any = None
+        self.ledger = executor.ledger
+        self.task = task
+        self.unit = unit
+        self.uow_id = unit.uow_id
+        self.upstream = upstream
+        self.deadline = deadline
+        self.settings = settings
+        self.attempts = 0
+        self.notes: list[str] = []
+        self.error: str | None = None
+        self.value: Any = None
+        self.acceptance: tuple[str, ...] = ()
+        self.nonfatal = 0  # non-fatal errors recorded by the attempt last checked
+
+    # -- the loop -----------------------------------------------------------------------------
+
+    def drive(self) -> UnitResult:
+        prior = self.ledger.latest_attempt(self.uow_id)
+        rerun_of: int | None = None
+        if prior is not None and prior.outcome == "succeeded":
+            stale = self.x.reruns.get(self.uow_id)
+            overwritten = self._slot_overwritten() if stale is None else None
+            if overwritten is not None:  # e.g. a source reverted to an earlier version
+                stale = prior.number
+                self.notes.append(overwritten)
+            if stale is None:
+                self.notes.append(
+                    f"already succeeded in attempt {prior.number}; not run again "
+                    "(a new input or transform version is a new unit of work)"
+                )
+                return self._result("succeeded", "latest attempt succeeded in an earlier run")
+            if prior.number > stale:
+                self.notes.append(
+                    f"attempt {prior.number} (holder {prior.holder}) succeeded after the rerun "
+                    f"was planned on attempt {stale or 'none'}; not run again"
+                )
+                return self._result(
+                    "succeeded", f"succeeded in attempt {prior.number} by {prior.holder} "
+                    "after this rerun was planned",
+                )
+            held = self._held(f"attempt {prior.number} of this unit succeeded")
+            if held is not None:
+                return held
+            rerun_of = prior.number
+            self.supersede = True
+            self.notes.append(
+                f"attempt {prior.number} had succeeded; run again as requested (a new job "
+                "generation, so a remote job is really executed again)"
+            )
+        elif prior is None and not (self.task.safe_repeat or self.task.name in self.x.repeat):
+            earlier = self._slot_success()
+            if earlier is not None:
+                held = self._held(earlier)
+                if held is not None:
+                    return held
+        if prior is not None and prior.outcome == "running":
+            prior = self._orphaned(prior)
+        if prior is not None and prior.outcome in ("unknown", "running"):
+            evidence = self._evidence()
+            decision = plan_unit(evidence)
+            assert decision is not None
+            stop = self._resolve_unknown(prior, decision, evidence)
+            if stop is not None:
+                return stop
+            resolved = self.ledger.latest_attempt(self.uow_id)
+            if resolved is not None and resolved.outcome == "succeeded":
+                return self._result("succeeded", "reconcile found the earlier attempt's job "
+                                    "succeeded; nothing resubmitted")
+        if rerun_of is not None or not (self.x.continue_run and self._has_run()):
+            self._open_run(rerun_of)
+        refreshes = 0
+        while True:
+            evidence = self._evidence()
+            decision = plan_unit(evidence)
+            assert decision is not None
+            kind = decision.decision
+            latest = evidence.latest
+            if kind is Decision.VALIDATE_OUTPUT:
+                return self._result("succeeded", "finished without error", decision)
+            if kind in STOPPING_DECISIONS:
+                self._record(decision, evidence)
+                return self._result(STOPPING_DECISIONS[kind], decision.reason, decision)
+            if kind in (Decision.RECONCILE_REMOTE, Decision.OBSERVE_RUNNING):
+                assert latest is not None
+                stop = self._resolve_unknown(latest, decision, evidence)
+                if stop is not None:
+                    return stop
+                continue
+            if kind is Decision.REFRESH_OBSERVATION:
+                refreshes += 1
+                if refreshes > 2:  # our own evidence cannot be this old: the clock is odd
+                    return self._result("unknown-needs-reconcile", decision.reason, decision)
+                self.ledger.record_observation(
+                    self.uow_id, "refreshed", source=EXECUTOR_SOURCE,
+                    attempt=None if latest is None else latest.number,
+                    detail={"state": None if latest is None else latest.outcome},
+                )
+                continue
+            # retry-eligible or wait-backoff: attempt 1 of the run, or a retry
+            budget = self.x.attempts_per_call
+            if budget is not None and self.attempts >= budget:
+                self._record(decision, evidence, retry_owner="caller")
+                return self._result(
+                    "attempts-exhausted",
+                    f"this call's budget of {budget} attempt(s) is used; the planner's next step "
+                    f"is {kind.value} ({decision.reason}); the caller owns the retry loop",
+                    decision,
+                )
+            waited_for = None if latest is None else latest.number
+            if evidence.attempts_in_run > 0 and self._waited_after != waited_for:
+                self._wait_backoff(decision, evidence)
+                self._waited_after = waited_for
+                continue  # plan again: the deadline check sees the real start (jitter may add)
+            stop = self._attempt(evidence)
+            if stop is not None:
+                return stop
+
+    # -- steps --------------------------------------------------------------------------------
+
+    def _held(self, why: str) -> UnitResult | None:
+        """A task not asserted ``safe_repeat`` that already succeeded is not executed again
+        unless the operator named it (``repeat``): its effects (an email, an API call) would
+        happen twice. Returns the ``held`` result, or None when it may run."""
+        if self.task.safe_repeat or self.task.name in self.x.repeat:
+            return None
+        reason = (
+            f"held: {why}, and task {self.task.name!r} is not safe_repeat (running it again "
+            f"may repeat its side effects); name it to execute it again (--repeat "
+            f"{self.task.name})"
+        )
+        self.ledger.record_observation(
+            self.uow_id, "held", source=EXECUTOR_SOURCE, detail={"reason": reason}
+        )
+        return self._result("held", reason)
+
+    def _slot_overwritten(self) -> str | None:
+        """Why this unit's success no longer stands for its slot: the destination partition's
+        latest recorded version was written by ANOTHER unit of the same task and interval
+        (another input or transform version ran after it), so its output is gone. None while
+        the slot still holds this unit's output (or the task owns no destination)."""
+        latest = overwritten_by(self.ledger, self.task, self.unit)
+        if latest is None:
+            return None
+        return (
+            f"the slot now holds the output of unit {latest.uow_id} (fingerprint "
+            f"v{latest.version}), written after this unit succeeded: this unit runs again"
+        )
+
+    def _slot_success(self) -> str | None:
+        """Another unit of the same task and interval (older input or transform version)
+        that succeeded, described; None if there is none."""
+        label = self.unit.interval.label
+        for other in self.ledger.units(pipeline=self.unit.pipeline, task=self.unit.task):
+            if other.uow_id == self.uow_id or other.interval.label != label:
+                continue
+            latest = self.ledger.latest_attempt(other.uow_id)
+            if latest is not None and latest.outcome == "succeeded":
+                return (
+                    f"unit {other.uow_id} (input version {other.input_version or 'none'}) "
+                    f"succeeded for {label} in attempt {latest.number}"
+                )
+        return None
+
+    def _orphaned(self, prior: AttemptRecord) -> AttemptRecord:
+        """A ``running`` attempt found while WE hold the lease has lost its process.
+
+        This run has started nothing yet, and the holder that began the attempt no longer
+        holds the lease: it crashed after the lease was released, or it is this holder's name
+        restarted after a crash (taking over someone else's expired lease is handled by the
+        ledger, which already recorded the attempt as unknown). Its work may have happened,
+        so the outcome is unknown, not failed: record that and why, then reconcile.
+        """
+        if prior.holder == self.x.holder:
+            how = (
+                f"holder {prior.holder} (this worker's name, restarted) began it and no "
+                "process of that name is running it now"
+            )
+        else:
+            how = f"holder {prior.holder} began it and gave up the lease without finishing it"
+        why = (
+            f"attempt {prior.number} was still recorded running when {self.x.holder} got the "
+            f"lease: {how}; its effects may exist, so the outcome is unknown (not failed) and "
+            "is reconciled before anything else, never blindly retried"
+        )
+        record = self.ledger.finish_attempt(self.uow_id, prior.number, "unknown")
+        self.ledger.record_observation(
+            self.uow_id, "unknown", source=EXECUTOR_SOURCE, attempt=prior.number,
+            detail={
+                "why": why, "previous_holder": prior.holder, "job_id": prior.job_id,
+                "started_at": iso(prior.started_at),
+            },
+        )
+        self.notes.append(why)
+        return record
+
+    def _evidence(self) -> UnitEvidence:
+        return gather_evidence(
+            self.ledger, self.uow_id, as_of=self.x.now(), settings=self.settings,
+            include_workflow_deadline=True,
+        )
+
+    def _has_run(self) -> bool:
+        return any(o.state == RUN_STARTED for o in self.ledger.observations(self.uow_id))
+
+    def _open_run(self, rerun_of: int | None = None) -> None:
+        """Record the run marker; ``rerun_of`` names the succeeded attempt this run repeats
+        (``twice.engine.evidence`` then stops treating that success as the unit's state)."""
+        latest = self.ledger.latest_attempt(self.uow_id)
+        detail: dict[str, Any] = {
+            "holder": self.x.holder,
+            "first_attempt": (0 if latest is None else latest.number) + 1,
+            "settings": self.settings.to_detail(),
+        }
+        if rerun_of is not None:
+            detail["rerun_of"] = rerun_of
+        self.ledger.record_observation(
+            self.uow_id, RUN_STARTED, source=EXECUTOR_SOURCE, detail=detail
+        )
+
+    def _record(
+        self, decision: DecisionResult, evidence: UnitEvidence, **extra: Any
+    ) -> None:
+        """Record a decision the executor acts on, with the numbers behind it."""
+        detail: dict[str, Any] = {
+            "evidence": {
+                "state": None if evidence.state is None else evidence.state.value,
+                "attempts_in_run": evidence.attempts_in_run,
+                "observed_at": iso(evidence.observed_at),
+                "source": evidence.source,
+                "deadline": iso(evidence.deadline),
+                "duration": evidence.duration_seconds(),
+                "duration_basis": evidence.duration_basis(),
+            },
+            **extra,
+        }
+        if decision.backoff is not None:
+            detail["backoff"] = decision.backoff / 1_000_000
+        if decision.earliest_start is not None:
+            detail["earliest_start"] = iso(micros_to_instant(decision.earliest_start))
+        if decision.estimated_finish is not None:
+            detail["estimated_finish"] = iso(micros_to_instant(decision.estimated_finish))
+        latest = evidence.latest
+        if decision.decision is Decision.DEADLINE_INFEASIBLE:
+            self.ledger.record_attempt_not_started(
+                self.uow_id, reason=decision.reason, decision="deadline-infeasible",
+                as_of=evidence.as_of, detail=detail,
+            )
+        else:
+            self.ledger.record_decision(
+                self.uow_id, decision.decision.value, reason=decision.reason,
+                as_of=evidence.as_of, attempt=None if latest is None else latest.number,
+                detail=detail,
+            )
+
+    def _not_started(self, reason: str, cause: str) -> UnitResult:
+        self.ledger.record_attempt_not_started(
+            self.uow_id, reason=reason, decision="deadline-infeasible", as_of=self.x.now(),
+            detail={"cause": cause},
+        )
+        return self._result("deadline-infeasible", reason, decision_name="deadline-infeasible")
+
+    def _wait_backoff(self, decision: DecisionResult, evidence: UnitEvidence) -> None:
+        attempts = evidence.attempts_in_run
+        jittered = self.x.jitter(self.task, attempts)
+        finished = evidence.last_finished_at or evidence.as_of
+        wait_for = (finished + timedelta(seconds=jittered) - evidence.as_of).total_seconds()
+        self._record(
+            decision, evidence,
+            next_attempt=(evidence.latest.number if evidence.latest else 0) + 1,
+            jitter=self.task.retry.jitter, jittered_delay=jittered, waits=max(0.0, wait_for),
+        )
+        self.x.sleep(wait_for)
+
+    def _cost_refusal(self) -> UnitResult | None:
+        """The cost guard (``twice.engine.cost.guard_task``): an estimate over the task's
+        ``maximum_bytes_billed`` refuses the attempt before anything is submitted. The limit is
+        the task's own, so every retry or rerun is checked against the same number."""
+        from twice.engine.cost import guard_task
+
+        check = guard_task(self.task, self.unit.interval)
+        if check is None:
+            return None
+        if check.allowed:
+            self.notes.append(check.reason)
+            return None
+        self.ledger.record_attempt_not_started(
+            self.uow_id, reason=check.reason, decision="repair-cause", as_of=self.x.now(),
+            detail=check.to_detail(),
+        )
+        return self._result("failed-permanent", check.reason, decision_name="repair-cause")
+
+    def _generation(self) -> tuple[int, str]:
+        """The job generation of the next attempt (every task has one; its job id is
+        deterministic). The current one is reused until it is confirmed failed, so a
+        resubmission finds the existing job; a deliberate rerun takes a new one once."""
+        current = self.ledger.current_generation(self.uow_id)
+        if current is None:
+            record = self.ledger.record_job_generation(self.uow_id, 1)
+        elif current.state == "confirmed-failed":
+            record = self.ledger.record_job_generation(self.uow_id)
+        elif self.supersede:
+            record = self.ledger.record_job_generation(self.uow_id, supersede=True)
+        else:
+            record = current
+        self.supersede = False
+        return record.generation, record.job_id
+
+    def _attempt(self, evidence: UnitEvidence) -> UnitResult | None:
+        """Start, run and finish one attempt; a UnitResult if the unit stops right here."""
+        needed = evidence.duration_seconds()
+        if self.deadline is not None:
+            try:
+                self.deadline.check(needed)
+            except WorkflowTimeout as exc:
+                return self._not_started(f"not started: {exc}", "workflow-timeout")
+        refused = self._cost_refusal()
+        if refused is not None:
+            return refused
+        changed = self._inputs_changed()
+        if changed is not None:
+            return changed
+        if self.lease_lost():  # paused past the lease: another holder may be running it now
+            reason = (
+                "the lease was lost while this unit ran (renewal failed or expired): no new "
+                "attempt starts; the holder that took it over settles it"
+            )
+            self.ledger.record_observation(
+                self.uow_id, "lease-lost", source=EXECUTOR_SOURCE, detail={"reason": reason}
+            )
+            return self._result("leased-elsewhere", reason)
+        generation, job_id = self._generation()
+        pool = self.x.pool_for(self.task)
+        with contextlib.ExitStack() as held, contextlib.ExitStack() as slots:
+            if pool is not None:
+                wait_limit = None if self.deadline is None else self.deadline.remaining()
+                try:
+                    held.enter_context(pool.acquire(self.task.slots, wait_limit))
+                except PoolTimeout as exc:
+                    return self._not_started(
+                        f"not started: pool {pool.name!r} had no {self.task.slots} free slot(s) "
+                        f"before the workflow deadline ({exc})", "pool-capacity",
+                    )
+            try:
+                timeout = (
+                    self.task.timeout if self.deadline is None
+                    else self.deadline.cap(self.task.timeout)
+                )
+            except WorkflowTimeout as exc:
+                return self._not_started(f"not started: {exc}", "workflow-timeout")
+            slots.enter_context(self._guard())
+            # A fresh fencing token per attempt (above the lease's): a timed-out attempt whose
+            # thread writes late is refused once its retry has committed.
+            with self.ledger.transaction():  # one durable write for both
+                self.token = self.ledger.next_fencing_token()
+                record = self.ledger.begin_attempt(
+                    self.uow_id, holder=self.x.holder, generation=generation, job_id=job_id
+                )
+            self.attempts += 1
+            self.x.emit(AttemptStarted(self.uow_id, self.task.name, self.unit.interval,
+                                       record.number, generation, job_id, self.token))
+            ctx = self._context(record, generation)
+            report = call_attempt(
+                self.task, ctx, timeout=timeout, isolation=self.x.isolation,
+                source_file=self.x.pipeline.source_file,
+            )
+            self._hold_while_running(report, held, record.number)
+            self._finish(record, report)
+        if self.closed_elsewhere is not None:
+            return self._result("leased-elsewhere", self.closed_elsewhere)
+        if report.interrupted:
+            raise Interrupted(
+                f"{self.task.name} for {self.unit.interval.label} was interrupted "
+                f"(KeyboardInterrupt) in attempt {record.number}; the attempt is recorded "
+                "unknown and is settled from the destination's commit record on the next run"
+            )
+        return None
+
+    def _hold_while_running(self, report: AttemptReport, held: contextlib.ExitStack,
+                            number: int) -> None:
+        """A timed-out attempt whose thread still runs keeps its pool slots until that thread
+        ends: the work really continues, and the pool's dependency is still loaded by it (the
+        English lab text: never release local resources while the work remains active)."""
+        still = getattr(report.error, "worker", None)
+        if not isinstance(still, threading.Thread) or not still.is_alive():
+            return
+        carried = held.pop_all()
+
+        def release_when_done() -> None:
+            still.join()
+            carried.close()
+
+        threading.Thread(target=release_when_done, daemon=True,
+                         name=f"twice-hold-{self.task.name}").start()
+        self.notes.append(
+            f"attempt {number} timed out but its thread still runs: its pool slots stay held "
+            "until it ends"
+        )
+
+    def _inputs_changed(self) -> UnitResult | None:
+        """Input versions are recomputed before every attempt: if the unit's inputs changed
+        since it was identified, this unit stops and the driver identifies the new one."""
+        try:
+            now = self.x.unit_for(self.task.name, self.unit.interval)
+        except Exception:
+            return None  # identified moments ago; a failing input_version shows on the next run
+        if now.uow_id == self.uow_id:
+            return None
+        self.superseded = True
+        reason = (
+            f"inputs changed before the attempt (input version {self.unit.input_version or 'none'}"
+            f" -> {now.input_version}): unit {now.uow_id} runs instead"
+        )
+        self.ledger.record_observation(
+            self.uow_id, "superseded", source=EXECUTOR_SOURCE,
+            detail={"reason": reason, "by": now.uow_id},
+        )
+        return self._result("blocked", reason)
+
+    def _context(self, record: AttemptRecord, generation: int | None) -> TaskContext:
+        number = record.number
+        recorder = None
+        if self.x.isolation == "thread":
+            def recorder(event: NonFatal) -> None:
+                self.ledger.record_nonfatal(
+                    self.uow_id, event.message, count=event.count, attempt=number
+                )
+        stamp = WriteStamp(
+            uow_id=self.uow_id,
+            fence_key=f"{self.unit.pipeline}/{self.unit.task}/{self.unit.interval.label}",
+            generation=generation or 1, attempt=number, token=self.token,
+            input_version=self.unit.input_version,
+        )
+        return self.x.pipeline.context(
+            self.task.name, self.unit.interval, attempt=number, generation=generation or 1,
+            upstream=self.upstream, params=self.x.params, recorder=recorder, unit=self.unit,
+            stamp=stamp,
+        )
+
+    def _finish(self, record: AttemptRecord, report: AttemptReport) -> None:
+        number = record.number
+        for event in report.nonfatals:
+            self.ledger.record_nonfatal(self.uow_id, event.message, count=event.count,
+                                        attempt=number)
+        if report.remote is not None:
+            self._record_remote(report.remote, number)
+        detail: dict[str, Any] = {"job_id": record.job_id, "generation": record.generation}
+        written = getattr(report.written, "commit", None)
+        if written is not None:
+            detail["commit"] = written.to_dict()
+        if report.ending == "succeeded":
+            if record.generation is not None:  # the job did succeed, whatever its output
+                self.ledger.mark_generation(self.uow_id, record.generation, "succeeded")
+            rejected = self._check_output(number, report.value, detail,
+                                          commit=written, generation=record.generation)
+            if rejected is not None:
+                report = replace(report, ending="permanent", error=rejected)
+        outcome = attempt_outcome(report.ending)
+        if report.error is not None:  # recorded first: it stays evidence whatever follows
+            self.error = report.error_text
+            if _is_schema_refusal(report.error):
+                self.x.emit(OutputRejected(self.uow_id, self.task.name, self.unit.interval,
+                                           number, str(report.error), schema_change=True))
+            classification = "unknown" if report.ending == "succeeded" else report.ending
+            self.ledger.record_exception(
+                self.uow_id, report.error, classification=classification,
+                attempt=number, detail={"job_id": record.job_id},
+            )
+        if not self._finish_attempt(number, outcome, detail):
+            return
+        failed = report.error
+        if (
+            isinstance(failed, JobFailed) and record.generation is not None
+            and failed.job_id == record.job_id
+        ):
+            self.ledger.mark_generation(self.uow_id, record.generation, "confirmed-failed")
+        if report.ending == "succeeded":
+            self.value = report.value
+        if report.ending == "unknown":
+            detail["why"] = (
+                "the attempt timed out or lost its acknowledgement; remote work may continue "
+                "(a timed-out thread is not stopped), so the outcome is unknown, not failed"
+            )
+        self.ledger.record_observation(
+            self.uow_id, outcome, source=EXECUTOR_SOURCE, attempt=number, detail=detail
+        )
+        self._emit_finished(number, outcome, report)
+
+    def _finish_attempt(self, number: int, outcome: str, detail: dict[str, Any]) -> bool:
+        """Record how our attempt ended; False if another holder has already closed it (it
+        took our lease over while we were paused): then this run stops, and says so."""
+        from twice.ledger import LedgerError
+
+        try:
+            self.ledger.finish_attempt(self.uow_id, number, outcome)  # type: ignore[arg-type]
+        except LedgerError:
+            current = self.ledger.attempt(self.uow_id, number)
+            if current is None or current.outcome in ("running", "unknown"):
+                raise
+            self.closed_elsewhere = (
+                f"attempt {number} ended {outcome} here, but another holder had already "
+                f"closed it as {current.outcome} after taking the lease over: that holder "
+                "settles the unit"
+            )
+            self.ledger.record_observation(
+                self.uow_id, "closed-elsewhere", source=EXECUTOR_SOURCE, attempt=number,
+                detail={**detail, "ended_here": outcome, "recorded": current.outcome,
+                        "why": self.closed_elsewhere},
+            )
+            return False
+        return True
+
+    def _emit_finished(self, number: int, outcome: str, report: AttemptReport) -> None:
+        self.x.emit(AttemptFinished(self.uow_id, self.task.name, self.unit.interval, number,
+                                    outcome, report.error_text))
+
+    def _record_remote(self, status: JobStatus, attempt: int) -> None:
+        """A JobStatus the task returned is evidence from the service, with its own time."""
+        from twice.ledger import LedgerError
+
+        source = f"remote:{status.service}"
+        detail = {"job_id": status.job_id, "state": status.state.value}
+        try:
+            self.ledger.record_observation(
+                self.uow_id, status.remote_state().value, source=source,
+                observed_at=status.observed_at, attempt=attempt, detail=detail,
+            )
+        except LedgerError:  # the service's clock is ahead of ours: keep its time as detail
+            self.ledger.record_observation(
+                self.uow_id, status.remote_state().value, source=source, attempt=attempt,
+                detail={**detail, "remote_observed_at": iso(status.observed_at)},
+            )
+        for error in status.nonfatal_errors:
+            self.ledger.record_nonfatal(
+                self.uow_id, f"{error.reason}: {error.message}", attempt=attempt,
+                detail={"source": source, "job_id": status.job_id, "reason": error.reason},
+            )
+
+    def _close_reconciled(self, number: int, job_id: str | None, error_class: str, message: str,
+                          basis: str) -> None:
+        """An unknown attempt that reconcile showed did not succeed: close it as transient."""
+        self.ledger.finish_attempt(self.uow_id, number, "failed-transient")
+        self.ledger.record_error(
+            self.uow_id, error_class=error_class, message=message, classification="transient",
+            attempt=number, detail={"source": "reconcile", "job_id": job_id, "basis": basis},
+        )
+
+    def _resolve_unknown(
+        self, attempt: AttemptRecord, decision: DecisionResult, evidence: UnitEvidence
+    ) -> UnitResult | None:
+        """Settle an unknown/running attempt; a UnitResult if we must stop.
+
+        In order: the destination's commit record for this attempt (present: it succeeded,
+        with that fingerprint; absent and no other effects declared: nothing was written, so a
+        retry is safe), then the task's ``reconcile`` by the attempt's own job id (effects twice
+        cannot see); otherwise an operator must record what happened (``twice resolve``).
+        ``safe_repeat`` never settles an unknown outcome: the lab reconciles first.
+        """
+        self._record(decision, evidence, job_id=attempt.job_id)
+        if self.task.owns_output:
+            settled, stop = self._settle_from_commit_record(attempt)
+            if settled:
+                return stop
+        if self.task.reconcile is None or attempt.job_id is None:
+            # safe_repeat does not settle an unknown outcome (the lab: reconcile first)
+            what = f"job {attempt.job_id}" if attempt.job_id else "its effects"
+            reason = (
+                f"attempt {attempt.number} outcome unknown and twice cannot see the task's "
+                f"effects (no owned write, no reconcile function): inspect {what}, then record "
+                f"it with `twice resolve {self.uow_id} --as succeeded|failed --note ...`; not "
+                "retried"
+            )
+            return self._result("unknown-needs-reconcile", reason, decision)
+        ctx = self._context(attempt, attempt.generation)
+        polls = max(1, int(self.x.observe_timeout / self.x.poll_interval))
+        report = reconcile_attempt(
+            self.task, attempt.job_id, ctx, ledger=self.ledger, attempt=attempt.number,
+            poll_interval=self.x.poll_interval, max_polls=polls, sleep=self.x.sleep,
+            deadline=self.deadline,
+        )
+        number, generation = attempt.number, attempt.generation
+        if report.state is RemoteState.SUCCEEDED:
+            if generation is not None:
+                self.ledger.mark_generation(self.uow_id, generation, "succeeded")
+            self.notes.append(
+                f"reconcile found job {attempt.job_id} succeeded: not resubmitted"
+            )
+            self._reconciled(attempt, "succeeded", f"reconcile({attempt.job_id})")
+            detail: dict[str, Any] = {"job_id": attempt.job_id, "generation": generation,
+                                      "reconcile": True}
+            with self._guard():
+                rejected = self._check_output(number, None, detail, generation=generation)
+            self._close_verified(attempt, rejected, detail, "output check after reconcile")
+            return None
+        if report.state in (RemoteState.FAILED, RemoteState.NOT_FOUND):
+            self._reconciled(attempt, report.state.value, f"reconcile({attempt.job_id})")
+        if report.state is RemoteState.FAILED:
+            self._close_reconciled(
+                number, attempt.job_id, "twice.engine.reconcile.RemoteJobFailed",
+                f"reconcile found job {attempt.job_id} finished with an error",
+                "confirmed failed: a new generation may be taken",
+            )
+            if generation is not None:
+                self.ledger.mark_generation(self.uow_id, generation, "confirmed-failed")
+            return None
+        if report.state is RemoteState.NOT_FOUND:
+            self._close_reconciled(
+                number, attempt.job_id, "twice.engine.reconcile.RequestNeverArrived",
+                f"no job {attempt.job_id}: the request never reached the service",
+                "the same job id may be resubmitted (same generation)",
+            )
+            return None
+        waited = format_duration(round(report.polls * self.x.poll_interval * 1_000_000))
+        reason = (
+            f"job {attempt.job_id} still {report.state.value} after {report.polls} look(s) "
+            f"over about {waited}: observe it; nothing resubmitted"
+        )
+        if report.error:
+            reason += f" (last reconcile error: {report.error})"
+        return self._result("unknown-needs-reconcile", reason)
+
+    def _settle_from_commit_record(
+        self, attempt: AttemptRecord
+    ) -> tuple[bool, UnitResult | None]:
+        """Reconcile from the destination: ``(True, None)`` when settled here (succeeded, or
+        closed as safe to retry), ``(True, result)`` to stop, ``(False, None)`` to go on to the
+        task's ``reconcile`` (a remote effect may still land)."""
+        number = attempt.number
+        try:
+            commit = self._commit_record(number, attempt.generation)
+        except Exception as exc:  # the destination cannot be read now: no evidence either way
+            reason = (
+                f"attempt {number} outcome unknown and its destination cannot be read to find "
+                f"its commit record ({type(exc).__name__}: {_first_line(exc)}); not retried"
+            )
+            return True, self._result("unknown-needs-reconcile", reason)
+        source = f"destination:{self.task.destination.partition(':')[0]}"
+        if commit is not None:
+            self.ledger.record_observation(
+                self.uow_id, "succeeded", source=source, attempt=number,
+                detail={"commit": commit.to_dict(), "basis": "commit record found"},
+            )
+            self._reconciled(attempt, "succeeded", "commit record found in the destination")
+            if attempt.generation is not None:
+                self.ledger.mark_generation(self.uow_id, attempt.generation, "succeeded")
+            self.notes.append(
+                f"attempt {number}'s commit record is in the destination: it succeeded; "
+                "nothing rewritten"
+            )
+            detail: dict[str, Any] = {"job_id": attempt.job_id, "generation": attempt.generation,
+                                      "reconcile": True, "commit": commit.to_dict()}
+            with self._guard():
+                rejected = self._check_output(number, None, detail, commit=commit,
+                                              generation=attempt.generation)
+            self._close_verified(attempt, rejected, detail, "output check after reconcile")
+            return True, None
+        if self.task.reconcile is not None and attempt.job_id is not None:
+            return False, None  # effects twice cannot see (a remote job) may still land: ask
+        self.ledger.record_observation(
+            self.uow_id, "not-found", source=source, attempt=number,
+            detail={"basis": "no commit record for this attempt: nothing twice owns was "
+                             "written", "job_id": attempt.job_id},
+        )
+        self._close_reconciled(
+            number, attempt.job_id, "twice.engine.reconcile.NoCommitRecord",
+            f"no commit record of attempt {number} in {self.task.destination}: its write never "
+            "committed",
+            "commit record absent: safe to retry",
+        )
+        self._reconciled(attempt, "not-found", "commit record absent in the destination")
+        return True, None
+
+    def _close_verified(self, attempt: AttemptRecord, rejected: BaseException | None,
+                        detail: dict[str, Any], during: str) -> None:
+        number = attempt.number
+        if rejected is None:
+            self.ledger.finish_attempt(self.uow_id, number, "succeeded")
+        else:
+            self.error = f"{type(rejected).__name__}: {rejected}"
+            self.ledger.finish_attempt(self.uow_id, number, "failed-permanent")
+            self.ledger.record_exception(
+                self.uow_id, rejected, classification="permanent", attempt=number,
+                detail={"job_id": attempt.job_id, "during": during},
+            )
+        self.ledger.record_observation(
+            self.uow_id, "succeeded" if rejected is None else "failed-permanent",
+            source=EXECUTOR_SOURCE, attempt=number, detail=detail,
+        )
+
+    def _reconciled(self, attempt: AttemptRecord, state: str, basis: str) -> None:
+        self.x.emit(Reconciled(self.uow_id, self.task.name, self.unit.interval, attempt.number,
+                               state, basis, attempt.job_id))
+
+    def _guard(self) -> AbstractContextManager[object]:
+        """One writer per embedded destination file, held around an attempt and its checks."""
+        return self.x.writers.holding(self.task.destination)
+
+    def _check_output(
+        self, number: int, returned: Any, detail: dict[str, Any], *,
+        commit: CommitRecord | None = None, generation: int | None = None,
+    ) -> BaseException | None:
+        """The validate-output step (``twice.engine.verification``): acceptance criteria, then the
+        slice's fingerprint recorded as the partition's next version (from the commit record
+        when twice owned the write).
+
+        Returns the reason the output is rejected (as an exception to record), else None; the
+        checks made go into ``detail`` (the attempt's observation) and the result.
+        """
+        self.nonfatal = sum(
+            record.count for record in self.ledger.nonfatal_errors(self.uow_id)
+            if record.attempt == number
+        )
+        criteria = self.task.acceptance  # Task checked it is AcceptanceCriteria + destination
+        if criteria is not None:
+            # imported only here: twice.define.acceptance loads the destinations (PyArrow)
+            from twice.engine.verification import AcceptanceFailed, check_task_output
+
+            try:
+                verdict = check_task_output(
+                    criteria, self.task.destination, self.unit.interval, returned,
+                    self.nonfatal,
+                )
+            except Exception as exc:  # the destination cannot be read: not verified
+                detail["acceptance"] = {"passed": False, "checks": [], "error": str(exc)}
+                return exc
+            self.acceptance = verdict.checks if verdict.passed else verdict.reasons
+            detail["acceptance"] = {"passed": verdict.passed, "checks": list(verdict.checks)}
+            if not verdict.passed:
+                return AcceptanceFailed(verdict)
+        if not self.task.owns_output:  # nothing twice can read: acceptance was the check
+            self.x.emit(OutputVerified(self.uow_id, self.task.name, self.unit.interval, number,
+                                       self.acceptance))
+            return None
+        if commit is None:
+            commit = self._commit_record(number, generation)
+        superseded = self._superseded(commit)
+        if superseded is not None:
+            detail["superseded"] = superseded
+            self.notes.append(superseded)
+            return None  # its write happened; the slot already holds a newer writer's rows
+        try:
+            diff = record_partition(
+                self.ledger, self.task, self.uow_id, number, self.unit.interval,
+                accept_schema_change=self.x.accept_schema_change, commit=commit,
+            )
+        except Exception as exc:
+            detail["output_check"] = f"{type(exc).__name__}: {exc}"
+            self.x.emit(OutputRejected(self.uow_id, self.task.name, self.unit.interval, number,
+                                       str(exc), schema_change=isinstance(exc, SchemaChangeError)))
+            return exc
+        self.diff = diff
+        detail["fingerprint"] = diff.to_dict()
+        self.x.emit(OutputVerified(self.uow_id, self.task.name, self.unit.interval, number,
+                                   self.acceptance, diff, diff.source))
+        return None
+
+    def _superseded(self, commit: CommitRecord | None) -> str | None:
+        """A commit of ours that a newer writer of the same slot has already replaced (we were
+        paused past our lease after writing): recording its fingerprint as the partition's
+        latest version would be false. Checked only when our lease may be lost (cheap path
+        otherwise)."""
+        if commit is None or not self.lease_lost():
+            return None
+        from twice.destinations import open_destination
+        from twice.destinations.commits import newest_token
+
+        with open_destination(self.task.destination) as dest:
+            newest = newest_token(dest.commit_records(), commit.fence_key)
+        if newest is None or newest <= commit.token:
+            return None
+        return (
+            f"attempt {commit.attempt}'s write (token {commit.token}) was replaced by a newer "
+            f"writer of the slot (token {newest}) before twice recorded it: succeeded, but its "
+            "fingerprint is not recorded as the partition's latest version"
+        )
+
+    def _commit_record(self, number: int, generation: int | None) -> CommitRecord | None:
+        """The destination's commit record of attempt ``number`` (this generation), if any."""
+        from twice.destinations import open_destination
+
+        with open_destination(self.task.destination) as dest:
+            for record in dest.commit_records(self.uow_id):
+                if record.attempt == number and generation in (None, record.generation):
+                    return record
+        return None
+
+    # -- result -------------------------------------------------------------------------------
+
+    def _result(
+        self,
+        outcome: UnitOutcome,
+        reason: str,
+        decision: DecisionResult | None = None,
+        *,
+        decision_name: str | None = None,
+    ) -> UnitResult:
+        latest = self.ledger.latest_attempt(self.uow_id)
+        final = plan_unit(gather_evidence(
+            self.ledger, self.uow_id, as_of=self.x.now(), settings=self.settings,
+            include_workflow_deadline=True,
+        ))
+        next_decision = final.decision.value if final is not None else (
+            decision_name or (decision.decision.value if decision else None)
+        )
+        return UnitResult(
+            task=self.task.name,
+            interval=self.unit.interval,
+            outcome=outcome,
+            reason=reason,
+            uow_id=self.uow_id,
+            attempts=self.attempts,
+            total_attempts=0 if latest is None else latest.number,
+            job_id=None if latest is None else latest.job_id,
+            generation=None if latest is None else latest.generation,
+            next_decision=next_decision,
+            error=self.error,
+            notes=tuple(self.notes),
+            acceptance=self.acceptance,
+            nonfatal=self.nonfatal,
+            value=self.value,
+        )

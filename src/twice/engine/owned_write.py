@@ -1,0 +1,89 @@
+"""The body of an attempt: run the task under its write stamp, then land its returned output.
+
+twice owns the write (see ``twice.destinations.commits`` for the protocol): while the task
+runs, its :class:`~twice.destinations.commits.WriteStamp` is active, so every write it makes
+through ``open_destination`` commits a commit record with the rows. A task declared with
+``write=`` returns its output instead, and twice writes it here, inside the attempt (its
+timeout covers the write): ``replace`` the interval's slice, ``upsert`` by the destination's
+key columns (rows must lie inside the interval when the destination is partitioned), or
+``append`` exactly once per unit and generation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from twice.destinations.commits import WriteStamp, stamped
+
+if TYPE_CHECKING:
+    from twice.define.pipeline import Task, TaskContext
+    from twice.destinations.base import WriteResult
+
+
+@dataclass(frozen=True)
+class Landed:
+    """What the attempt body returns when twice wrote the output: the task's own value and
+    the write's evidence."""
+
+    value: Any
+    write: WriteResult
+
+
+def run_body(task: Task, ctx: TaskContext) -> Any:
+    """Call the task with its stamp active; land a returned output when ``task.write`` is set."""
+    stamp = ctx.stamp if isinstance(ctx.stamp, WriteStamp) else None
+    with stamped(stamp):
+        value = task.fn(ctx)
+        if task.write is None:
+            return value
+        return Landed(value, land(task, ctx, value))
+
+
+def land(task: Task, ctx: TaskContext, value: Any) -> WriteResult:
+    """Write ``value`` to the task's destination as ``task.write`` says (stamped by the caller)."""
+    from twice.destinations import open_destination
+    from twice.destinations.errors import DestinationError
+
+    if value is None:
+        raise DestinationError(
+            f"task {task.name!r}: write={task.write!r} but the task returned None; return the "
+            "interval's rows (an empty table replaces the slice with nothing)"
+        )
+    rows = _rows(value)
+    with open_destination(task.destination) as dest:
+        partition = ctx.interval if dest.partition_column else None
+        if task.write == "replace":
+            if partition is None:
+                raise DestinationError(
+                    f"task {task.name!r}: write='replace' replaces the interval's slice; the "
+                    f"destination {task.destination!r} needs ?partition_column=NAME"
+                )
+            return dest.replace_partition(rows, partition)
+        if task.write == "upsert":
+            return dest.upsert(rows, partition=partition)
+        return dest.append(rows, partition=partition)
+
+
+def _rows(value: Any) -> Any:
+    """Accept what ``twice.destinations.rows.to_arrow`` accepts, plus batches and relations."""
+    import pyarrow as pa
+
+    if isinstance(value, pa.RecordBatchReader):
+        return value.read_all()
+    if type(value).__module__.split(".")[0] == "duckdb" and hasattr(value, "arrow"):
+        table = value.arrow()  # a DuckDB relation
+        return table.read_all() if isinstance(table, pa.RecordBatchReader) else table
+    if isinstance(value, list | tuple) and value and all(
+        isinstance(item, pa.RecordBatch) for item in value
+    ):
+        return pa.Table.from_batches(list(value))
+    if isinstance(value, Iterable) and not isinstance(value, str | bytes | dict) and hasattr(
+        value, "__next__"
+    ):
+        items = list(value)
+        if items and all(isinstance(item, pa.RecordBatch) for item in items):
+            return pa.Table.from_batches(items)
+        return items
+    return value
