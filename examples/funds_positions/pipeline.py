@@ -24,11 +24,16 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from twice.core.interval import Interval
-from twice.core.policy import RetryPolicy
-from twice.define.acceptance import AcceptanceCriteria
-from twice.define.pipeline import OutcomeUnknownError, Pipeline, RemoteState, TaskContext
-from twice.define.schedule import Schedule
+from twice import (
+    AcceptanceCriteria,
+    Interval,
+    OutcomeUnknownError,
+    Pipeline,
+    RemoteState,
+    RetryPolicy,
+    Schedule,
+    TaskContext,
+)
 
 HERE = Path(__file__).resolve().parent
 TABLES = ("raw_positions", "positions_stage", "positions", "fund_daily")
@@ -60,8 +65,8 @@ def build_pipeline(workdir: str | os.PathLike[str], faults: Any = None,
     """The pipeline over ``workdir/source`` into ``workdir/warehouse.duckdb``."""
     import pyarrow as pa
 
-    from twice.destinations import open_destination
-    from twice.destinations.aggregates import recompute_from_slice
+    from twice import open_destination
+    from twice.destinations.aggregates import recompute_from_slice  # no public name yet
 
     root = Path(workdir)
     source_dir, warehouse = root / "source", root / "warehouse.duckdb"
@@ -120,7 +125,7 @@ def build_pipeline(workdir: str | os.PathLike[str], faults: Any = None,
             good.append((row["day"], row["fund_id"], row["isin"], quantity, price, value))
         if rejected:
             ctx.nonfatal(f"{rejected} unparsable row(s) rejected", rejected)
-        columns = list(zip(*good, strict=True)) if good else [[]] * 6
+        columns: list[tuple[Any, ...]] = list(zip(*good, strict=True)) if good else [()] * 6
         table = pa.table({
             "day": pa.array(columns[0], pa.date32()),
             "fund_id": pa.array(columns[1], pa.string()),

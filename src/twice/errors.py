@@ -8,6 +8,8 @@ codes in one place) branch on types, never on message text:
 - ``UnavailableError``: a service (ledger, destination, remote API) could not be reached.
 - ``DestinationError``: a destination cannot be opened, read or written as asked (also a
   ``ValueError``); ``twice.destinations.errors`` holds its kinds.
+- ``OutcomeUnknownError``: an attempt's effect may or may not have happened; never retried
+  blindly.
 - ``Interrupted``: the operator interrupted a run; what was started is recorded.
 """
 
@@ -37,3 +39,16 @@ class Interrupted(TwiceError):
 
 class DestinationError(TwiceError, ValueError):
     """A destination cannot be opened, read or written as asked; nothing was changed."""
+
+
+class OutcomeUnknownError(TwiceError):
+    """The work may or may not have happened: a lost acknowledgement, a connection cut after the
+    request was sent, a timeout. Raise it from a task that cannot tell.
+
+    The executor records the attempt ``unknown`` and never retries it blindly, whatever the
+    policy lists as transient: it settles it first (the commit record, then the task's
+    ``reconcile(job_id, ctx)`` for the same job id). ``twice.remote``'s lost-acknowledgement and
+    response-timeout errors are kinds of it.
+    """
+
+    outcome = "unknown"  # read by twice.engine.attempt.is_unknown

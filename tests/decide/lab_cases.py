@@ -29,7 +29,7 @@ edge_ints = st.sampled_from(
 wrong_types = st.sampled_from(
     [None, True, False, 1.0, 100.0, 0.5, -0.0, "1", "", "running", [], [1], {}, {"a": 1},
      float("inf"), 1e300]
-)
+).map(copy.deepcopy)  # a fresh list or dict per draw: a mutation must never make one circular
 any_value = st.one_of(edge_ints, wrong_types, st.integers(-5, 200))
 task_ids = st.one_of(
     st.sampled_from(["a", "A-b_c", "x" * 48, "x" * 49, "", "a b", "é", "a\n", "report", "load",

@@ -147,7 +147,7 @@ def test_errors_that_are_not_transient_are_not_retried(tmp_path: Path) -> None:
         with pytest.raises(LedgerError, match="unknown unit of work"):
             ledger.begin_attempt("nobody", holder="w1")
         with pytest.raises(IntegrityError):  # a constraint violation is a bug, not a fault
-            with ledger.transaction() as tx, tx._write() as conn:
+            with ledger.transaction() as tx, tx._session.write() as conn:
                 conn.exec_driver_sql(
                     "INSERT INTO twice_events (kind, at, recorded_at, summary, data) "
                     "VALUES ('no-such-kind', 'x', 'x', 'x', '{}')"

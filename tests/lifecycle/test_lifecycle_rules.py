@@ -20,7 +20,8 @@ from tests.lifecycle.story import (
     table_rows,
     write_source,
 )
-from twice.define.pipeline import OutcomeUnknownError, Pipeline, RemoteState, TaskContext
+from twice import OutcomeUnknownError, RemoteState
+from twice.define.pipeline import Pipeline, TaskContext
 from twice.define.schedule import Schedule
 from twice.drivers.backfill import run_backfill
 from twice.drivers.worker import Worker

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from twice.define.load import PipelineFileError, TaskCallResult, call_task, load_pipeline
+from twice.define.load import PipelineFileError, load_pipeline
 from twice.define.pipeline import NonFatal, Pipeline
+from twice.engine.attempt import TaskCallResult, call_task
 
 HEADER = """\
 from datetime import timedelta

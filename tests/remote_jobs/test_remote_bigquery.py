@@ -12,7 +12,7 @@ from twice.remote import (
     BackendError,
     JobNotFound,
     JobState,
-    OutcomeUnknown,
+    OutcomeUnknownError,
     ResponseTimeout,
     SubmitBackendError,
     reconcile_job,
@@ -63,7 +63,7 @@ def test_lost_ack_then_409_inspects_the_existing_job_never_a_new_id() -> None:
     svc, adapter = service("bq_lost_ack_then_duplicate")
     with pytest.raises(AcknowledgementLost) as lost:
         svc.submit(JOB, {"query": QUERY})
-    assert isinstance(lost.value, OutcomeUnknown)
+    assert isinstance(lost.value, OutcomeUnknownError)
     status = submit_or_inspect(svc, JOB, {"query": QUERY})
     assert status.succeeded and status.job_id == JOB
     ids = [s["json"]["jobReference"]["jobId"] for s in inserts(adapter)]
@@ -75,7 +75,7 @@ def test_insert_5xx_and_timeout_are_unknown_outcomes_not_failures() -> None:
     svc, _ = service("bq_insert_5xx")
     with pytest.raises(SubmitBackendError) as exc:
         svc.submit(JOB, {"query": QUERY})
-    assert isinstance(exc.value, OutcomeUnknown) and exc.value.status == 503
+    assert isinstance(exc.value, OutcomeUnknownError) and exc.value.status == 503
     svc, _ = service("bq_insert_timeout")
     with pytest.raises(ResponseTimeout):
         svc.submit(JOB, {"query": QUERY})

@@ -259,3 +259,26 @@ def test_fake_bigquery_dry_run_and_limit_enforcement() -> None:
                                                     "maximum_bytes_billed": 200})
         assert status.failed and status.error_result.reason == "bytesBilledLimitExceeded"
     assert [j.config["maximum_bytes_billed"] for j in bq.jobs.values()] == [200, 200]
+
+
+def test_a_cost_refusal_is_not_retry_eligible_until_the_plan_or_budget_changes(
+    tmp_path: Path, ds: Path
+) -> None:
+    """The planner over the ledger (status, decide --ledger, the run's "next") says repair-cause
+    after a refusal, never retry-eligible; a new run with a raised budget still runs."""
+    from tests.executor.helpers import planner_decisions
+
+    needed = chunk_bytes(ds, {"fund_id", "amount"}, {"2024-12-02"})
+    interval = Schedule.daily("UTC").interval_for(datetime(2024, 12, 2, tzinfo=UTC))
+    calls: list[str] = []
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    with Ledger.open(url) as ledger:
+        refused = Executor(pipeline_with(ds, needed - 1, calls), ledger).run(interval)
+        unit = refused.unit("positions")
+        assert unit.next_decision == "repair-cause"
+    planned = planner_decisions(url)["positions"]
+    assert planned["decision"] == "repair-cause"
+    assert "revise the plan or the budget" in planned["reason"]
+    with Ledger.open(url) as ledger:
+        allowed = Executor(pipeline_with(ds, needed, calls), ledger).run(interval)
+        assert allowed.unit("positions").outcome == "succeeded" and calls == [interval.label]

@@ -36,8 +36,9 @@ from tests.executor.helpers import ManualClock
 from twice.core.interval import Interval
 from twice.core.policy import RetryPolicy
 from twice.define.acceptance import AcceptanceCriteria
-from twice.define.pipeline import OutcomeUnknownError, Pipeline, TaskContext
+from twice.define.pipeline import Pipeline, TaskContext
 from twice.define.schedule import Schedule
+from twice.errors import OutcomeUnknownError
 
 PIPELINE = "ops"
 DAYS = (date(2026, 11, 30), date(2026, 12, 1))

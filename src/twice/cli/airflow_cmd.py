@@ -8,9 +8,11 @@ imports neither Airflow nor the executor, so it runs wherever twice is installed
 
 from __future__ import annotations
 
-import sys
-
 import click
+
+from twice.cli.exits import exit_on_error
+from twice.cli.options import json_option
+from twice.errors import InputError
 
 
 @click.group(name="airflow")
@@ -23,7 +25,8 @@ def airflow() -> None:
 @click.option("--dag-id", default=None, help="DAG id (default: the pipeline's name).")
 @click.option("--ledger", "ledger_url", default=None, metavar="URL",
               help="Ledger URL to show in the DAG file snippet (default: $TWICE_LEDGER).")
-@click.option("--json", "as_json", is_flag=True, help="JSON output.")
+@json_option()
+@exit_on_error("twice airflow describe")
 def describe(pipeline_file: str, dag_id: str | None, ledger_url: str | None,
              as_json: bool) -> None:
     """Print the DAG translation table and what Airflow cannot express."""
@@ -32,14 +35,11 @@ def describe(pipeline_file: str, dag_id: str | None, ledger_url: str | None,
     from twice.drivers.airflow.translation import describe_json
 
     if dag_id is not None and not _valid_dag_id(dag_id):
-        click.echo(f"twice airflow describe: --dag-id {dag_id!r}: use letters, digits, '_', "
-                   "'-' and '.' only", err=True)
-        sys.exit(2)
+        raise InputError(f"--dag-id {dag_id!r}: use letters, digits, '_', '-' and '.' only")
     try:
         pipeline = load_pipeline(pipeline_file)
     except PipelineFileError as exc:
-        click.echo(f"twice airflow describe: {exc}", err=True)
-        sys.exit(2)
+        raise InputError(str(exc)) from exc
     if as_json:
         click.echo(describe_json(pipeline, dag_id=dag_id))
         return

@@ -7,73 +7,32 @@ import importlib.util
 
 import click
 
-# command name -> (module, attribute, one-line help shown by ``twice --help``)
+# command name -> one-line help shown by ``twice --help``; the command is the attribute of that
+# name in the module ``twice.cli.<name>_cmd``
+_HELP: dict[str, str] = {
+    "decide": "Decide what to do next for each task (lab-compatible).",
+    "policy": "Print a retry policy's attempt sequence and translations.",
+    "run": "Run a pipeline for one interval or a range.",
+    "status": "Table of units of work and what the planner would do now.",
+    "explain": "Full recorded timeline of one unit of work.",
+    "resolve": "Record an operator's resolution of an unknown outcome (asserted, not observed).",
+    "fingerprint": "Row count + checksum of one partition.",
+    "verify": "Recompute fingerprints and compare with the ledger.",
+    "backfill": "Reprocess a range of intervals, verified.",
+    "demo": "Run the funds-positions demo end to end.",
+    "report": "Self-contained HTML report of runs and backfills.",
+    "update": "Short English status update from the ledger.",
+    "handover": "Markdown runbook for the operator taking over.",
+    "airflow": "Run pipelines under Apache Airflow (describe the DAG translation).",
+    "worker": "Work on a pipeline's units alongside other workers sharing the ledger.",
+    "intermediates": "Catalog of materialized intermediates: reuse, integrity, retention, "
+                     "trade-off.",
+    "estimate": "Estimate bytes a query reads; refuse over maximum_bytes_billed.",
+}
+
+# command name -> (module, attribute, one-line help)
 COMMANDS: dict[str, tuple[str, str, str]] = {
-    "decide": (
-        "twice.cli.decide_cmd",
-        "decide",
-        "Decide what to do next for each task (lab-compatible).",
-    ),
-    "policy": (
-        "twice.cli.policy_cmd",
-        "policy",
-        "Print a retry policy's attempt sequence and translations.",
-    ),
-    "run": ("twice.cli.run_cmd", "run", "Run a pipeline for one interval or a range."),
-    "status": (
-        "twice.cli.status_cmd",
-        "status",
-        "Table of units of work and what the planner would do now.",
-    ),
-    "explain": ("twice.cli.explain_cmd", "explain", "Full recorded timeline of one unit of work."),
-    "resolve": (
-        "twice.cli.resolve_cmd",
-        "resolve",
-        "Record an operator's resolution of an unknown outcome (asserted, not observed).",
-    ),
-    "fingerprint": (
-        "twice.cli.fingerprint_cmd",
-        "fingerprint",
-        "Row count + checksum of one partition.",
-    ),
-    "verify": (
-        "twice.cli.verify_cmd",
-        "verify",
-        "Recompute fingerprints and compare with the ledger.",
-    ),
-    "backfill": ("twice.cli.backfill_cmd", "backfill", "Reprocess a range of intervals, verified."),
-    "demo": ("twice.cli.demo_cmd", "demo", "Run the funds-positions demo end to end."),
-    "report": (
-        "twice.cli.report_cmd",
-        "report",
-        "Self-contained HTML report of runs and backfills.",
-    ),
-    "update": ("twice.cli.update_cmd", "update", "Short English status update from the ledger."),
-    "handover": (
-        "twice.cli.handover_cmd",
-        "handover",
-        "Markdown runbook for the operator taking over.",
-    ),
-    "airflow": (
-        "twice.cli.airflow_cmd",
-        "airflow",
-        "Run pipelines under Apache Airflow (describe the DAG translation).",
-    ),
-    "worker": (
-        "twice.cli.worker_cmd",
-        "worker",
-        "Work on a pipeline's units alongside other workers sharing the ledger.",
-    ),
-    "intermediates": (
-        "twice.cli.intermediates_cmd",
-        "intermediates",
-        "Catalog of materialized intermediates: reuse, integrity, retention, trade-off.",
-    ),
-    "estimate": (
-        "twice.cli.estimate_cmd",
-        "estimate",
-        "Estimate bytes a query reads; refuse over maximum_bytes_billed.",
-    ),
+    name: (f"twice.cli.{name}_cmd", name, text) for name, text in _HELP.items()
 }
 
 
@@ -105,12 +64,9 @@ class LazyGroup(click.Group):
         try:
             return super().invoke(ctx)
         except (TwiceError, KeyboardInterrupt) as exc:
-            from twice.cli.exits import exit_code_for
+            from twice.cli.exits import fail
 
-            name = ctx.invoked_subcommand or "twice"
-            text = str(exc) or type(exc).__name__
-            click.echo(f"twice {name}: {text}", err=True)
-            ctx.exit(exit_code_for(exc))
+            fail(exc, f"twice {ctx.invoked_subcommand or 'twice'}")
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = [(name, COMMANDS[name][2]) for name in self.list_commands(ctx)]

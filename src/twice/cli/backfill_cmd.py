@@ -9,17 +9,17 @@ succeeded or was verified.
 from __future__ import annotations
 
 import json
-import sys
 from datetime import date, datetime
 from typing import TYPE_CHECKING, Any
 
 import click
 
+from twice.cli.exits import exit_on_error, finish
+from twice.cli.options import json_option, ledger_option
+from twice.errors import InputError, UnavailableError
+
 if TYPE_CHECKING:
     from twice.drivers.backfill import BackfillPlan, BackfillResult
-
-EXIT_BAD_INPUT = 2
-EXIT_FAILED = 1
 
 
 def parse_point(text: str, option: str) -> date | datetime:
@@ -33,11 +33,6 @@ def parse_point(text: str, option: str) -> date | datetime:
         ) from None
 
 
-def fail(message: str, code: int = EXIT_BAD_INPUT) -> None:
-    click.echo(f"error: {message}", err=True)
-    sys.exit(code)
-
-
 @click.command("backfill")
 @click.argument("pipeline_file")
 @click.option("--start", "start_text", required=True, metavar="DATE",
@@ -48,8 +43,7 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> None:
               help="Tasks to backfill (default: all); their dependents are always rerun too.")
 @click.option("--concurrency", default=1, show_default=True, type=click.IntRange(min=1),
               help="Intervals in flight at once (they start in order).")
-@click.option("--ledger", "ledger_url", default=None, metavar="URL",
-              help="Ledger URL (default: $TWICE_LEDGER or ./twice-ledger.db).")
+@ledger_option("Ledger URL (default: $TWICE_LEDGER or ./twice-ledger.db).")
 @click.option("--force", is_flag=True,
               help="Rerun intervals even when already verified with the same input and "
               "transform versions.")
@@ -72,7 +66,8 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> None:
 @click.option("--repeat", "repeat_text", default=None, metavar="a,b",
               help="Execute these tasks again although they are not safe_repeat and already "
               "succeeded (otherwise their units are held, with the reason).")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (no progress bar).")
+@json_option("Print one JSON object (no progress bar).")
+@exit_on_error("error")
 def backfill(pipeline_file: str, start_text: str, end_text: str, tasks_text: str | None,
              concurrency: int, ledger_url: str | None, force: bool, accept_schema_change: bool,
              deadline_text: str, dry_run: bool, lease_ttl: float, repeat_text: str | None,
@@ -120,7 +115,7 @@ def backfill(pipeline_file: str, start_text: str, end_text: str, tasks_text: str
         ledger = Ledger.open(ledger_url, durable=True)
     except (PipelineFileError, PipelineError, ScheduleError, IntervalError, BackfillError,
             LedgerError, ValueError) as exc:
-        fail(str(exc))
+        raise InputError(str(exc)) from exc
     try:
         if dry_run:
             plan = plan_backfill(pipeline, ledger, intervals, tasks=tasks,
@@ -139,13 +134,12 @@ def backfill(pipeline_file: str, start_text: str, end_text: str, tasks_text: str
             result = run_with_progress(pipeline, ledger, intervals, **options)
             print_summary(result)
     except (PipelineError, BackfillError) as exc:
-        fail(str(exc))
-    except DestinationError as exc:
-        fail(str(exc), EXIT_FAILED)
+        raise InputError(str(exc)) from exc
+    except DestinationError as exc:  # the destination failed while writing: not bad input
+        raise UnavailableError(str(exc)) from exc
     finally:
         ledger.close()
-    if not result.ok:
-        sys.exit(EXIT_FAILED)
+    finish(result.ok)
 
 
 def parse_deadline(text: str) -> datetime | None:

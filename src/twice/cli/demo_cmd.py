@@ -19,9 +19,11 @@ from typing import Any
 
 import click
 
+from twice.cli.exits import exit_on_error, finish
+from twice.errors import InputError
+
 MARKER = ".twice-demo"
 START = date(2026, 11, 23)
-EXIT_BAD_INPUT = 2
 
 
 def example_dir() -> Path:
@@ -53,9 +55,8 @@ def prepare_workdir(workdir: str | None) -> Path:
         root = Path(workdir)
         if root.exists() and any(root.iterdir()):
             if not (root / MARKER).exists():
-                click.echo(f"error: --workdir {workdir} is not empty and was not made by "
-                           "twice demo; choose an empty or new directory", err=True)
-                sys.exit(EXIT_BAD_INPUT)
+                raise InputError(f"--workdir {workdir} is not empty and was not made by "
+                                 "twice demo; choose an empty or new directory")
             for child in ("run", "clean"):
                 shutil.rmtree(root / child, ignore_errors=True)
         root.mkdir(parents=True, exist_ok=True)
@@ -121,6 +122,7 @@ def _load_evidence(warehouse: Path, interval: Any) -> tuple[int, int]:
               help="Where to build the source, warehouses and ledgers (default: a new temp dir).")
 @click.option("--days", default=7, show_default=True, type=click.IntRange(1, 31),
               help="Days of source data from 2026-11-23.")
+@exit_on_error("error")
 def demo(workdir: str | None, days: int) -> None:
     """Run the funds-positions demo: faults, reconcile, rerun, backfill, compare to clean."""
     from rich.console import Console
@@ -177,9 +179,9 @@ def demo(workdir: str | None, days: int) -> None:
                     console.print("      (with max_rejected_rows=0 it would fail as designed: "
                                   + "; ".join(strict.reasons) + ")")
             if run.reconciled:
-                markers, rows = _load_evidence(run_dir / "warehouse.duckdb", run.interval)
+                markers, positions = _load_evidence(run_dir / "warehouse.duckdb", run.interval)
                 console.print(f"    {run.interval.start.date()} load: {markers} job marker(s) "
-                              f"and {rows} position rows for the day after reconciliation "
+                              f"and {positions} position rows for the day after reconciliation "
                               f"({len(run.attempts)} attempt, no resubmission)")
         console.print(f"  -> {first.counts()} in {first.elapsed:.1f} s")
 
@@ -225,4 +227,4 @@ def demo(workdir: str | None, days: int) -> None:
     ok &= equal == len(rows) and duplicates == 0
     console.print(f"fingerprints: {equal}/{len(rows)} equal to a clean run; "
                   f"duplicate rows: {duplicates}")
-    sys.exit(0 if ok else 1)
+    finish(ok)

@@ -14,6 +14,9 @@ from typing import Any
 
 import click
 
+from twice.cli.exits import finish
+from twice.cli.options import json_option
+
 
 def _datasets(values: tuple[str, ...]) -> dict[str, Any]:
     from twice.remote.dry_run import ParquetDataset
@@ -59,7 +62,7 @@ def _show(check: Any, as_json: bool) -> None:
               help="maximum_bytes_billed to check against (default: the task's own).")
 @click.option("--task", "task_name", help="Task of PIPELINE_FILE whose cost_estimate to use.")
 @click.option("--interval", "interval_text", help="Interval start date (with --task).")
-@click.option("--json", "as_json", is_flag=True, help="Print the estimate as JSON.")
+@json_option("Print the estimate as JSON.")
 def estimate(
     pipeline_file: str | None, parquet: tuple[str, ...], sql: str | None,
     limit_bytes: int | None, task_name: str | None, interval_text: str | None, as_json: bool,
@@ -81,7 +84,7 @@ def estimate(
     except CostError as exc:
         raise click.UsageError(str(exc)) from None
     _show(check, as_json)
-    raise SystemExit(0 if check.allowed else 1)
+    finish(check.allowed)
 
 
 def _task_check(

@@ -4,9 +4,20 @@
 - 2: bad input (an option, a file, a definition), nothing was done;
 - 3: a conflict (another holder owns it now, a newer writer committed);
 - 130: interrupted (Ctrl-C), what was started is recorded.
+
+Commands never name a code: they raise a typed error (``InputError`` naming the option or file,
+``UnavailableError`` for a service that failed, ...) from a callback wrapped in
+:func:`exit_on_error`, and end with :func:`finish` once the work is done. ``twice decide`` keeps
+the lab program's own codes (``twice.interop.lab``), which these match.
 """
 
 from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import NoReturn, ParamSpec, TypeVar
+
+import click
 
 from twice.errors import ConflictError, InputError, Interrupted, TwiceError, UnavailableError
 
@@ -15,6 +26,9 @@ FAILED = 1
 BAD_INPUT = 2
 CONFLICT = 3
 INTERRUPTED = 130
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 def exit_code_for(error: BaseException) -> int:
@@ -32,3 +46,33 @@ def exit_code_for(error: BaseException) -> int:
             return FAILED  # the storage failed, the input was fine
         return BAD_INPUT
     return FAILED
+
+
+def fail(error: TwiceError | KeyboardInterrupt, prefix: str) -> NoReturn:
+    """End the command for ``error``: ``prefix: message`` on stderr (no traceback) and the exit
+    code of the error's type."""
+    text = str(error) or type(error).__name__
+    click.echo(f"{prefix}: {text}", err=True)
+    raise SystemExit(exit_code_for(error))
+
+
+def finish(ok: bool) -> NoReturn:
+    """End a command whose work ran: 0 if all of it succeeded, else 1."""
+    raise SystemExit(OK if ok else FAILED)
+
+
+def exit_on_error(prefix: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """Wrap a command's callback: a ``TwiceError`` (or Ctrl-C) it raises ends the command
+    through :func:`fail` with ``prefix`` (``twice run``, ``error``, ...)."""
+
+    def decorate(callback: Callable[P, R]) -> Callable[P, R]:
+        @functools.wraps(callback)
+        def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+            try:
+                return callback(*args, **kwargs)
+            except (TwiceError, KeyboardInterrupt) as exc:
+                fail(exc, prefix)
+
+        return wrapper
+
+    return decorate

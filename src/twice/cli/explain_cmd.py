@@ -10,28 +10,26 @@ from __future__ import annotations
 
 import difflib
 import json
-import sys
 from typing import Any
 
 import click
 
+from twice.cli.exits import exit_on_error
+from twice.cli.options import json_option, ledger_option
+from twice.errors import InputError
+
 
 @click.command()
 @click.argument("uow_id")
-@click.option("--ledger", "ledger_url", default=None, metavar="URL",
-              help="Ledger URL or SQLite path (default: $TWICE_LEDGER or twice-ledger.db).")
-@click.option("--json", "as_json", is_flag=True, help="JSON output.")
+@ledger_option()
+@json_option()
+@exit_on_error("twice explain")
 def explain(uow_id: str, ledger_url: str | None, as_json: bool) -> None:
     """Full recorded timeline of one unit of work."""
-    from twice.cli.ledger_decide import CliInputError, open_existing_ledger
+    from twice.cli.ledger_decide import open_existing_ledger
     from twice.engine.evidence import iso
 
-    try:
-        ledger = open_existing_ledger(ledger_url)
-    except CliInputError as exc:
-        click.echo(f"twice explain: {exc}", err=True)
-        sys.exit(2)
-    with ledger:
+    with open_existing_ledger(ledger_url) as ledger:
         unit = ledger.unit(uow_id)
         if unit is None:
             known = [record.uow_id for record in ledger.units()]
@@ -41,8 +39,7 @@ def explain(uow_id: str, ledger_url: str | None, as_json: bool) -> None:
             else:
                 close = starting or difflib.get_close_matches(uow_id, known, n=3, cutoff=0.5)
                 hint = f"; did you mean {', '.join(close)}?" if close else ""
-                click.echo(f"twice explain: unknown unit of work {uow_id!r}{hint}", err=True)
-                sys.exit(2)
+                raise InputError(f"unknown unit of work {uow_id!r}{hint}")
         assert unit is not None
         events = ledger.timeline(unit.uow_id)
         from twice.reports import gather

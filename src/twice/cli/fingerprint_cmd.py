@@ -9,13 +9,13 @@ an engine failure while reading exits with 1.
 from __future__ import annotations
 
 import json
-import sys
 from typing import Any
 
 import click
 
-EXIT_BAD_INPUT = 2
-EXIT_ENGINE_FAILURE = 1
+from twice.cli.exits import exit_on_error
+from twice.cli.options import json_option
+from twice.errors import InputError, UnavailableError
 
 
 @click.command("fingerprint")
@@ -28,7 +28,8 @@ EXIT_ENGINE_FAILURE = 1
 @click.option("--columns", "--key-columns", "key_columns", default=None, metavar="a,b",
               help="Columns to checksum (default: EVERY column, key or not, floats included; "
               "--key-columns is the older spelling).")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@json_option("Print one JSON object.")
+@exit_on_error("error")
 def fingerprint(destination: str, partition_text: str, key_columns: str | None,
                 as_json: bool) -> None:
     """Row count + order-independent checksum of one partition of DESTINATION.
@@ -51,9 +52,9 @@ def fingerprint(destination: str, partition_text: str, key_columns: str | None,
         finally:
             dest.close()
     except (DestinationError, IntervalError) as exc:
-        _fail(str(exc), EXIT_BAD_INPUT)
+        raise InputError(str(exc)) from exc
     except Exception as exc:  # engine errors: report, do not dump a traceback on operators
-        _fail(f"{type(exc).__name__}: {exc}".strip(), EXIT_ENGINE_FAILURE)
+        raise UnavailableError(f"{type(exc).__name__}: {exc}".strip()) from exc
     if as_json:
         click.echo(json.dumps({"destination": dest.spec, **result.to_dict()}, sort_keys=True))
         return
@@ -78,8 +79,3 @@ def _parse_partition(text: str) -> tuple[str | None, Any]:
     if "/" in text:
         return column, Interval.parse(text)
     return column, text
-
-
-def _fail(message: str, code: int) -> None:
-    click.echo(f"error: {message}", err=True)
-    sys.exit(code)

@@ -9,7 +9,6 @@ not known rather than guessing. ``--json`` writes the health document every repo
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
@@ -17,16 +16,13 @@ from typing import TYPE_CHECKING
 
 import click
 
+from twice.cli.exits import exit_on_error
+from twice.cli.options import json_option, ledger_option
+from twice.errors import InputError
+
 if TYPE_CHECKING:
     from twice.define.pipeline import Pipeline
     from twice.ledger.records import UnitRecord
-
-EXIT_BAD_INPUT = 2
-
-
-def _fail(message: str) -> None:
-    click.echo(f"error: {message}", err=True)
-    sys.exit(EXIT_BAD_INPUT)
 
 
 def _deadlines(pipeline: Pipeline) -> Callable[[UnitRecord], datetime | None]:
@@ -43,8 +39,7 @@ def _deadlines(pipeline: Pipeline) -> Callable[[UnitRecord], datetime | None]:
 
 
 @click.command("handover")
-@click.option("--ledger", "ledger_url", default=None, metavar="URL",
-              help="Ledger URL or SQLite path (default: $TWICE_LEDGER or twice-ledger.db).")
+@ledger_option()
 @click.option("--pipeline-file", "pipeline_file", default=None, metavar="FILE",
               help="The pipeline's .py file: adds owners, policies and acceptance criteria.")
 @click.option("--pipeline", default=None, metavar="NAME",
@@ -54,8 +49,8 @@ def _deadlines(pipeline: Pipeline) -> Callable[[UnitRecord], datetime | None]:
 @click.option("-o", "--output", default=None, metavar="FILE",
               type=click.Path(dir_okay=False, path_type=Path),
               help="Write the runbook here instead of standard output.")
-@click.option("--json", "as_json", is_flag=True,
-              help="JSON instead of Markdown: the headline and every unit's health.")
+@json_option("JSON instead of Markdown: the headline and every unit's health.")
+@exit_on_error("error")
 def handover(ledger_url: str | None, pipeline_file: str | None, pipeline: str | None,
              as_of: str | None, output: Path | None, as_json: bool) -> None:
     """Write a Markdown runbook: identifiers, jobs, sources, errors, limits, owners, examples."""
@@ -69,7 +64,7 @@ def handover(ledger_url: str | None, pipeline_file: str | None, pipeline: str | 
         try:
             definition = load_pipeline(pipeline_file)
         except PipelineFileError as exc:
-            _fail(str(exc))
+            raise InputError(str(exc)) from exc
     name = pipeline if pipeline is not None else (definition.name if definition else None)
     try:
         evidence = load_evidence(
@@ -79,7 +74,7 @@ def handover(ledger_url: str | None, pipeline_file: str | None, pipeline: str | 
             deadline=_deadlines(definition) if definition is not None else None,
         )
     except ReportError as exc:
-        _fail(str(exc))
+        raise InputError(str(exc)) from exc
     if as_json:
         text = json.dumps(health_document(evidence, "handover"), sort_keys=True) + "\n"
     else:
@@ -90,6 +85,6 @@ def handover(ledger_url: str | None, pipeline_file: str | None, pipeline: str | 
     try:
         output.write_text(text, encoding="utf-8")
     except OSError as exc:
-        _fail(f"cannot write {output}: {exc.strerror or exc}")
+        raise InputError(f"cannot write {output}: {exc.strerror or exc}") from exc
     what = "health document" if as_json else "runbook"
     click.echo(f"wrote {output}: {what} for {len(evidence.units)} units of work", err=as_json)

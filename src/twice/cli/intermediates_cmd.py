@@ -9,21 +9,21 @@ deletes the slices of active versions past their retention and records each expi
 from __future__ import annotations
 
 import json
-import sys
 from typing import TYPE_CHECKING, Any
 
 import click
+
+from twice.cli.exits import exit_on_error, finish
+from twice.cli.options import json_option, ledger_option
+from twice.errors import InputError
 
 if TYPE_CHECKING:
     from twice.engine.intermediates import CostModel, Expiry
     from twice.ledger import IntermediateRecord, Ledger
 
-EXIT_BAD_INPUT = 2
-
 
 @click.command("intermediates")
-@click.option("--ledger", "ledger_url", default=None, metavar="URL",
-              help="Ledger URL or SQLite path (default: $TWICE_LEDGER or twice-ledger.db).")
+@ledger_option()
 @click.option("--name", default=None, help="Only this intermediate.")
 @click.option("--status", default=None, type=click.Choice(["active", "superseded", "expired"]),
               help="Only versions in this status.")
@@ -37,24 +37,23 @@ EXIT_BAD_INPUT = 2
               help="Price per TB scanned (default 6.25).")
 @click.option("--expected-reuses", type=float, default=None, metavar="N",
               help="Reuses expected within the retention before any happened (default 1).")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@json_option("Print one JSON object.")
+@exit_on_error("twice intermediates")
 def intermediates(ledger_url: str | None, name: str | None, status: str | None,
                   do_expire: bool, storage_price: float | None, compute_price: float | None,
                   scan_price: float | None, expected_reuses: float | None,
                   as_json: bool) -> None:
     """Materialized intermediates: owner, version, status, size, expiry, reuses, trade-off."""
-    from twice.cli.ledger_decide import CliInputError, open_existing_ledger
+    from twice.cli.ledger_decide import open_existing_ledger
     from twice.engine.intermediates import CostModel, IntermediateError
 
     prices = {"storage_usd_per_gb_month": storage_price, "compute_usd_per_hour": compute_price,
               "scan_usd_per_tb": scan_price, "expected_reuses": expected_reuses}
     try:
         cost = CostModel(**{k: v for k, v in prices.items() if v is not None})
-        ledger = open_existing_ledger(ledger_url)
-    except (CliInputError, IntermediateError) as exc:
-        click.echo(f"twice intermediates: {_option_names(str(exc))}", err=True)
-        sys.exit(EXIT_BAD_INPUT)
-    with ledger:
+    except IntermediateError as exc:
+        raise InputError(_option_names(str(exc))) from exc
+    with open_existing_ledger(ledger_url) as ledger:
         expired = _expire(ledger, name) if do_expire else []
         entries = ledger.intermediates(name=name, status=status)  # type: ignore[arg-type]
         rows = [_row(ledger, entry, cost) for entry in entries]
@@ -66,8 +65,7 @@ def intermediates(ledger_url: str | None, name: str | None, status: str | None,
         }, sort_keys=True))
     else:
         _print(label, rows, expired)
-    if any(e.error for e in expired):
-        sys.exit(1)
+    finish(not any(e.error for e in expired))
 
 
 def _option_names(message: str) -> str:

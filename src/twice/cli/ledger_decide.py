@@ -18,16 +18,15 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TextIO
 
+from twice.cli.exits import OK, exit_code_for
+from twice.errors import InputError
+
 if TYPE_CHECKING:
     from twice.engine.evidence import PlanSettings
-    from twice.ledger import AttemptRecord, Ledger, ResolutionRecord, UnitRecord
+    from twice.ledger import AttemptRecord, Ledger, LedgerReader, ResolutionRecord, UnitRecord
 
 SCHEMA = "twice.decide-ledger/v1"
 SettingsFor = Callable[["UnitRecord"], "PlanSettings | None"]
-
-
-class CliInputError(ValueError):
-    """Bad input on the command line (exit 2); the message names the thing."""
 
 
 def parse_as_of(text: str | None) -> datetime | None:
@@ -38,7 +37,7 @@ def parse_as_of(text: str | None) -> datetime | None:
     try:
         return parse_instant(text).astimezone(UTC)
     except TimeValueError as exc:
-        raise CliInputError(f"--as-of: {exc}") from None
+        raise InputError(f"--as-of: {exc}") from None
 
 
 def open_existing_ledger(url: str | None) -> Ledger:
@@ -49,26 +48,26 @@ def open_existing_ledger(url: str | None) -> Ledger:
     try:
         resolved = resolve_url(url)
     except LedgerError as exc:
-        raise CliInputError(str(exc)) from None
+        raise InputError(str(exc)) from None
     if resolved.get_backend_name() == "sqlite":
         database = resolved.database or ""
         if database in ("", ":memory:"):
-            raise CliInputError("an in-memory ledger holds nothing to report; give a file")
+            raise InputError("an in-memory ledger holds nothing to report; give a file")
         from pathlib import Path
 
         if not Path(database).is_file():
-            raise CliInputError(
+            raise InputError(
                 f"no ledger at {database}: run `twice run` first, or point --ledger "
                 "(or $TWICE_LEDGER) at an existing ledger"
             )
     try:
         return Ledger.open(url)
     except LedgerError as exc:
-        raise CliInputError(f"cannot use ledger {mask_url(resolved)}: {exc}") from None
+        raise InputError(f"cannot use ledger {mask_url(resolved)}: {exc}") from None
 
 
 def unit_rows(
-    ledger: Ledger, as_of: datetime | None, settings_for: SettingsFor | None = None
+    ledger: LedgerReader, as_of: datetime | None, settings_for: SettingsFor | None = None
 ) -> tuple[datetime, list[dict[str, Any]]]:
     """One row per unit: its latest attempt, freshest evidence and the planner's decision."""
     from twice.core.timescale import format_duration, micros_to_instant
@@ -137,7 +136,7 @@ def unit_rows(
 
 
 def _assertion(
-    ledger: Ledger, uow_id: str, latest: AttemptRecord | None, at: datetime
+    ledger: LedgerReader, uow_id: str, latest: AttemptRecord | None, at: datetime
 ) -> ResolutionRecord | None:
     """The operator's resolution the latest attempt's outcome comes from, as known at ``at``."""
     if latest is None or latest.outcome in ("running", "unknown"):
@@ -150,7 +149,7 @@ def _assertion(
     return found[-1] if found else None
 
 
-def _report(ledger: Ledger, at: datetime, rows: list[dict[str, Any]]) -> dict[str, Any]:
+def _report(ledger: LedgerReader, at: datetime, rows: list[dict[str, Any]]) -> dict[str, Any]:
     from twice.engine.evidence import iso
 
     return {
@@ -187,13 +186,14 @@ def _table(report: dict[str, Any], stream: TextIO) -> None:
 
 
 def decide_over_ledger(ledger_url: str, as_of: str | None, output_format: str) -> int:
-    """Print the planner's decision for every unit in the ledger; 0, or 2 for bad input."""
+    """Print the planner's decision for every unit in the ledger; the exit code (0, or that of
+    bad input)."""
     try:
         at = parse_as_of(as_of)
         ledger = open_existing_ledger(ledger_url)
-    except CliInputError as exc:
+    except InputError as exc:
         print(f"twice decide: {exc}", file=sys.stderr)
-        return 2
+        return exit_code_for(exc)
     with ledger:
         at, rows = unit_rows(ledger, at)
         report = _report(ledger, at, rows)
@@ -201,4 +201,4 @@ def decide_over_ledger(ledger_url: str, as_of: str | None, output_format: str) -
         _table(report, sys.stdout)
     else:
         print(json.dumps(report, sort_keys=True))
-    return 0
+    return OK

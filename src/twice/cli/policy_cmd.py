@@ -89,6 +89,13 @@ TIMEOUT = Number(above=True, allow_none=True)
 MULTIPLIER = Number(1, 1000, metavar="FACTOR")
 
 
+def _setting(flag: str, kind: click.ParamType, default: Any, help: str, *,
+             name: str | None = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """A setting option with a default, shown in --help (``name``: the argument it fills)."""
+    names = (flag,) if name is None else (flag, name)
+    return click.option(*names, type=kind, default=default, show_default=True, help=help)
+
+
 def _output_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """--duration, --to and --json, shared by ``show`` and every ``from <tool>``."""
     command = click.option(
@@ -146,17 +153,16 @@ def policy() -> None:
 
 
 @policy.command("show")
-@click.option("--max-attempts", type=click.IntRange(min=1), default=_DEFAULT.max_attempts,
-              show_default=True,
-              help="Total executions INCLUDING the first try (3 = first try + 2 retries).")
-@click.option("--initial-delay", type=SECONDS, default=_DEFAULT.initial_delay,
-              show_default=True, help="Delay before the second attempt, in seconds.")
-@click.option("--multiplier", type=MULTIPLIER, default=_DEFAULT.multiplier, show_default=True,
-              help="Each further delay is the previous one times this (>= 1).")
-@click.option("--max-delay", type=SECONDS, default=_DEFAULT.max_delay, show_default=True,
-              help="Cap on any single delay, in seconds (>= --initial-delay).")
-@click.option("--jitter", type=click.Choice(JITTERS), default=_DEFAULT.jitter,
-              show_default=True, help="Executor jitter: none, full, equal or additive (see above).")
+@_setting("--max-attempts", click.IntRange(min=1), _DEFAULT.max_attempts,
+          "Total executions INCLUDING the first try (3 = first try + 2 retries).")
+@_setting("--initial-delay", SECONDS, _DEFAULT.initial_delay,
+          "Delay before the second attempt, in seconds.")
+@_setting("--multiplier", MULTIPLIER, _DEFAULT.multiplier,
+          "Each further delay is the previous one times this (>= 1).")
+@_setting("--max-delay", SECONDS, _DEFAULT.max_delay,
+          "Cap on any single delay, in seconds (>= --initial-delay).")
+@_setting("--jitter", click.Choice(JITTERS), _DEFAULT.jitter,
+          "Executor jitter: none, full, equal or additive (see above).")
 @click.option("--attempt-timeout", type=TIMEOUT, default=None,
               help="Per-attempt timeout in seconds; a timed-out attempt's outcome is unknown.")
 @_output_options
@@ -214,16 +220,15 @@ _from_command("airflow", """Airflow task retry settings -> twice.
     Example:
       twice policy from airflow --retries 3 --retry-delay 300 --retry-exponential-backoff
     """, [
-    click.option("--retries", type=click.IntRange(min=0), default=0, show_default=True,
-                 help="Retries after the first try (3 = 4 executions)."),
-    click.option("--retry-delay", type=SECONDS, default=300, show_default=True,
-                 help="retry_delay in seconds."),
+    _setting("--retries", click.IntRange(min=0), 0,
+             "Retries after the first try (3 = 4 executions)."),
+    _setting("--retry-delay", SECONDS, 300, "retry_delay in seconds."),
     click.option("--retry-exponential-backoff", is_flag=True,
                  help="retry_exponential_backoff=True."),
     click.option("--max-retry-delay", type=Number(allow_none=True), default=None,
                  help="max_retry_delay in seconds (only applies with exponential backoff)."),
-    click.option("--retry-delay-multiplier", type=MULTIPLIER, default=2, show_default=True,
-                 help="retry_delay_multiplier (newer Airflow only; older always doubles)."),
+    _setting("--retry-delay-multiplier", MULTIPLIER, 2,
+             "retry_delay_multiplier (newer Airflow only; older always doubles)."),
     click.option("--execution-timeout", type=TIMEOUT, default=None,
                  help="execution_timeout in seconds."),
 ])
@@ -237,14 +242,11 @@ _from_command("workflows", """Google Cloud Workflows retry block -> twice.
     Example:
       twice policy from workflows --max-retries 3 --initial-delay 1 --multiplier 2
     """, [
-    click.option("--max-retries", type=click.IntRange(min=0), default=5, show_default=True,
-                 help="Retries after the first execution (3 = 4 executions)."),
-    click.option("--initial-delay", type=SECONDS, default=1, show_default=True,
-                 help="backoff.initial_delay in seconds."),
-    click.option("--multiplier", type=MULTIPLIER, default=1.25, show_default=True,
-                 help="backoff.multiplier."),
-    click.option("--max-delay", type=SECONDS, default=60, show_default=True,
-                 help="backoff.max_delay in seconds."),
+    _setting("--max-retries", click.IntRange(min=0), 5,
+             "Retries after the first execution (3 = 4 executions)."),
+    _setting("--initial-delay", SECONDS, 1, "backoff.initial_delay in seconds."),
+    _setting("--multiplier", MULTIPLIER, 1.25, "backoff.multiplier."),
+    _setting("--max-delay", SECONDS, 60, "backoff.max_delay in seconds."),
 ])
 
 _from_command("stepfunctions", """AWS Step Functions retrier -> twice.
@@ -257,17 +259,15 @@ _from_command("stepfunctions", """AWS Step Functions retrier -> twice.
     Example:
       twice policy from stepfunctions --max-attempts 3 --interval-seconds 2 --backoff-rate 2
     """, [
-    click.option("--max-attempts", "MaxAttempts", type=click.IntRange(0, 99999999), default=3,
-                 show_default=True, help="MaxAttempts: retries after the first try."),
-    click.option("--interval-seconds", "IntervalSeconds", type=click.IntRange(min=1),
-                 default=1, show_default=True, help="IntervalSeconds (whole seconds)."),
-    click.option("--backoff-rate", "BackoffRate", type=MULTIPLIER, default=2.0,
-                 show_default=True, help="BackoffRate."),
+    _setting("--max-attempts", click.IntRange(0, 99999999), 3,
+             "MaxAttempts: retries after the first try.", name="MaxAttempts"),
+    _setting("--interval-seconds", click.IntRange(min=1), 1,
+             "IntervalSeconds (whole seconds).", name="IntervalSeconds"),
+    _setting("--backoff-rate", MULTIPLIER, 2.0, "BackoffRate.", name="BackoffRate"),
     click.option("--max-delay-seconds", "MaxDelaySeconds", type=click.IntRange(min=1),
                  default=None, help="MaxDelaySeconds (whole seconds; default: no cap)."),
-    click.option("--jitter-strategy", "JitterStrategy",
-                 type=click.Choice(["FULL", "NONE"], case_sensitive=False), default="NONE",
-                 show_default=True, help="JitterStrategy."),
+    _setting("--jitter-strategy", click.Choice(["FULL", "NONE"], case_sensitive=False), "NONE",
+             "JitterStrategy.", name="JitterStrategy"),
     click.option("--error-equals", "ErrorEquals", multiple=True, default=["States.ALL"],
                  show_default=True, help="ErrorEquals entry (repeatable)."),
     click.option("--timeout-seconds", "TimeoutSeconds", type=click.IntRange(min=1),
@@ -284,12 +284,10 @@ _from_command("temporal", """Temporal RetryPolicy -> twice.
     Example:
       twice policy from temporal --maximum-attempts 5 --initial-interval 1
     """, [
-    click.option("--maximum-attempts", type=click.IntRange(min=0), default=0,
-                 show_default=True, help="Total executions including the first; 0 = unlimited."),
-    click.option("--initial-interval", type=Number(above=True), default=1.0, show_default=True,
-                 help="initial_interval in seconds."),
-    click.option("--backoff-coefficient", type=MULTIPLIER, default=2.0, show_default=True,
-                 help="backoff_coefficient."),
+    _setting("--maximum-attempts", click.IntRange(min=0), 0,
+             "Total executions including the first; 0 = unlimited."),
+    _setting("--initial-interval", Number(above=True), 1.0, "initial_interval in seconds."),
+    _setting("--backoff-coefficient", MULTIPLIER, 2.0, "backoff_coefficient."),
     click.option("--maximum-interval", type=Number(allow_none=True), default=None,
                  help="maximum_interval in seconds (default 100 x initial_interval)."),
     click.option("--start-to-close-timeout", type=TIMEOUT, default=None,
@@ -308,16 +306,13 @@ _from_command("tenacity", """tenacity stop/wait strategies -> twice.
     """, [
     click.option("--stop-after-attempt", type=click.IntRange(min=1), required=True,
                  help="stop_after_attempt(n): total calls including the first."),
-    click.option("--wait", type=click.Choice(["none", "exponential", "random_exponential"]),
-                 default="none", show_default=True, help="Wait strategy."),
-    click.option("--wait-multiplier", type=SECONDS, default=1, show_default=True,
-                 help="multiplier= of the wait strategy."),
+    _setting("--wait", click.Choice(["none", "exponential", "random_exponential"]), "none",
+             "Wait strategy."),
+    _setting("--wait-multiplier", SECONDS, 1, "multiplier= of the wait strategy."),
     click.option("--wait-max", type=Number(allow_none=True), default=None,
                  help="max= of the wait strategy (default: no cap)."),
-    click.option("--wait-exp-base", type=MULTIPLIER, default=2, show_default=True,
-                 help="exp_base= of the wait strategy."),
-    click.option("--wait-min", type=SECONDS, default=0, show_default=True,
-                 help="min= of the wait strategy."),
+    _setting("--wait-exp-base", MULTIPLIER, 2, "exp_base= of the wait strategy."),
+    _setting("--wait-min", SECONDS, 0, "min= of the wait strategy."),
 ])
 
 _from_command("stamina", """stamina.retry settings -> twice.
@@ -330,18 +325,12 @@ _from_command("stamina", """stamina.retry settings -> twice.
     Example:
       twice policy from stamina --attempts 5 --timeout none
     """, [
-    click.option("--attempts", type=click.IntRange(min=0), default=10, show_default=True,
-                 help="Total calls including the first."),
-    click.option("--timeout", type=TIMEOUT, default=45.0, show_default=True,
-                 help="Total time budget in seconds, or 'none'."),
-    click.option("--wait-initial", type=SECONDS, default=0.1, show_default=True,
-                 help="wait_initial in seconds."),
-    click.option("--wait-max", type=SECONDS, default=5.0, show_default=True,
-                 help="wait_max in seconds."),
-    click.option("--wait-jitter", type=SECONDS, default=1.0, show_default=True,
-                 help="wait_jitter in seconds (added to the delay)."),
-    click.option("--wait-exp-base", type=MULTIPLIER, default=2.0, show_default=True,
-                 help="wait_exp_base."),
+    _setting("--attempts", click.IntRange(min=0), 10, "Total calls including the first."),
+    _setting("--timeout", TIMEOUT, 45.0, "Total time budget in seconds, or 'none'."),
+    _setting("--wait-initial", SECONDS, 0.1, "wait_initial in seconds."),
+    _setting("--wait-max", SECONDS, 5.0, "wait_max in seconds."),
+    _setting("--wait-jitter", SECONDS, 1.0, "wait_jitter in seconds (added to the delay)."),
+    _setting("--wait-exp-base", MULTIPLIER, 2.0, "wait_exp_base."),
 ])
 
 

@@ -11,12 +11,13 @@ happened".
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import click
 
-EXIT_BAD_INPUT = 2
+from twice.cli.exits import exit_on_error
+from twice.cli.options import json_option, ledger_option
+from twice.errors import InputError
 
 EPILOG = """\b
 Examples:
@@ -33,23 +34,17 @@ asserted by an operator.
 """
 
 
-def _fail(message: str) -> None:
-    click.echo(f"error: {message}", err=True)
-    sys.exit(EXIT_BAD_INPUT)
-
-
 @click.command("report", epilog=EPILOG)
 @click.option("--html", "html_path", default=None, metavar="FILE",
               type=click.Path(dir_okay=False, path_type=Path), help="Where to write the page.")
-@click.option("--ledger", "ledger_url", default=None, metavar="URL",
-              help="Ledger URL or SQLite path (default: $TWICE_LEDGER or twice-ledger.db).")
+@ledger_option()
 @click.option("--pipeline", default=None, metavar="NAME", help="Only this pipeline's units.")
 @click.option("--as-of", "as_of", default=None, metavar="INSTANT",
               help="Report as of this ISO-8601 instant (default: now).")
 @click.option("--deadline", default=None, metavar="INSTANT",
               help="Deadline for units whose decisions recorded none (marked as given).")
-@click.option("--json", "as_json", is_flag=True,
-              help="Print the headline and every unit's health as JSON (standard output).")
+@json_option("Print the headline and every unit's health as JSON (standard output).")
+@exit_on_error("error")
 def report(html_path: Path | None, ledger_url: str | None, pipeline: str | None,
            as_of: str | None, deadline: str | None, as_json: bool) -> None:
     """Write a self-contained HTML report of the runs and backfills in the ledger."""
@@ -57,7 +52,7 @@ def report(html_path: Path | None, ledger_url: str | None, pipeline: str | None,
     from twice.reports.source import parse_instant_option
 
     if html_path is None and not as_json:
-        _fail("give --html FILE (the page) and/or --json (the health document)")
+        raise InputError("give --html FILE (the page) and/or --json (the health document)")
 
     try:
         evidence = load_evidence(
@@ -67,13 +62,13 @@ def report(html_path: Path | None, ledger_url: str | None, pipeline: str | None,
             deadline=parse_instant_option(deadline, "--deadline"),
         )
     except ReportError as exc:
-        _fail(str(exc))
+        raise InputError(str(exc)) from exc
     if html_path is not None:
         page = render_html(evidence)
         try:
             html_path.write_text(page, encoding="utf-8")
         except OSError as exc:
-            _fail(f"cannot write {html_path}: {exc.strerror or exc}")
+            raise InputError(f"cannot write {html_path}: {exc.strerror or exc}") from exc
         click.echo(f"wrote {html_path}: {len(evidence.units)} units of work, "
                    f"{len(evidence.partitions)} fingerprinted partitions, as of "
                    f"{evidence.as_of.isoformat()}", err=as_json)

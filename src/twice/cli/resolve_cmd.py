@@ -15,16 +15,16 @@ from __future__ import annotations
 import difflib
 import json
 import os
-import sys
-from typing import TYPE_CHECKING, NoReturn, cast
+from typing import TYPE_CHECKING, cast
 
 import click
 
+from twice.cli.exits import exit_on_error
+from twice.cli.options import json_option, ledger_option
+from twice.errors import InputError
+
 if TYPE_CHECKING:
     from twice.ledger import ResolutionOutcome
-
-EXIT_BAD_INPUT = 2
-EXIT_LEDGER_FAILED = 1
 
 EPILOG = """\b
 Examples:
@@ -35,15 +35,12 @@ Examples:
 """
 
 
-def _fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
-    click.echo(f"twice resolve: {message}", err=True)
-    sys.exit(code)
-
-
 def _operator(given: str | None) -> str:
     if given is not None:
         if not given.strip():
-            _fail("--operator: give your name or login (it is recorded with the resolution)")
+            raise InputError(
+                "--operator: give your name or login (it is recorded with the resolution)"
+            )
         return given.strip()
     return (os.environ.get("USER") or "").strip() or "operator"
 
@@ -58,27 +55,27 @@ def _operator(given: str | None) -> str:
               help="Attempt to resolve (default: the latest, which must be unknown or running).")
 @click.option("--operator", default=None, metavar="NAME",
               help="Who resolves it (default: $USER, else 'operator').")
-@click.option("--ledger", "ledger_url", default=None, metavar="URL",
-              help="Ledger URL or SQLite path (default: $TWICE_LEDGER or twice-ledger.db).")
-@click.option("--json", "as_json", is_flag=True, help="JSON output.")
+@ledger_option()
+@json_option()
+@exit_on_error("twice resolve")
 def resolve(uow_id: str, outcome: str, note: str | None, attempt: int | None,
             operator: str | None, ledger_url: str | None, as_json: bool) -> None:
     """Record an operator's resolution of an attempt twice could not settle (asserted, not
     observed)."""
-    from twice.cli.ledger_decide import CliInputError, open_existing_ledger
+    from twice.cli.ledger_decide import open_existing_ledger
     from twice.ledger import LedgerError, LedgerStorageError, LedgerUnavailableError
 
     if note is None or not note.strip():
-        _fail("--note: say what you checked and what it showed (e.g. \"row count of "
+        raise InputError("--note: say what you checked and what it showed (e.g. \"row count of "
               "warehouse.positions 2026-12-01 matches the source\"); it is kept with the "
               "resolution")
     if attempt is not None and attempt < 1:
-        _fail(f"--attempt: attempts are numbered from 1, got {attempt}")
+        raise InputError(f"--attempt: attempts are numbered from 1, got {attempt}")
     name = _operator(operator)
     try:
         ledger = open_existing_ledger(ledger_url)
-    except CliInputError as exc:
-        _fail(f"--ledger: {exc}")
+    except InputError as exc:
+        raise InputError(f"--ledger: {exc}") from exc
     with ledger:
         try:
             if ledger.unit(uow_id) is None:
@@ -86,18 +83,18 @@ def resolve(uow_id: str, outcome: str, note: str | None, attempt: int | None,
                 close = ([k for k in known if k.startswith(uow_id)][:3]
                          or difflib.get_close_matches(uow_id, known, n=3, cutoff=0.5))
                 hint = f"; did you mean {', '.join(close)}?" if close else ""
-                _fail(f"UOW_ID: unknown unit of work {uow_id!r}{hint}")
+                raise InputError(f"UOW_ID: unknown unit of work {uow_id!r}{hint}")
             record = ledger.record_resolution(
                 uow_id, attempt=attempt, outcome=cast("ResolutionOutcome", outcome),
                 note=note, operator=name,
             )
-        except (LedgerUnavailableError, LedgerStorageError) as exc:
-            _fail(str(exc), EXIT_LEDGER_FAILED)
+        except (LedgerUnavailableError, LedgerStorageError):
+            raise  # the storage failed, not the input: exit code of its type
         except LedgerError as exc:
             field = f"--attempt {attempt}" if attempt is not None else "UOW_ID (latest attempt)"
             if str(exc).startswith("operator"):
                 field = "--operator"
-            _fail(f"{field}: {exc}")
+            raise InputError(f"{field}: {exc}") from exc
     observation = record.observation
     previous = observation.detail.get("previous_outcome")
     if as_json:

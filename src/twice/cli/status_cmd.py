@@ -17,10 +17,13 @@ shows no decision.
 from __future__ import annotations
 
 import json
-import sys
 from typing import TYPE_CHECKING, Any
 
 import click
+
+from twice.cli.exits import exit_on_error
+from twice.cli.options import json_option, ledger_option
+from twice.errors import InputError
 
 if TYPE_CHECKING:
     from twice.define.pipeline import Pipeline
@@ -40,32 +43,28 @@ def _settings_from(pipeline: Pipeline) -> Any:
 
 
 @click.command()
-@click.option("--ledger", "ledger_url", default=None, metavar="URL",
-              help="Ledger URL or SQLite path (default: $TWICE_LEDGER or twice-ledger.db).")
+@ledger_option()
 @click.option("--pipeline", "--pipeline-file", "pipeline_file", default=None, metavar="FILE",
               help="Pipeline file whose policies and deadlines to plan with.")
 @click.option("--as-of", "as_of", default=None, metavar="INSTANT",
               help="Judge the evidence as of this ISO-8601 instant (default: now).")
-@click.option("--json", "as_json", is_flag=True, help="JSON output.")
+@json_option()
+@exit_on_error("twice status")
 def status(ledger_url: str | None, pipeline_file: str | None, as_of: str | None,
            as_json: bool) -> None:
     """Table of units of work and what the planner would do now."""
-    from twice.cli.ledger_decide import CliInputError, open_existing_ledger, parse_as_of, unit_rows
+    from twice.cli.ledger_decide import open_existing_ledger, parse_as_of, unit_rows
 
     settings_for = None
-    try:
-        at = parse_as_of(as_of)
-        if pipeline_file is not None:
-            from twice.define.load import PipelineFileError, load_pipeline
+    at = parse_as_of(as_of)
+    if pipeline_file is not None:
+        from twice.define.load import PipelineFileError, load_pipeline
 
-            try:
-                settings_for = _settings_from(load_pipeline(pipeline_file))
-            except PipelineFileError as exc:
-                raise CliInputError(str(exc)) from None
-        ledger = open_existing_ledger(ledger_url)
-    except CliInputError as exc:
-        click.echo(f"twice status: {exc}", err=True)
-        sys.exit(2)
+        try:
+            settings_for = _settings_from(load_pipeline(pipeline_file))
+        except PipelineFileError as exc:
+            raise InputError(str(exc)) from exc
+    ledger = open_existing_ledger(ledger_url)
     with ledger:
         at, rows = unit_rows(ledger, at, settings_for)
         label = ledger.url

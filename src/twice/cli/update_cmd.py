@@ -9,21 +9,21 @@ prints the health document every report shares (``twice.reports.health.health_do
 from __future__ import annotations
 
 import json
-import sys
 
 import click
 
-EXIT_BAD_INPUT = 2
+from twice.cli.exits import exit_on_error
+from twice.cli.options import json_option, ledger_option
+from twice.errors import InputError
 
 
 @click.command("update")
-@click.option("--ledger", "ledger_url", default=None, metavar="URL",
-              help="Ledger URL or SQLite path (default: $TWICE_LEDGER or twice-ledger.db).")
+@ledger_option()
 @click.option("--pipeline", default=None, metavar="NAME", help="Only this pipeline's units.")
 @click.option("--as-of", "as_of", default=None, metavar="INSTANT",
               help="Update as of this ISO-8601 instant (default: now).")
-@click.option("--json", "as_json", is_flag=True,
-              help="JSON output: the headline and every unit's health.")
+@json_option("JSON output: the headline and every unit's health.")
+@exit_on_error("error")
 def update(ledger_url: str | None, pipeline: str | None, as_of: str | None,
            as_json: bool) -> None:
     """Print a short status update: headline, attention, next action, next evidence."""
@@ -35,8 +35,7 @@ def update(ledger_url: str | None, pipeline: str | None, as_of: str | None,
             ledger_url, as_of=parse_instant_option(as_of, "--as-of"), pipeline=pipeline
         )
     except ReportError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(EXIT_BAD_INPUT)
+        raise InputError(str(exc)) from exc
     if as_json:
         click.echo(json.dumps(health_document(evidence, "update"), sort_keys=True))
         return

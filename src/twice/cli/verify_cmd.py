@@ -10,13 +10,13 @@ input exits 2; exit 0 means all matched.
 from __future__ import annotations
 
 import json
-import sys
 from typing import Any
 
 import click
 
-EXIT_MISMATCH = 1
-EXIT_BAD_INPUT = 2
+from twice.cli.exits import exit_on_error, finish
+from twice.cli.options import json_option, ledger_option
+from twice.errors import InputError
 
 
 def _partition(text: str) -> Any:
@@ -30,11 +30,11 @@ def _partition(text: str) -> Any:
 
 
 @click.command("verify")
-@click.option("--ledger", "ledger_url", default=None, metavar="URL",
-              help="Ledger URL (default: $TWICE_LEDGER or ./twice-ledger.db).")
+@ledger_option("Ledger URL (default: $TWICE_LEDGER or ./twice-ledger.db).")
 @click.option("--destination", default=None, metavar="SPEC",
               help="Only partitions of this destination (as recorded).")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@json_option("Print one JSON object.")
+@exit_on_error("error")
 def verify(ledger_url: str | None, destination: str | None, as_json: bool) -> None:
     """Recompute fingerprints of recorded partitions and compare with the ledger's latest.
 
@@ -51,14 +51,12 @@ def verify(ledger_url: str | None, destination: str | None, as_json: bool) -> No
     try:
         ledger = Ledger.open(ledger_url)
     except (LedgerError, ValueError) as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(EXIT_BAD_INPUT)
+        raise InputError(str(exc)) from exc
     with ledger:
         records = ledger.latest_fingerprints(destination)
     if not records:
-        click.echo("error: the ledger has no recorded fingerprints"
-                   + (f" for {destination}" if destination else ""), err=True)
-        sys.exit(EXIT_BAD_INPUT)
+        raise InputError("the ledger has no recorded fingerprints"
+                         + (f" for {destination}" if destination else ""))
     results = []
     for record in records:
         recorded = as_fingerprint(record)
@@ -101,4 +99,4 @@ def verify(ledger_url: str | None, destination: str | None, as_json: bool) -> No
             summary += (f"; {len(older)} recorded with an older algorithm, verified over their "
                         "recorded columns only")
         click.echo(summary)
-    sys.exit(EXIT_MISMATCH if mismatches else 0)
+    finish(not mismatches)

@@ -12,12 +12,14 @@ input (pipeline file, interval, task, option, unusable ledger), with a message a
 
 from __future__ import annotations
 
-import json
 import random
-import sys
 from typing import TYPE_CHECKING
 
 import click
+
+from twice.cli import options
+from twice.cli.exits import exit_on_error
+from twice.errors import InputError
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -40,11 +42,6 @@ _STYLE = {
 }
 
 
-def _fail(message: str) -> None:
-    click.echo(f"twice worker: {message}", err=True)
-    sys.exit(2)
-
-
 def _since(text: str | None) -> datetime | None:
     if text is None:
         return None
@@ -53,21 +50,15 @@ def _since(text: str | None) -> datetime | None:
     try:
         return parse_instant(text)
     except TimeValueError as exc:
-        _fail(f"--since: {exc}")
-    return None  # unreachable: _fail exits
+        raise InputError(f"--since: {exc}") from exc
 
 
 @click.command(epilog=EPILOG)
 @click.argument("pipeline_file")
-@click.option("--ledger", "ledger_url", default=None, metavar="URL",
-              help="Shared ledger URL (default: $TWICE_LEDGER or twice-ledger.db); PostgreSQL "
-                   "for workers on several hosts.")
-@click.option("--interval", default=None, metavar="DATE|START/END",
-              help="The interval(s) to work on, e.g. 2026-11-30.")
-@click.option("--start", default=None, metavar="DATE", help="First interval start (with --end).")
-@click.option("--end", default=None, metavar="DATE", help="End of the range, exclusive.")
-@click.option("--tasks", default=None, metavar="A,B",
-              help="Only these tasks; dependencies outside them must have succeeded already.")
+@options.ledger_option(
+    "Shared ledger URL (default: $TWICE_LEDGER or twice-ledger.db); PostgreSQL for workers on "
+    "several hosts.")
+@options.range_options("The interval(s) to work on, e.g. 2026-11-30.")
 @click.option("--name", default=None, metavar="NAME",
               help="Lease holder name, unique per live process (default: host:pid).")
 @click.option("--lease-ttl", default=60.0, show_default=True,
@@ -85,74 +76,57 @@ def _since(text: str | None) -> datetime | None:
 @click.option("--since", default=None, metavar="INSTANT",
               help="Runs of other workers that ended without success after this instant are "
                    "theirs to report, not retried here (default: when this worker starts).")
-@click.option("--seed", default=None, type=int, help="Seed the retry jitter (reproducible).")
-@click.option("--deadline", "deadline", default=None, metavar="INSTANT|none",
-              help="Override the pipeline's delivery deadline (ISO-8601 instant with offset, "
-                   "or 'none'), as `twice run --deadline` does.")
-@click.option("--repeat", default=None, metavar="A,B",
-              help="Execute these tasks again although they are not safe_repeat and already "
-                   "succeeded (otherwise such units are held, with the reason).")
-@click.option("--json", "as_json", is_flag=True, help="JSON output.")
+@options.seed_option()
+@options.deadline_option(
+    "Override the pipeline's delivery deadline (ISO-8601 instant with offset, or 'none'), as "
+    "`twice run --deadline` does.")
+@options.repeat_option(
+    "Execute these tasks again although they are not safe_repeat and already succeeded "
+    "(otherwise such units are held, with the reason).")
+@options.json_option()
+@exit_on_error("twice worker")
 def worker(pipeline_file: str, ledger_url: str | None, interval: str | None, start: str | None,
            end: str | None, tasks: str | None, name: str | None, lease_ttl: float,
            pool_ttl: float, poll: float, once: bool, max_units: int | None, since: str | None,
            seed: int | None, deadline: str | None, repeat: str | None, as_json: bool) -> None:
     """Work on a pipeline's units alongside other workers sharing the ledger."""
-    from twice.cli.run_cmd import _BadInput, _deadline_override, _intervals, _task_names
-    from twice.define.load import PipelineFileError, load_pipeline
+    from twice.cli.pipeline_run import (
+        load_run_inputs,
+        open_durable_ledger,
+        run_failures,
+        show_and_finish,
+    )
     from twice.define.pipeline import PipelineError
     from twice.define.schedule import ScheduleError
     from twice.drivers.worker import Worker
-    from twice.ledger import Ledger, LedgerError
 
     if name is not None and not name.strip():
-        _fail("--name must not be empty")
+        raise InputError("--name must not be empty")
     since_at = _since(since)
-    try:
-        pipeline = load_pipeline(pipeline_file)
-    except PipelineFileError as exc:
-        _fail(str(exc))
-    if deadline is not None:
-        pipeline.deadline = _deadline_override(deadline)
-    try:
-        spans = _intervals(pipeline, interval, start, end)
-        names = _task_names(pipeline, tasks)
-        repeated = _task_names(pipeline, repeat, option="--repeat") or []
-    except _BadInput as exc:
-        _fail(str(exc))
-    try:
-        ledger = Ledger.open(ledger_url, durable=True)
-    except LedgerError as exc:
-        _fail(str(exc))
-    with ledger:
+    inputs = load_run_inputs(pipeline_file, interval=interval, start=start, end=end,
+                             tasks=tasks, deadline=deadline, repeat=repeat)
+    with open_durable_ledger(ledger_url) as ledger:
         try:
             runner = Worker(
-                pipeline, ledger, spans, tasks=names, name=name, lease_ttl=lease_ttl,
-                pool_ttl=pool_ttl, poll=poll, once=once, max_units=max_units, since=since_at,
-                rng=None if seed is None else random.Random(seed), repeat=repeated,
+                inputs.pipeline, ledger, inputs.spans, tasks=inputs.tasks, name=name,
+                lease_ttl=lease_ttl, pool_ttl=pool_ttl, poll=poll, once=once,
+                max_units=max_units, since=since_at,
+                rng=None if seed is None else random.Random(seed), repeat=inputs.repeat,
             )
         except (ValueError, PipelineError, ScheduleError) as exc:
-            _fail(str(exc))
-        try:
-            with runner.stop_on_signals():
-                report = runner.run()
-        except LedgerError as exc:
-            click.echo(f"twice worker: the ledger failed during the run: {exc}", err=True)
-            sys.exit(1)
-        except (PipelineError, ScheduleError) as exc:  # a definition problem found late
-            _fail(str(exc))
+            raise InputError(str(exc)) from exc
+        with run_failures(), runner.stop_on_signals():
+            report = runner.run()
         label = ledger.url
-    if as_json:
-        click.echo(json.dumps({**report.to_dict(), "ledger": label}, sort_keys=True))
-    else:
-        _summary(report, label)
-    sys.exit(0 if report.ok else 1)
+    show_and_finish(report, label, as_json, _summary)
 
 
 def _summary(report: WorkerReport, label: str) -> None:
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
+
+    from twice.cli.pipeline_run import why
 
     console = Console(width=240)
     table = Table(title=f"twice worker {report.worker}: {report.pipeline}  (ledger {label})")
@@ -162,15 +136,9 @@ def _summary(report: WorkerReport, label: str) -> None:
         style = _STYLE[unit.settlement]
         result = unit.result
         attempts = "-" if result is None else f"{result.attempts} ({result.total_attempts})"
-        why = unit.reason
-        if result is not None:
-            if result.error and result.outcome != "succeeded":
-                why += f"\nlast error: {result.error}"
-            for note in result.notes:
-                why += f"\nnote: {note}"
         table.add_row(
             unit.task, unit.interval.start.isoformat()[:16], f"[{style}]{unit.settlement}[/]",
-            unit.outcome or "-", attempts, escape(why),
+            unit.outcome or "-", attempts, escape(why(unit.reason, result)),
         )
     console.print(table)
     counts = ", ".join(f"{count} {what}" for what, count in report.counts().items())

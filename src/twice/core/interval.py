@@ -9,8 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
+from twice.errors import InputError
 
-class IntervalError(ValueError):
+
+class IntervalError(InputError):
     """An interval is malformed; the message says which bound and why."""
 
 

@@ -7,7 +7,8 @@ Every layer speaks these words; nothing re-derives them from message text.
   into an ``AttemptOutcome`` by :func:`attempt_outcome`.
 - ``UnitOutcome``: how the engine settled one unit of work in one call.
 - ``RemoteState``: what reconciliation found out about a remote job.
-- ``RunStatus``: what a driver reports per unit (a backfill row, an Airflow try's verdict).
+- ``RunStatus``, ``AirflowVerdict``, ``Settlement``, ``RetryOutcome``: what a driver (a backfill,
+  an Airflow try, a worker, the ``twice.retry`` decorator) reports per unit or attempt.
 
 The lab's vocabulary (``twice.core.decision``: ``TaskState``, ``Decision``) is the planner's;
 :func:`task_state` and :data:`STOPPING_DECISIONS` are the only bridges to and from it.
@@ -46,6 +47,14 @@ UNIT_OUTCOMES: tuple[UnitOutcome, ...] = get_args(UnitOutcome)
 RunStatus = Literal[
     "succeeded", "failed", "skipped", "blocked", "refused", "leased-elsewhere", "held"
 ]
+#: How the ``twice.retry`` decorator's attempts end (``not-started``: refused by the deadline).
+RetryOutcome = Literal[
+    "succeeded", "failed-transient", "failed-permanent", "unknown", "not-started"
+]
+#: What one Airflow try tells Airflow: done, let Airflow's retry run the next attempt, or fail.
+AirflowVerdict = Literal["succeeded", "retry", "fail"]
+#: How a worker left a unit it looked at.
+Settlement = Literal["ran", "done-elsewhere", "ended-elsewhere", "left"]
 #: Unit outcomes a driver reports as they are (the unit was not run to an end here).
 PASSED_THROUGH: frozenset[UnitOutcome] = frozenset({"leased-elsewhere", "blocked", "held"})
 

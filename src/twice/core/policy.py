@@ -12,13 +12,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from twice.errors import InputError
+
 Jitter = Literal["none", "full", "equal", "additive"]
 JITTERS: tuple[Jitter, ...] = ("none", "full", "equal", "additive")
 # additive jitter waits the delay plus up to this share of it (the Indonesian chapter's 25 %)
 ADDITIVE_JITTER_FRACTION = 0.25
 
 
-class PolicyError(ValueError):
+class PolicyError(InputError):
     """A policy field is out of range; the message names the field."""
 
 

@@ -11,6 +11,8 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+from twice.errors import InputError
+
 MICROS = 1_000_000
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _DURATION = re.compile(
@@ -19,7 +21,7 @@ _DURATION = re.compile(
 )
 
 
-class TimeValueError(ValueError):
+class TimeValueError(InputError):
     """A time value that cannot be read; the caller adds where it was."""
 
 

@@ -17,19 +17,14 @@ import re
 import sys
 import traceback
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any
 
-from twice.define.pipeline import NonFatal, Pipeline, PipelineError, TaskContext
+from twice.define.pipeline import Pipeline, PipelineError
+from twice.errors import InputError
 
 CONVENTIONAL_NAME = "pipeline"
-# Per process: a spawned child loads each file once, however many attempts it runs.
-_LOADED: dict[tuple[str, int], Pipeline] = {}
-
-
-class PipelineFileError(ValueError):
+class PipelineFileError(InputError):
     """A pipeline file could not be loaded; the message names the file (and line if known)."""
 
     def __init__(self, message: str, *, path: str, line: int | None = None) -> None:
@@ -192,33 +187,3 @@ def _as_pipeline(value: object, var: str, shown: str) -> Pipeline:
             f"{shown}: `{var}` is a {type(value).__name__}, not a twice Pipeline", path=shown
         )
     return value
-
-
-@dataclass(frozen=True)
-class TaskCallResult:
-    """What ``call_task`` hands back across a process boundary."""
-
-    value: Any
-    nonfatals: tuple[NonFatal, ...]
-
-
-def call_task(path: str, task_name: str, ctx: TaskContext) -> TaskCallResult:
-    """Run one task of a pipeline file: a picklable entry point for child processes.
-
-    Functions defined in a pipeline file live in a private module that a spawned child cannot
-    import by name, so pickling ``task.fn`` fails there. Send ``(path, task_name, ctx)`` instead:
-    the child loads the file (once per process) and calls the task. Non-fatal records come back
-    in the result when ``ctx`` has no recorder (a recorder cannot report across processes).
-    """
-    file = Path(path).resolve()
-    try:
-        key = (str(file), file.stat().st_mtime_ns)
-    except OSError:
-        key = (str(file), -1)  # load_pipeline reports the missing file
-    pipeline = _LOADED.get(key)
-    if pipeline is None:
-        pipeline = _LOADED[key] = load_pipeline(path)
-    from twice.engine.owned_write import run_body
-
-    value = run_body(pipeline.get_task(task_name), ctx)
-    return TaskCallResult(value=value, nonfatals=ctx.nonfatals)

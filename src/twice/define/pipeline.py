@@ -38,7 +38,7 @@ from twice.core.outcomes import RemoteState
 from twice.core.policy import RetryPolicy
 from twice.core.unit import UnitOfWork
 from twice.define.schedule import Schedule
-from twice.errors import InputError, TwiceError
+from twice.errors import InputError
 
 NAME_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
@@ -74,17 +74,6 @@ class PipelineError(InputError):
                     ["pipeline definition has problems:", *(f"  - {p}" for p in self.problems)]
                 )
             )
-
-
-class OutcomeUnknownError(TwiceError):
-    """Raise it from a task that cannot tell whether its write or job happened (a lost
-    acknowledgement, a connection cut after the request was sent).
-
-    The executor records the attempt ``unknown`` and never retries it blindly: it asks the
-    task's ``reconcile(job_id, ctx)`` about the same job id first.
-    """
-
-    outcome = "unknown"  # read by twice.engine.attempt.is_unknown, like twice.remote's errors
 
 
 Reconciler = Callable[[str, "TaskContext"], RemoteState | str]
@@ -312,7 +301,8 @@ class Task:
         if not options.get("description"):
             doc = inspect.getdoc(fn) or ""
             options["description"] = doc.strip().splitlines()[0] if doc.strip() else ""
-        return cls(name=task_name, fn=fn, depends_on=deps, retry=policy, **options)  # type: ignore[arg-type]
+        return cls(name=_check_name(task_name, "task name"), fn=fn, depends_on=deps, retry=policy,
+                   **options)
 
     @property
     def timeout(self) -> float | None:

@@ -31,6 +31,7 @@ from typing import Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from twice.core.interval import Interval
+from twice.errors import InputError
 
 ScheduleKind = Literal["daily", "hourly", "every"]
 KINDS: tuple[ScheduleKind, ...] = ("daily", "hourly", "every")
@@ -49,7 +50,7 @@ _DEFAULT_ANCHOR = datetime(2000, 1, 1)
 FIRST_YEAR, LAST_YEAR = 1000, 8999
 
 
-class ScheduleError(ValueError):
+class ScheduleError(InputError):
     """A schedule or an interval argument is invalid; the message names the field."""
 
 

@@ -29,7 +29,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import Any, ClassVar, Generic, Protocol, Self, TypeVar, runtime_checkable
 from urllib.parse import parse_qsl, unquote
 
 import pyarrow as pa
@@ -39,12 +39,11 @@ from twice.core.identifiers import (
     validate_identifier,
     validate_identifiers,
 )
-from twice.destinations.columns import ColumnType, Schema, SchemaError, schema_of
+from twice.destinations.columns import ColumnType, Schema, require_columns, schema_of
 from twice.destinations.commits import (
     ACTIVE,
     COMMIT_COLUMNS,
     COMMITS_TABLE,
-    NO_FINGERPRINT,
     CommitRecord,
     StampArg,
     WriteStamp,
@@ -80,7 +79,7 @@ class Destination(Protocol):
     partition_column: str | None
     key_columns: tuple[str, ...]
 
-    def __enter__(self) -> Destination: ...
+    def __enter__(self) -> Self: ...
     def __exit__(self, *exc: object) -> None: ...
     def schema(self) -> Schema | None: ...
     def replace_partition(
@@ -182,6 +181,37 @@ def split_table_name(fragment: str, *, default_schema: str | None) -> tuple[str 
     return default_schema, validate_identifier(fragment, "table name")
 
 
+# --------------------------------------------------------------------------- shared shell
+
+
+class BaseDestination:
+    """What every destination class shares: its validated names, ``with`` support, repr."""
+
+    engine: str  # the engine's name, set by each class
+
+    def __init__(
+        self, *, spec: str, partition_column: str | None = None, key_columns: Sequence[str] = ()
+    ) -> None:
+        self.spec = spec
+        self.partition_column = (
+            None if partition_column is None
+            else validate_identifier(partition_column, "partition_column")
+        )
+        self.key_columns = validate_identifiers(key_columns, "key column")
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.spec}>"
+
+    def close(self) -> None:
+        """Release what the destination holds open (by default, nothing)."""
+
+
 # --------------------------------------------------------------------------- SQL machinery
 
 
@@ -193,21 +223,31 @@ class SqlDialect:
     unit_separator: ClassVar[str] = "chr(31)"
     index_partition_column: ClassVar[bool] = True
     index_commits: ClassVar[bool] = True
+    # Column kind -> DDL type; decimals use ``decimal_ddl`` with their precision and scale.
+    ddl_types: ClassVar[dict[str, str]] = {}
+    decimal_ddl: ClassVar[str] = "DECIMAL({precision},{scale})"
 
     def quote(self, name: str) -> str:
         return quote_identifier(name, self.name)
 
     def ddl_type(self, ctype: ColumnType) -> str:
-        raise NotImplementedError
+        if ctype.kind == "decimal":
+            return self.decimal_ddl.format(precision=ctype.precision, scale=ctype.scale)
+        return self.ddl_types[ctype.kind]
 
     def bind(self, value: Any, ctype: ColumnType) -> Any:
         """A Python value as the engine should receive it as a parameter."""
         return value
 
+    # SQL templates giving the canonical text (see :mod:`twice.destinations.columns`) of a
+    # non-null ``{value}``: one per column kind whose text the engine's CAST does not give,
+    # ``default_text_sql`` for the others.
+    text_sql: ClassVar[dict[str, str]] = {}
+    default_text_sql: ClassVar[str] = "CAST({value} AS VARCHAR)"
+
     def canonical_text_sql(self, column_sql: str, ctype: ColumnType) -> str:
-        """SQL giving the canonical text (see :mod:`twice.destinations.columns`) of a
-        non-null value of ``column_sql``."""
-        raise NotImplementedError
+        """SQL giving the canonical text of a non-null value of ``column_sql``."""
+        return self.text_sql.get(ctype.kind, self.default_text_sql).format(value=column_sql)
 
     def hash60_sql(self, text_sql: str) -> str:
         """SQL giving the first 15 hex digits of md5(UTF-8 of ``text_sql``) as an integer."""
@@ -223,10 +263,22 @@ class SqlDialect:
         return f"CAST({column_sql} AS DOUBLE PRECISION)"
 
 
-class SqlDestination(ABC):
-    """replace_partition / upsert / read / fingerprint for SQL engines, over a few primitives."""
+class Connection(Protocol):
+    """What :class:`SqlDestination` itself needs of an engine's connection."""
 
-    engine: ClassVar[str]
+    def close(self) -> None: ...
+
+
+ConnT = TypeVar("ConnT", bound=Connection)
+
+
+class SqlDestination(BaseDestination, ABC, Generic[ConnT]):
+    """replace_partition / upsert / read / fingerprint for SQL engines, over a few primitives.
+
+    The destination holds one connection of type ``ConnT``, opened on first use by
+    :meth:`_connect` (reopened when :meth:`_usable` says it is not) and closed by :meth:`close`.
+    """
+
     dialect: ClassVar[SqlDialect]
 
     def __init__(
@@ -242,12 +294,29 @@ class SqlDestination(ABC):
         self.schema_name = (
             None if schema_name is None else validate_identifier(schema_name, "schema name")
         )
-        self.partition_column = (
-            None if partition_column is None
-            else validate_identifier(partition_column, "partition_column")
-        )
-        self.key_columns = validate_identifiers(key_columns, "key column")
-        self.spec = spec
+        super().__init__(spec=spec, partition_column=partition_column, key_columns=key_columns)
+        self._conn: ConnT | None = None
+
+    # -- the connection ---------------------------------------------------------------------
+
+    @property
+    def connection(self) -> ConnT:
+        if self._conn is None or not self._usable(self._conn):
+            self._conn = self._connect()
+        return self._conn
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    @abstractmethod
+    def _connect(self) -> ConnT:
+        """A new connection; :class:`DestinationUnavailableError` when there can be none."""
+
+    def _usable(self, conn: ConnT) -> bool:
+        """Whether the held connection can still serve (engines whose connections drop)."""
+        return True
 
     # -- engine primitives ------------------------------------------------------------------
 
@@ -271,9 +340,18 @@ class SqlDestination(ABC):
     def _upsert_arrow(self, tx: Any, table: pa.Table, conflict_sql: str) -> None:
         """Bulk insert-or-update; ``conflict_sql`` is the ``ON CONFLICT ...`` clause."""
 
-    @abstractmethod
     def _fetch(self, sql: str, params: Sequence[Any], columns: Schema) -> pa.Table:
-        """Run a read query returning ``columns`` (in order) as a normalised table."""
+        """Run a read query returning ``columns`` (in order) as a normalised table; by
+        default from the rows of :meth:`_query`, each column built by :meth:`_column_array`."""
+        rows = self._query(sql, params)
+        values = list(zip(*rows, strict=True)) if rows else [()] * len(columns)
+        arrays = [self._column_array(list(v), t)
+                  for v, t in zip(values, columns.values(), strict=True)]
+        return pa.table(arrays, names=list(columns))
+
+    def _column_array(self, values: list[Any], ctype: ColumnType) -> pa.Array:
+        """One fetched column as Arrow (engines storing values as text parse them here)."""
+        return pa.array(values, ctype.arrow())
 
     @abstractmethod
     def _query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
@@ -288,8 +366,16 @@ class SqlDestination(ABC):
     def _commits_table_exists(self) -> bool:
         """Whether ``twice_commits`` exists (never creating anything, not even the file)."""
 
-    @abstractmethod
-    def close(self) -> None: ...
+    def _upsert_key_error(self, detail: object) -> DestinationError:
+        """The error of an upsert whose table has no unique constraint on the key columns."""
+        return DestinationError(
+            f"{self.spec}: upsert needs a PRIMARY KEY or UNIQUE constraint on exactly "
+            f"{list(self.key_columns)}: {str(detail).strip()}"
+        )
+
+    def _column_list(self, names: Sequence[str]) -> str:
+        """``"a", "b"``: quoted column names for an INSERT or SELECT list."""
+        return ", ".join(self.dialect.quote(n) for n in names)
 
     def _lock_for_replace(self, tx: Any) -> None:
         """Serialise concurrent replacers of this table (engines whose writers can interleave)."""
@@ -341,15 +427,6 @@ class SqlDestination(ABC):
             f"{q(self.schema_name)}.{q(COMMITS_TABLE)}" if self.schema_name else q(COMMITS_TABLE)
         )
 
-    def __enter__(self) -> SqlDestination:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        return f"<{type(self).__name__} {self.spec}>"
-
     def replace_partition(
         self, rows: RowsLike, partition: PartitionSpec, *, stamp: StampArg = ACTIVE
     ) -> WriteResult:
@@ -364,7 +441,7 @@ class SqlDestination(ABC):
         table = to_arrow(rows, target=existing)
         self._check_values(table)
         schema = existing or schema_of(table)
-        self._require_columns(schema, [column, *self.key_columns])
+        require_columns(schema, [column, *self.key_columns])
         slc = Slice.of(column, schema[column], partition)
         slc.check_rows(table)
         check_keys(table, self.key_columns)
@@ -545,15 +622,9 @@ class SqlDestination(ABC):
         compute it by default afterwards (``twice-fp-v2`` over every column, key or not);
         ``algorithm "none"`` (row count only, empty checksum) when the slice cannot be
         fingerprinted (a PostgreSQL database that is not UTF8): the write still commits."""
-        from twice.destinations.fingerprint import ALGORITHM, checksum_from_sums, resolve_columns
+        from twice.destinations.fingerprint import record_fingerprint
 
-        schema = self._existing_schema()
-        try:
-            columns = resolve_columns(schema)
-            count, high, low = self.fingerprint_sums(partition, columns)
-        except DestinationError:
-            return self.row_count(partition), "", NO_FINGERPRINT, ()
-        return count, checksum_from_sums(high, low), ALGORITHM, columns
+        return record_fingerprint(self, self._existing_schema(), partition)
 
     def read_partition(
         self, partition: PartitionSpec = None, columns: Sequence[str] | None = None
@@ -561,7 +632,7 @@ class SqlDestination(ABC):
         """The rows of one slice (all rows when ``partition`` is None), as Arrow."""
         schema = self._existing_schema()
         names = list(schema) if columns is None else list(columns)
-        self._require_columns(schema, names)
+        require_columns(schema, names)
         where, params = self._where_for(schema, partition)
         select = ", ".join(self.dialect.quote(n) for n in names)
         return self._fetch(
@@ -572,7 +643,7 @@ class SqlDestination(ABC):
     def null_counts(self, partition: PartitionSpec, columns: Sequence[str]) -> dict[str, int]:
         """Nulls per column within the slice (acceptance: required non-null columns)."""
         schema = self._existing_schema()
-        self._require_columns(schema, columns)
+        require_columns(schema, columns)
         if not columns:
             return {}
         where, params = self._where_for(schema, partition)
@@ -601,7 +672,7 @@ class SqlDestination(ABC):
         from twice.destinations.fingerprint import fingerprint_sql, streamed_sql, streamed_sums
 
         schema = self._existing_schema()
-        self._require_columns(schema, columns)
+        require_columns(schema, columns)
         where, params = self._where_for(schema, partition)
         typed = [(c, schema[c]) for c in columns]
         if not self.dialect.float_text_in_sql and any(t.kind == "float" for _, t in typed):
@@ -627,7 +698,7 @@ class SqlDestination(ABC):
         table = to_arrow(rows, target=existing)
         self._check_values(table)
         schema = existing or schema_of(table)
-        self._require_columns(schema, self.key_columns)
+        require_columns(schema, self.key_columns)
         label = self._check_slice(schema, table, partition)
         check_keys(table, self.key_columns)
         return existing, schema, table, label
@@ -637,7 +708,7 @@ class SqlDestination(ABC):
         if partition is None:
             return "all rows"
         column = self._require_partition_column()
-        self._require_columns(schema, [column])
+        require_columns(schema, [column])
         slc = Slice.of(column, schema[column], partition)
         slc.check_rows(table)
         return slc.label
@@ -656,19 +727,11 @@ class SqlDestination(ABC):
             raise DestinationError(f"{self.spec}: table {self.qualified} does not exist")
         return schema
 
-    @staticmethod
-    def _require_columns(schema: Schema, columns: Sequence[str]) -> None:
-        for name in columns:
-            validate_identifier(name, "column name")
-        missing = [c for c in columns if c not in schema]
-        if missing:
-            raise SchemaError(f"columns {missing} are not in the table (has {list(schema)})")
-
     def _where_for(self, schema: Schema, partition: PartitionSpec) -> tuple[str, list[Any]]:
         if partition is None:
             return "1 = 1", []
         column = self._require_partition_column()
-        self._require_columns(schema, [column])
+        require_columns(schema, [column])
         return self._where(Slice.of(column, schema[column], partition))
 
     def _where(self, slc: Slice) -> tuple[str, list[Any]]:

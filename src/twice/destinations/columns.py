@@ -60,11 +60,13 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from twice.core.identifiers import validate_identifier
 from twice.destinations.errors import DestinationError
 
 KINDS = (
@@ -183,6 +185,15 @@ Schema = dict[str, ColumnType]
 
 def schema_of(table: pa.Table) -> Schema:
     return {f.name: ColumnType.from_arrow(f.type, f.name) for f in table.schema}
+
+
+def require_columns(schema: Schema, columns: Sequence[str]) -> None:
+    """Refuse column names that are not safe identifiers, then any not in ``schema``."""
+    for name in columns:
+        validate_identifier(name, "column name")
+    missing = [c for c in columns if c not in schema]
+    if missing:
+        raise SchemaError(f"columns {missing} are not in the table (has {list(schema)})")
 
 
 def canonical_text(array: pa.Array | pa.ChunkedArray, ctype: ColumnType) -> pa.ChunkedArray:

@@ -230,6 +230,12 @@ def check_fence(stamp: WriteStamp, newest: int | None, where: str) -> None:
         raise FencedWriteError(stamp, int(newest), where)
 
 
+def check_fence_records(stamp: WriteStamp, records: Iterable[CommitRecord], where: str) -> None:
+    """:func:`check_fence` against the newest of ``records`` for the stamp's fence key (the
+    file-based destinations keep their records as files, not in a table)."""
+    check_fence(stamp, newest_token(records, stamp.fence_key), where)
+
+
 def utc_now_text() -> str:
     """Now as ISO-8601 UTC text with microseconds (``2026-12-04T10:00:00.000000Z``)."""
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")

@@ -14,22 +14,24 @@ only insert.
 
 from __future__ import annotations
 
+import importlib
 import os
 import threading
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import duckdb
 import pyarrow as pa
 
-from twice.destinations.base import DestinationSpec, SqlDestination, SqlDialect, split_table_name
+from twice.destinations.base import DestinationSpec, SqlDialect, split_table_name
 from twice.destinations.columns import ColumnType, Schema, SchemaError, float_texts
-from twice.destinations.commits import COMMITS_TABLE
-from twice.destinations.errors import DestinationError, DestinationUnavailableError
+from twice.destinations.embedded import EmbeddedSqlDestination, database_file
 from twice.destinations.rows import to_arrow
+
+if TYPE_CHECKING:
+    from duckdb.func import PythonUDFType
 
 _FILE_LOCKS: dict[str, threading.Lock] = {}
 _FILE_LOCKS_GUARD = threading.Lock()
@@ -48,73 +50,48 @@ class DuckDBDialect(SqlDialect):
     # DuckDB prunes by zone maps; an ART index would only slow bulk inserts down.
     index_partition_column = False
     index_commits = False
-
-    _DDL: ClassVar[dict[str, str]] = {
+    ddl_types: ClassVar[dict[str, str]] = {
         "integer": "BIGINT", "float": "DOUBLE", "boolean": "BOOLEAN", "string": "VARCHAR",
         "binary": "BLOB", "date": "DATE", "timestamp": "TIMESTAMP", "timestamptz": "TIMESTAMPTZ",
     }
 
-    def ddl_type(self, ctype: ColumnType) -> str:
-        if ctype.kind == "decimal":
-            return f"DECIMAL({ctype.precision},{ctype.scale})"
-        return self._DDL[ctype.kind]
-
     float_text_in_sql = True  # twice_float_text, registered on twice's connections
 
-    def canonical_text_sql(self, column_sql: str, ctype: ColumnType) -> str:
-        kind = ctype.kind
-        if kind == "date":
-            return f"strftime({column_sql}, '%Y-%m-%d')"
-        if kind == "timestamp":
-            return f"strftime({column_sql}, '%Y-%m-%d %H:%M:%S.%f')"
-        if kind == "timestamptz":  # timezone() needs ICU, bundled with the Python package
-            return f"(strftime(timezone('UTC', {column_sql}), '%Y-%m-%d %H:%M:%S.%f') || 'Z')"
-        if kind == "binary":
-            return f"lower(hex({column_sql}))"
-        if kind == "float":  # twice's own function: CAST(double AS VARCHAR) is DuckDB's choice
-            return f"twice_float_text(CAST({column_sql} AS DOUBLE))"
-        return f"CAST({column_sql} AS VARCHAR)"
+    text_sql: ClassVar[dict[str, str]] = {
+        "date": "strftime({value}, '%Y-%m-%d')",
+        "timestamp": "strftime({value}, '%Y-%m-%d %H:%M:%S.%f')",
+        # timezone() needs ICU, bundled with the Python package
+        "timestamptz": "(strftime(timezone('UTC', {value}), '%Y-%m-%d %H:%M:%S.%f') || 'Z')",
+        "binary": "lower(hex({value}))",
+        # twice's own function: CAST(double AS VARCHAR) is DuckDB's choice
+        "float": "twice_float_text(CAST({value} AS DOUBLE))",
+    }
 
     def hash60_sql(self, text_sql: str) -> str:
         # md5() is a stable function; hash() and md5_number() are not (see DESIGN.md).
         return f"CAST('0x' || substr(md5({text_sql}), 1, 15) AS BIGINT)"
 
 
-class DuckDBDestination(SqlDestination):
+class DuckDBDestination(EmbeddedSqlDestination[duckdb.DuckDBPyConnection]):
     engine = "duckdb"
     dialect = DuckDBDialect()
+    open_errors = (duckdb.Error,)
 
-    def __init__(self, path: str, *, spec: str, table: str, **kwargs: Any) -> None:
-        super().__init__(spec=spec, table=table, **kwargs)
-        self.path = path
-        self._conn: duckdb.DuckDBPyConnection | None = None
+    def _open(self) -> duckdb.DuckDBPyConnection:
+        conn = duckdb.connect(self.path)
+        _register_functions(conn)
+        return conn
 
-    @property
-    def connection(self) -> duckdb.DuckDBPyConnection:
-        if self._conn is None:
-            try:
-                conn = duckdb.connect(self.path)
-            except duckdb.Error as exc:
-                raise DestinationUnavailableError(f"{self.spec}: cannot open {self.path}: {exc}"
-                                                  ) from None
-            _register_functions(conn)
-            self._conn = conn
-        return self._conn
-
-    def close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
-
-    def schema(self) -> Schema | None:
-        if self._conn is None and not os.path.exists(self.path):
-            return None  # do not create an empty database file just by looking
+    def _has_table(self, name: str) -> bool:
         found = self.connection.execute(
             "SELECT count(*) FROM information_schema.tables "
             "WHERE table_schema = ? AND table_name = ?",
-            [self.schema_name or "main", self.table],
+            [self.schema_name or "main", name],
         ).fetchall()
-        if not found[0][0]:
+        return bool(found[0][0])
+
+    def _read_schema(self) -> Schema | None:
+        if not self._has_table(self.table):
             return None
         relation = self.connection.sql(f"SELECT * FROM {self.qualified} LIMIT 0")
         schema: Schema = {}
@@ -125,29 +102,8 @@ class DuckDBDestination(SqlDestination):
                 schema[column.name] = ColumnType("unsupported", engine_type=str(column.type))
         return schema
 
-    def _commits_table_exists(self) -> bool:
-        if self._conn is None and not os.path.exists(self.path):
-            return False  # do not create an empty database file just by looking
-        found = self.connection.execute(
-            "SELECT count(*) FROM information_schema.tables "
-            "WHERE table_schema = ? AND table_name = ?",
-            [self.schema_name or "main", COMMITS_TABLE],
-        ).fetchall()
-        return bool(found[0][0])
-
     def _owned_write_lock(self) -> threading.Lock:
         return _file_lock(self.path)
-
-    @contextmanager
-    def _transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        conn = self.connection
-        conn.execute("BEGIN TRANSACTION")
-        try:
-            yield conn
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
 
     def _execute(self, tx: duckdb.DuckDBPyConnection, sql: str, params: Sequence[Any] = ()
                  ) -> int:
@@ -165,8 +121,7 @@ class DuckDBDestination(SqlDestination):
             tx.unregister(name)
 
     def _select_from(self, source: str, table: pa.Table) -> str:
-        q = self.dialect.quote
-        names = ", ".join(q(n) for n in table.column_names)
+        names = self._column_list(table.column_names)
         return f"INSERT INTO {self.qualified} ({names}) SELECT {names} FROM {source}"
 
     def _insert_arrow(self, tx: duckdb.DuckDBPyConnection, table: pa.Table) -> None:
@@ -179,13 +134,7 @@ class DuckDBDestination(SqlDestination):
             try:
                 tx.execute(f"{self._select_from(source, table)} {conflict_sql}")
             except duckdb.BinderException as exc:
-                raise DestinationError(
-                    f"{self.spec}: upsert needs a PRIMARY KEY or UNIQUE constraint on exactly "
-                    f"{list(self.key_columns)}: {exc}"
-                ) from None
-
-    def _query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        return self.connection.execute(sql, list(params)).fetchall()
+                raise self._upsert_key_error(exc) from None
 
     def _fetch(self, sql: str, params: Sequence[Any], columns: Schema) -> pa.Table:
         result = self.connection.sql(sql, params=list(params)).to_arrow_table()
@@ -198,13 +147,8 @@ def _register_functions(conn: duckdb.DuckDBPyConnection) -> None:
     ``CAST(double AS VARCHAR)`` happens to agree today, but it is DuckDB's to change; a
     stored fingerprint must not depend on it. Registered once per database instance."""
     try:
-        from duckdb import sqltypes
-    except ImportError:  # DuckDB < 1.4
-        from duckdb import typing as sqltypes  # type: ignore[no-redef]
-
-    try:
         conn.create_function(
-            "twice_float_text", float_texts, [sqltypes.DOUBLE], sqltypes.VARCHAR, type="arrow",
+            "twice_float_text", float_texts, ["DOUBLE"], "VARCHAR", type=_arrow_udf(),
             side_effects=False,
         )
     except duckdb.CatalogException:
@@ -213,13 +157,19 @@ def _register_functions(conn: duckdb.DuckDBPyConnection) -> None:
         pass
 
 
+def _arrow_udf() -> PythonUDFType:
+    """The ``type=`` of a vectorised (Arrow) Python function."""
+    try:
+        from duckdb.func import PythonUDFType
+    except ImportError:  # DuckDB < 1.4 named the module duckdb.functional
+        udf_type: PythonUDFType = importlib.import_module("duckdb.functional").PythonUDFType.ARROW
+        return udf_type
+    return PythonUDFType.ARROW
+
+
 def open_destination(spec: DestinationSpec) -> DuckDBDestination:
     """Open ``duckdb:///abs/path.duckdb#[schema.]table``."""
-    if spec.options:
-        raise DestinationError(f"duckdb destination: unknown options {sorted(spec.options)}")
-    path = Path(spec.file_path()).expanduser().absolute()
-    if not path.parent.is_dir():
-        raise DestinationUnavailableError(f"duckdb destination: directory {path.parent} missing")
+    path = database_file(spec)
     schema_name, table = split_table_name(spec.fragment, default_schema="main")
     shown = table if schema_name == "main" else f"{schema_name}.{table}"
     canonical = f"duckdb://{path}{spec.twice_query()}#{shown}"

@@ -67,6 +67,7 @@ from twice.destinations.columns import (
     canonical_text,
     float_text,
 )
+from twice.destinations.commits import NO_FINGERPRINT
 from twice.destinations.errors import DestinationError
 from twice.destinations.slices import Slice
 
@@ -184,6 +185,22 @@ def resolve_columns(schema: Schema, columns: Sequence[str] | None = None) -> tup
             "fingerprint named columns"
         )
     return tuple(sorted(names))
+
+
+def record_fingerprint(
+    destination: Destination, schema: Schema, partition: PartitionSpec
+) -> tuple[int, str, str, tuple[str, ...]]:
+    """(row count, checksum, algorithm, columns) of a slice for its commit record, as
+    :func:`fingerprint` computes it by default (``twice-fp-v2`` over every column of
+    ``schema``, key or not). When the slice cannot be fingerprinted (a column without canonical
+    text, a PostgreSQL database that is not UTF8) the algorithm is ``"none"`` with the row
+    count only and an empty checksum: the write still commits."""
+    try:
+        columns = resolve_columns(schema)
+        count, high, low = destination.fingerprint_sums(partition, columns)
+    except DestinationError:
+        return destination.row_count(partition), "", NO_FINGERPRINT, ()
+    return count, checksum_from_sums(high, low), ALGORITHM, columns
 
 
 def fingerprint(

@@ -60,9 +60,8 @@ import json
 import os
 import shutil
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import date
 from pathlib import Path
 from typing import Any
 
@@ -70,13 +69,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from twice.core.identifiers import (
-    validate_identifier,
-    validate_identifiers,
-    validate_path_value,
-)
 from twice.destinations.base import DestinationSpec, WriteResult
-from twice.destinations.columns import ColumnType, Schema, SchemaError, schema_of
+from twice.destinations.columns import ColumnType, Schema, require_columns, schema_of
 from twice.destinations.commits import (
     ACTIVE,
     NO_FINGERPRINT,
@@ -85,27 +79,40 @@ from twice.destinations.commits import (
     CommitRecord,
     StampArg,
     WriteStamp,
-    check_fence,
-    newest_token,
+    check_fence_records,
     resolve_stamp,
 )
 from twice.destinations.errors import DestinationError
-from twice.destinations.rows import RowsLike, check_keys, to_arrow
-from twice.destinations.slices import PartitionError, PartitionSpec, Slice
+from twice.destinations.hive import (
+    HiveDestination,
+    Incoming,
+    check_mode,
+    dir_name,
+    fsync_dir,
+    replace_durably,
+    write_durable,
+)
+from twice.destinations.rows import RowsLike
+from twice.destinations.slices import PartitionSpec, Slice
 
 SCHEMA_FILE = "_twice_schema.arrow"
 LOCK_FILE = ".twice.lock"
 _NEW, _OLD, _DEL = ".twice-new-", ".twice-old-", ".twice-del-"
-_PARTITION_KINDS = ("date", "integer", "string")
 _META_PARTITION = b"twice.partition_column"
 _RENAME_EXCHANGE = 2
 _AT_FDCWD = -100
 
 
-class ParquetDestination:
+class ParquetDestination(HiveDestination):
     """A Hive-partitioned Parquet dataset written with atomic per-partition commits."""
 
     engine = "parquet"
+    kind_name = "Parquet"
+    noun = "dataset"
+    no_upsert = (
+        "Parquet datasets support replace_partition only (and append); an upsert needs a "
+        "table format with row-level updates (Delta, Iceberg) or a SQL destination"
+    )
 
     def __init__(
         self,
@@ -116,28 +123,11 @@ class ParquetDestination:
         key_columns: Sequence[str] = (),
         overwrite: str = "static",
     ) -> None:
+        super().__init__(spec=spec, partition_column=partition_column, key_columns=key_columns,
+                         overwrite=overwrite)
         self.root = root
-        self.spec = spec
-        self.partition_column = (
-            None if partition_column is None
-            else validate_identifier(partition_column, "partition_column")
-        )
-        self.key_columns = validate_identifiers(key_columns, "key column")
-        self.overwrite = _check_mode(overwrite)
         self.use_exchange = _renameat2 is not None
         self._arrow_schema()  # learn (or check) the partition column the dataset records
-
-    def __enter__(self) -> ParquetDestination:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        return f"<ParquetDestination {self.spec}>"
-
-    def close(self) -> None:
-        """Nothing stays open between calls."""
 
     # -- schema -----------------------------------------------------------------------------
 
@@ -152,24 +142,15 @@ class ParquetDestination:
         if not path.exists():
             return None
         schema = pa.ipc.read_schema(pa.py_buffer(path.read_bytes()))
-        stored = (schema.metadata or {}).get(_META_PARTITION, b"").decode() or None
-        if stored and self.partition_column is None:
-            self.partition_column = stored
-        elif stored and stored != self.partition_column:
-            raise DestinationError(
-                f"{self.spec}: dataset is partitioned by {stored!r}, not {self.partition_column!r}"
-            )
+        self._adopt_partition_column(
+            (schema.metadata or {}).get(_META_PARTITION, b"").decode() or None
+        )
         return schema
 
     def _write_schema(self, table: pa.Table, column: str) -> None:
         schema = table.schema.with_metadata({_META_PARTITION: column.encode()})
-        temp = self.root / f"{_NEW}schema-{uuid.uuid4().hex}"
-        with open(temp, "wb") as handle:
-            handle.write(schema.serialize().to_pybytes())
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temp, self.root / SCHEMA_FILE)
-        _fsync_dir(self.root)
+        replace_durably(self.root / SCHEMA_FILE, schema.serialize().to_pybytes(),
+                        self.root / f"{_NEW}schema-{uuid.uuid4().hex}")
 
     # -- writes -----------------------------------------------------------------------------
 
@@ -183,18 +164,9 @@ class ParquetDestination:
         record; an older fencing token than the slice's newest is refused before staging.
         """
         owner = resolve_stamp(stamp)
-        mode = _check_mode(overwrite or self.overwrite)
-        self.root.mkdir(parents=True, exist_ok=True)
-        with self._locked():
-            self._recover()
-            existing = self.schema()
-            table = to_arrow(rows, target=existing)
-            schema = existing or schema_of(table)
-            column = self._require_partition_column(schema)
-            slc = Slice.of(column, schema[column], partition)
-            slc.check_rows(table)
-            check_keys(table, self.key_columns)
-            current = self._partitions(slc, schema[column])
+        mode = check_mode(overwrite or self.overwrite)
+        with self._writing(rows, partition, whole_table=False) as (incoming, current):
+            existing, schema, table, column, label = incoming.unpacked()
             if owner is not None:
                 self._check_fence(owner, current)
             receiving = self._split(table, column, schema[column])
@@ -209,7 +181,7 @@ class ParquetDestination:
                                if (self.root / n).is_dir())
                 kept = {n: v for n, v in current.items() if n not in receiving and n not in emptied}
                 record = self._new_record(
-                    owner, "replace", slc.label, table, kept, sorted([*receiving, *emptied]),
+                    owner, "replace", label, table, kept, sorted([*receiving, *emptied]),
                     {"rows_deleted": deleting},
                 )
             deleted = 0
@@ -223,9 +195,9 @@ class ParquetDestination:
                     self._remove(name)
             if record is not None and not receiving and not emptied:
                 self._add_dataset_record(record)
-            _fsync_dir(self.root)
+            fsync_dir(self.root)
         return WriteResult(
-            self.spec, slc.label, mode, table.num_rows, deleted,
+            self.spec, label, mode, table.num_rows, deleted,
             partitions_written=tuple(sorted(receiving)), partitions_removed=tuple(emptied),
             commit=record,
         )
@@ -241,24 +213,8 @@ class ParquetDestination:
         carries its record (``rows_written=0``). Without a stamp a retry appends again.
         """
         owner = resolve_stamp(stamp)
-        self.root.mkdir(parents=True, exist_ok=True)
-        with self._locked():
-            self._recover()
-            existing = self.schema()
-            table = to_arrow(rows, target=existing)
-            schema = existing or schema_of(table)
-            column = self._require_partition_column(schema)
-            slc = None if partition is None else Slice.of(column, schema[column], partition)
-            if slc is not None:
-                slc.check_rows(table)
-            elif table.column(column).null_count:
-                raise PartitionError(
-                    f"{self.spec}: {table.column(column).null_count} row(s) have a null "
-                    f"partition column {column!r}; nothing was written"
-                )
-            label = "all rows" if slc is None else slc.label
-            check_keys(table, self.key_columns)
-            current = self._partitions(slc, schema[column])
+        with self._writing(rows, partition, whole_table=True) as (incoming, current):
+            existing, schema, table, column, label = incoming.unpacked()
             receiving = self._split(table, column, schema[column])
             if owner is not None:
                 self._check_fence(owner, current)
@@ -280,20 +236,23 @@ class ParquetDestination:
                 self._commit(name, part.drop_columns([column]), keep=True, record=record)
             if record is not None and not receiving:
                 self._add_dataset_record(record)
-            _fsync_dir(self.root)
+            fsync_dir(self.root)
         return WriteResult(
             self.spec, label, "append", written, None,
             partitions_written=tuple(sorted(receiving)), commit=record,
         )
 
-    def upsert(
-        self, rows: RowsLike, *, partition: PartitionSpec = None, stamp: StampArg = ACTIVE
-    ) -> WriteResult:
-        raise DestinationError(
-            f"{self.spec}: Parquet datasets support replace_partition only (and append); an "
-            "upsert needs a table format with row-level updates (Delta, Iceberg) or a SQL "
-            "destination"
-        )
+    @contextmanager
+    def _writing(
+        self, rows: RowsLike, partition: PartitionSpec, *, whole_table: bool
+    ) -> Iterator[tuple[Incoming, dict[str, Any]]]:
+        """A write's frame: under the dataset's lock, after recovery, the checked incoming
+        rows and the existing partitions of the slice (name -> value)."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        with self._locked():
+            self._recover()
+            incoming = self._incoming(rows, partition, whole_table=whole_table)
+            yield incoming, self._partitions(incoming.slice, incoming.schema[incoming.column])
 
     def _commit(
         self, name: str, table: pa.Table | None, *, keep: bool = False,
@@ -321,24 +280,24 @@ class ParquetDestination:
                 os.fsync(handle.fileno())
         history = _history_text(target) if exists else ""
         if history:
-            _write_durable(staging / PARQUET_HISTORY_FILE, history)
+            write_durable(staging / PARQUET_HISTORY_FILE, history)
         if record is not None:
-            _write_durable(staging / PARQUET_COMMIT_FILE, record.to_json() + "\n")
-        _fsync_dir(staging)
+            write_durable(staging / PARQUET_COMMIT_FILE, record.to_json() + "\n")
+        fsync_dir(staging)
         self._before_swap(name)
         if not exists:
             os.rename(staging, target)
             return 0
         old_rows = _count_rows(target)
         if self.use_exchange and _exchange(staging, target):
-            _fsync_dir(self.root)
+            fsync_dir(self.root)
             shutil.rmtree(staging)
         else:
             aside = self.root / f"{_OLD}{name}-{token}"
             os.replace(target, aside)
             self._between_renames(name)
             os.replace(staging, target)
-            _fsync_dir(self.root)
+            fsync_dir(self.root)
             shutil.rmtree(aside)
         return old_rows
 
@@ -377,17 +336,16 @@ class ParquetDestination:
         return sorted(e.name for e in self.root.iterdir()
                       if e.is_dir() and e.name.startswith(f"{column}="))
 
-    def _slice_records(self, names: Sequence[str]) -> list[tuple[str, CommitRecord]]:
+    def _slice_records(self, names: Iterable[str]) -> list[tuple[str, CommitRecord]]:
         """Records of the partitions ``names`` and of the dataset itself (where, record)."""
         found = [(n, r) for n in names for r in _read_records(self.root / n)]
         return found + [("", r) for r in _read_records(self.root)]
 
-    def _check_fence(self, owner: WriteStamp, names: Sequence[str]) -> None:
-        records = [r for _, r in self._slice_records(names)]
-        check_fence(owner, newest_token(records, owner.fence_key), self.spec)
+    def _check_fence(self, owner: WriteStamp, names: Iterable[str]) -> None:
+        check_fence_records(owner, [r for _, r in self._slice_records(names)], self.spec)
 
     def _appended(
-        self, owner: WriteStamp, names: Sequence[str]
+        self, owner: WriteStamp, names: Iterable[str]
     ) -> tuple[CommitRecord | None, set[str]]:
         """(a complete earlier append of this unit and generation, or None; the partitions
         already holding such a record)."""
@@ -445,10 +403,8 @@ class ParquetDestination:
     def _add_dataset_record(self, record: CommitRecord) -> None:
         """Record a write that changed no partition (atomic replace of the dataset's file)."""
         text = _history_text(self.root) + record.to_json() + "\n"
-        temp = self.root / f"{_NEW}commits-{uuid.uuid4().hex}"
-        _write_durable(temp, text)
-        os.replace(temp, self.root / PARQUET_HISTORY_FILE)
-        _fsync_dir(self.root)
+        replace_durably(self.root / PARQUET_HISTORY_FILE, text,
+                        self.root / f"{_NEW}commits-{uuid.uuid4().hex}")
 
     @contextmanager
     def _shared_lock(self) -> Iterator[None]:
@@ -469,7 +425,7 @@ class ParquetDestination:
     def _remove(self, name: str) -> None:
         doomed = self.root / f"{_DEL}{name}-{uuid.uuid4().hex[:12]}"
         os.replace(self.root / name, doomed)
-        _fsync_dir(self.root)
+        fsync_dir(self.root)
         shutil.rmtree(doomed)
 
     def _before_swap(self, name: str) -> None:
@@ -519,7 +475,7 @@ class ParquetDestination:
                     os.replace(entry, original)
                     actions.append(f"restored {original.name} from {name}")
         if actions:
-            _fsync_dir(self.root)
+            fsync_dir(self.root)
         return actions
 
     def _recover_before_read(self) -> None:
@@ -544,9 +500,7 @@ class ParquetDestination:
         schema = schema_of(arrow_schema.empty_table())
         column = self._require_partition_column(schema)
         names = list(schema) if columns is None else list(columns)
-        missing = [n for n in names if n not in schema]
-        if missing:
-            raise SchemaError(f"columns {missing} are not in the dataset (has {list(schema)})")
+        require_columns(schema, names)
         slc = None if partition is None else Slice.of(column, schema[column], partition)
         return self._read_dirs(self._partitions(slc, schema[column]), names, arrow_schema, column)
 
@@ -596,66 +550,18 @@ class ParquetDestination:
 
     # -- helpers ----------------------------------------------------------------------------
 
-    def _require_partition_column(self, schema: Schema) -> str:
-        column = self.partition_column
-        if column is None:
-            raise DestinationError(f"{self.spec}: add ?partition_column=NAME (Hive key)")
-        if column not in schema:
-            raise SchemaError(f"partition column {column!r} is not in the rows ({list(schema)})")
-        if schema[column].kind not in _PARTITION_KINDS:
-            raise SchemaError(
-                f"Parquet partition column {column!r} is {schema[column]}; use a date, integer "
-                "or string column (its value becomes a directory name)"
-            )
-        if len(schema) < 2:
-            raise SchemaError("a Parquet dataset needs a column besides the partition column")
-        return column
-
     def _split(self, table: pa.Table, column: str, ctype: ColumnType) -> dict[str, pa.Table]:
         """Incoming rows by partition directory name."""
         parts: dict[str, pa.Table] = {}
         for value in pc.unique(table.column(column)).to_pylist():
-            parts[self._dir_name(column, value)] = table.filter(
+            parts[dir_name(column, value)] = table.filter(
                 pc.equal(table.column(column), pa.scalar(value, ctype.arrow()))
             )
         return parts
 
-    @staticmethod
-    def _dir_name(column: str, value: Any) -> str:
-        text = value.isoformat() if isinstance(value, date) else str(value)
-        return f"{column}={validate_path_value(text, f'partition value of {column!r}')}"
-
     def _partitions(self, slc: Slice | None, ctype: ColumnType) -> dict[str, Any]:
         """Existing partition directories (name -> typed value) inside ``slc`` (all if None)."""
-        found: dict[str, Any] = {}
-        prefix = f"{self.partition_column}="
-        for entry in self.root.iterdir():
-            if not entry.is_dir() or not entry.name.startswith(prefix):
-                continue
-            text = entry.name[len(prefix):]
-            try:
-                value = _parse_value(text, ctype)
-            except ValueError:
-                raise PartitionError(
-                    f"{self.spec}: directory {entry.name!r} does not hold a {ctype} value"
-                ) from None
-            if slc is None or slc.contains(value):
-                found[entry.name] = value
-        return found
-
-
-def _parse_value(text: str, ctype: ColumnType) -> Any:
-    if ctype.kind == "date":
-        return date.fromisoformat(text)
-    if ctype.kind == "integer":
-        return int(text)
-    return text
-
-
-def _check_mode(mode: str) -> str:
-    if mode not in ("static", "dynamic"):
-        raise DestinationError(f"overwrite must be 'static' or 'dynamic', got {mode!r}")
-    return mode
+        return self._partitions_in(self.root, slc, ctype)
 
 
 def _data_files(directory: Path) -> list[Path]:
@@ -687,13 +593,6 @@ def _read_records(directory: Path) -> list[CommitRecord]:
             for line in _history_text(directory).splitlines()]
 
 
-def _write_durable(path: Path, text: str) -> None:
-    with open(path, "w", encoding="utf-8") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-
-
 def _link_or_copy(source: Path, target: Path) -> None:
     """Hard-link an immutable data file into a staging directory (copy where links fail)."""
     try:
@@ -709,14 +608,6 @@ def _remove_path(path: Path) -> None:
         shutil.rmtree(path)
     else:
         path.unlink(missing_ok=True)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _load_renameat2() -> Any:

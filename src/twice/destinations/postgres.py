@@ -52,59 +52,45 @@ class PostgresDialect(SqlDialect):
     placeholder = "%s"
     unit_separator = "chr(31)"
 
-    _DDL: ClassVar[dict[str, str]] = {
+    ddl_types: ClassVar[dict[str, str]] = {
         "integer": "bigint", "float": "double precision", "boolean": "boolean", "string": "text",
         "binary": "bytea", "date": "date", "timestamp": "timestamp",
         "timestamptz": "timestamptz",
     }
+    decimal_ddl = "numeric({precision},{scale})"
 
-    def ddl_type(self, ctype: ColumnType) -> str:
-        if ctype.kind == "decimal":
-            return f"numeric({ctype.precision},{ctype.scale})"
-        return self._DDL[ctype.kind]
-
-    def canonical_text_sql(self, column_sql: str, ctype: ColumnType) -> str:
-        kind = ctype.kind
-        # to_char, not ::text: the text output of dates and timestamps follows DateStyle.
-        if kind == "date":
-            return f"to_char({column_sql}, 'YYYY-MM-DD')"
-        if kind == "timestamp":
-            return f"to_char({column_sql}, 'YYYY-MM-DD HH24:MI:SS.US')"
-        if kind == "timestamptz":
-            return f"(to_char({column_sql} AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US') || 'Z')"
-        if kind == "binary":
-            return f"encode({column_sql}, 'hex')"
-        return f"({column_sql})::text"
+    # to_char, not ::text: the text output of dates and timestamps follows DateStyle.
+    text_sql: ClassVar[dict[str, str]] = {
+        "date": "to_char({value}, 'YYYY-MM-DD')",
+        "timestamp": "to_char({value}, 'YYYY-MM-DD HH24:MI:SS.US')",
+        "timestamptz": "(to_char({value} AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US') || 'Z')",
+        "binary": "encode({value}, 'hex')",
+    }
+    default_text_sql = "({value})::text"
 
     def hash60_sql(self, text_sql: str) -> str:
         # md5(), not hashtext(): hashtext is internal and has changed between major versions.
         return f"('x' || substr(md5({text_sql}), 1, 15))::bit(60)::bigint"
 
 
-class PostgresDestination(SqlDestination):
+class PostgresDestination(SqlDestination["psycopg.Connection[Any]"]):
     engine = "postgresql"
     dialect = PostgresDialect()
 
     def __init__(self, conninfo: str, *, spec: str, table: str, **kwargs: Any) -> None:
         super().__init__(spec=spec, table=table, **kwargs)
         self._conninfo = conninfo
-        self._conn: psycopg.Connection[Any] | None = None
 
-    @property
-    def connection(self) -> psycopg.Connection[Any]:
-        if self._conn is None or self._conn.closed:
-            try:
-                self._conn = psycopg.connect(self._conninfo, autocommit=True, connect_timeout=10)
-            except psycopg.Error as exc:
-                raise DestinationUnavailableError(
-                    f"{self.spec}: cannot connect: {str(exc).strip()}"
-                ) from None
-        return self._conn
+    def _connect(self) -> psycopg.Connection[Any]:
+        try:
+            return psycopg.connect(self._conninfo, autocommit=True, connect_timeout=10)
+        except psycopg.Error as exc:
+            raise DestinationUnavailableError(
+                f"{self.spec}: cannot connect: {str(exc).strip()}"
+            ) from None
 
-    def close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+    def _usable(self, conn: psycopg.Connection[Any]) -> bool:
+        return not conn.closed
 
     def schema(self) -> Schema | None:
         rows = self._query(
@@ -197,8 +183,7 @@ class PostgresDestination(SqlDestination):
         return str(row[0])
 
     def _copy(self, tx: psycopg.Cursor[Any], target_sql: str, table: pa.Table) -> None:
-        q = self.dialect.quote
-        names = ", ".join(q(n) for n in table.column_names)
+        names = self._column_list(table.column_names)
         with tx.copy(f"COPY {target_sql} ({names}) FROM STDIN (FORMAT csv)") as copy:
             for chunk in _csv_chunks(table):
                 copy.write(chunk)
@@ -210,17 +195,14 @@ class PostgresDestination(SqlDestination):
         stage = self.dialect.quote("twice_upsert_stage")
         tx.execute(f"CREATE TEMPORARY TABLE {stage} (LIKE {self.qualified}) ON COMMIT DROP")
         self._copy(tx, stage, table)
-        names = ", ".join(self.dialect.quote(n) for n in table.column_names)
+        names = self._column_list(table.column_names)
         try:
             tx.execute(
                 f"INSERT INTO {self.qualified} ({names}) SELECT {names} FROM {stage} "
                 f"{conflict_sql}"
             )
         except psycopg.errors.InvalidColumnReference as exc:
-            raise DestinationError(
-                f"{self.spec}: upsert needs a PRIMARY KEY or UNIQUE constraint on exactly "
-                f"{list(self.key_columns)}: {str(exc).strip()}"
-            ) from None
+            raise self._upsert_key_error(exc) from None
 
     def _query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with self.connection.cursor() as cur:
@@ -240,13 +222,6 @@ class PostgresDestination(SqlDestination):
                 if not batch:
                     return
                 yield from batch
-
-    def _fetch(self, sql: str, params: Sequence[Any], columns: Schema) -> pa.Table:
-        rows = self._query(sql, params)
-        values = list(zip(*rows, strict=True)) if rows else [()] * len(columns)
-        arrays = [pa.array(list(v), t.arrow()) for v, t in zip(values, columns.values(),
-                                                              strict=True)]
-        return pa.table(arrays, names=list(columns))
 
     def fingerprint_sums(
         self, partition: Any, columns: Sequence[str]

@@ -49,7 +49,6 @@ twice; unstamped, ``append`` is a plain ``INSERT INTO`` (not exactly-once).
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import threading
 import time
@@ -57,7 +56,6 @@ import uuid
 import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from datetime import date
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -65,35 +63,34 @@ from urllib.parse import unquote
 
 import pyarrow as pa
 
-from twice.core.identifiers import (
-    validate_identifier,
-    validate_identifiers,
-    validate_path_value,
-)
+from twice.core.identifiers import validate_identifier
 from twice.destinations.base import DestinationSpec, WriteResult
-from twice.destinations.columns import ColumnType, Schema, SchemaError, schema_of
+from twice.destinations.columns import ColumnType, Schema, SchemaError, require_columns
 from twice.destinations.commits import (
     ACTIVE,
-    NO_FINGERPRINT,
     SPARK_COMMITS_DIR,
     CommitRecord,
     StampArg,
     WriteStamp,
-    check_fence,
-    newest_token,
+    check_fence_records,
     resolve_stamp,
 )
 from twice.destinations.errors import DestinationError, DestinationUnavailableError
-from twice.destinations.rows import RowsLike, check_keys, to_arrow
-from twice.destinations.slices import PartitionError, PartitionSpec, Slice
+from twice.destinations.hive import (
+    HiveDestination,
+    Incoming,
+    check_mode,
+    dir_name,
+    replace_durably,
+)
+from twice.destinations.rows import RowsLike, to_arrow
+from twice.destinations.slices import PartitionSpec, Slice
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
 TABLE_FILE = "_twice_table.json"
-MODES = ("static", "dynamic")
 DEFAULT_MASTER = "local[2]"
-_PARTITION_KINDS = ("date", "integer", "string")
 _LOCK = threading.RLock()  # session settings are session-wide: one twice operation at a time
 _DDL = {
     "integer": "BIGINT", "float": "DOUBLE", "boolean": "BOOLEAN", "string": "STRING",
@@ -170,10 +167,17 @@ def _q(name: str) -> str:
     return f"`{validate_identifier(name, 'identifier')}`"
 
 
-class SparkDestination:
+class SparkDestination(HiveDestination):
     """An external partitioned Parquet table in a Spark session catalog; see the module doc."""
 
     engine = "spark"
+    kind_name = "Spark"
+    noun = "table"
+    no_upsert = (
+        "Spark Parquet tables support replace_partition only; an upsert needs a table format "
+        "with MERGE (Delta Lake, Iceberg) or a SQL destination"
+    )
+    escaped_names = True  # Spark %-escapes special characters in directory names
 
     def __init__(
         self,
@@ -190,29 +194,12 @@ class SparkDestination:
         self.warehouse = warehouse
         self.table = validate_identifier(table, "table name")
         self.location = warehouse / self.table
-        self.spec = spec
-        self.partition_column = (
-            None if partition_column is None
-            else validate_identifier(partition_column, "partition_column")
-        )
-        self.key_columns = validate_identifiers(key_columns, "key column")
-        self.overwrite = _check_mode(overwrite)
+        super().__init__(spec=spec, partition_column=partition_column, key_columns=key_columns,
+                         overwrite=overwrite)
         self.master = master
-        self._session = session
+        self._session = session  # shared: it outlives the destination (close() releases nothing)
         self._checked = False
         self._read_metadata()  # learn (or check) the partition column the table records
-
-    def __enter__(self) -> SparkDestination:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        return f"<SparkDestination {self.spec}>"
-
-    def close(self) -> None:
-        """The SparkSession is shared and outlives the destination; nothing to release."""
 
     @property
     def spark(self) -> SparkSession:
@@ -233,12 +220,7 @@ class SparkDestination:
         except (ValueError, KeyError, TypeError) as exc:
             raise DestinationError(f"{self.spec}: {path} is not a twice table file: {exc}"
                                    ) from None
-        if self.partition_column is None:
-            self.partition_column = stored
-        elif stored != self.partition_column:
-            raise DestinationError(
-                f"{self.spec}: table is partitioned by {stored!r}, not {self.partition_column!r}"
-            )
+        self._adopt_partition_column(stored)
         return meta
 
     def schema(self) -> Schema | None:
@@ -296,26 +278,25 @@ class SparkDestination:
                     for n in ordered
                 ],
             }
-            temp = self.location / f".{TABLE_FILE}.{uuid.uuid4().hex}"
-            temp.write_text(json.dumps(meta, indent=1))
-            os.replace(temp, path)
+            replace_durably(path, json.dumps(meta, indent=1),
+                            self.location / f".{TABLE_FILE}.{uuid.uuid4().hex}")
 
     @contextmanager
     def _conf(self, settings: dict[str, str]) -> Iterator[None]:
         """Set session settings for one operation and restore the previous values."""
         with _LOCK:
             conf = self.spark.conf
-            before = {key: conf.get(key, None) for key in settings}
+            before: dict[str, str | None] = {key: conf.get(key, None) for key in settings}
             for key, value in settings.items():
                 conf.set(key, value)
             try:
                 yield
             finally:
-                for key, value in before.items():
-                    if value is None:
+                for key, previous in before.items():
+                    if previous is None:
                         conf.unset(key)
                     else:
-                        conf.set(key, value)
+                        conf.set(key, previous)
 
     def _utc(self) -> AbstractContextManager[None]:
         return self._conf({"spark.sql.session.timeZone": "UTC"})
@@ -334,24 +315,13 @@ class SparkDestination:
         owner = resolve_stamp(stamp)
         if owner is not None:
             self._check_fence(owner)
-        mode = _check_mode(overwrite or self.overwrite)
-        existing = self.schema()
-        table = to_arrow(rows, target=existing)
-        schema = existing or schema_of(table)
-        column = self._require_partition_column(schema)
-        slc = Slice.of(column, schema[column], partition)
-        slc.check_rows(table)
-        check_keys(table, self.key_columns)
-        for ctype in schema.values():
-            ddl_type(ctype)  # refuse unsupported types before creating anything
-        receiving = _distinct(table, column)
-        for value in receiving:
-            self._dir_name(column, value)  # refuse values that cannot be directory names
-        if existing is None:
-            self._create_table(schema, column)
-            schema = self.schema() or schema
+        mode = check_mode(overwrite or self.overwrite)
+        incoming = self._incoming(rows, partition, whole_table=False)
+        table, column, label = incoming.table, incoming.column, incoming.label
+        schema, receiving = self._prepared(incoming)
         ordered = table.select(list(schema))
-        current = self._partitions(slc, schema[column])
+        current = list(self._partitions_in(self.location, incoming.slice,
+                                           schema[column]).values())
         cleared = sorted(set(current) - set(receiving)) if mode == "static" else []
         replaced = sorted(set(receiving) & set(current))
         deleted = self._count_in(column, [*replaced, *cleared])
@@ -384,12 +354,12 @@ class SparkDestination:
         commit = None
         if owner is not None:
             commit = self._write_record(
-                owner, "replace", slc.label, partition, table.num_rows, {"rows_deleted": deleted}
+                owner, "replace", label, partition, table.num_rows, {"rows_deleted": deleted}
             )
         return WriteResult(
-            self.spec, slc.label, mode, table.num_rows, deleted,
-            partitions_written=tuple(self._dir_name(column, v) for v in sorted(receiving)),
-            partitions_removed=tuple(self._dir_name(column, v) for v in cleared),
+            self.spec, label, mode, table.num_rows, deleted,
+            partitions_written=tuple(dir_name(column, v) for v in sorted(receiving)),
+            partitions_removed=tuple(dir_name(column, v) for v in cleared),
             commit=commit,
         )
 
@@ -403,26 +373,9 @@ class SparkDestination:
                 "with the rows, which Spark Parquet tables cannot give; use replace_partition, "
                 "or a SQL or Parquet destination"
             )
-        existing = self.schema()
-        table = to_arrow(rows, target=existing)
-        schema = existing or schema_of(table)
-        column = self._require_partition_column(schema)
-        label = "all rows"
-        if partition is not None:
-            slc = Slice.of(column, schema[column], partition)
-            slc.check_rows(table)
-            label = slc.label
-        elif table.column(column).null_count:
-            raise PartitionError(f"{self.spec}: rows with a null partition column {column!r}")
-        check_keys(table, self.key_columns)
-        for ctype in schema.values():
-            ddl_type(ctype)
-        receiving = _distinct(table, column)
-        for value in receiving:
-            self._dir_name(column, value)
-        if existing is None:
-            self._create_table(schema, column)
-            schema = self.schema() or schema
+        incoming = self._incoming(rows, partition, whole_table=True)
+        table, column = incoming.table, incoming.column
+        schema, receiving = self._prepared(incoming)
         if table.num_rows:
             view = f"twice_incoming_{uuid.uuid4().hex[:12]}"
             with self._utc():
@@ -436,9 +389,23 @@ class SparkDestination:
                 finally:
                     self.spark.catalog.dropTempView(view)
         return WriteResult(
-            self.spec, label, "append", table.num_rows, None,
-            partitions_written=tuple(self._dir_name(column, v) for v in sorted(receiving)),
+            self.spec, incoming.label, "append", table.num_rows, None,
+            partitions_written=tuple(dir_name(column, v) for v in sorted(receiving)),
         )
+
+    def _prepared(self, incoming: Incoming) -> tuple[Schema, list[Any]]:
+        """(the table's schema, the partition values receiving rows), after refusing types
+        and values Spark cannot hold and creating the table if it is new."""
+        schema = incoming.schema
+        for ctype in schema.values():
+            ddl_type(ctype)  # refuse unsupported types before creating anything
+        receiving = _distinct(incoming.table, incoming.column)
+        for value in receiving:
+            dir_name(incoming.column, value)  # refuse values that cannot be directory names
+        if incoming.existing is None:
+            self._create_table(schema, incoming.column)
+            schema = self.schema() or schema
+        return schema, receiving
 
     # -- commit records (not atomic with the data: see the module docstring) -----------------
 
@@ -463,23 +430,17 @@ class SparkDestination:
         return sorted(records, key=lambda r: r.sort_key)
 
     def _check_fence(self, owner: WriteStamp) -> None:
-        check_fence(owner, newest_token(self.commit_records(), owner.fence_key), self.spec)
+        check_fence_records(owner, self.commit_records(), self.spec)
 
     def _write_record(
         self, owner: WriteStamp, mode: str, label: str, partition: PartitionSpec,
         rows_written: int, extra: dict[str, Any],
     ) -> CommitRecord:
-        from twice.destinations.fingerprint import ALGORITHM, checksum_from_sums, resolve_columns
+        from twice.destinations.fingerprint import record_fingerprint
 
         schema = self.schema()
         assert schema is not None  # the data was just written
-        try:
-            columns: tuple[str, ...] = resolve_columns(schema)  # every column
-        except DestinationError:
-            count, checksum, algorithm, columns = self.row_count(partition), "", NO_FINGERPRINT, ()
-        else:
-            count, high, low = self.fingerprint_sums(partition, columns)
-            checksum, algorithm = checksum_from_sums(high, low), ALGORITHM
+        count, checksum, algorithm, columns = record_fingerprint(self, schema, partition)
         record = CommitRecord.create(
             owner, table=self.table, slice=label, mode=mode, rows_written=rows_written,
             row_count=count, checksum=checksum, algorithm=algorithm, columns=columns,
@@ -488,12 +449,7 @@ class SparkDestination:
         directory = self._records_dir
         directory.mkdir(parents=True, exist_ok=True)
         name = f"{owner.token:020d}-{uuid.uuid4().hex[:12]}.json"
-        temp = directory / f".{name}.tmp"
-        with open(temp, "w", encoding="utf-8") as handle:
-            handle.write(record.to_json())
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temp, directory / name)
+        replace_durably(directory / name, record.to_json(), directory / f".{name}.tmp")
         return record
 
     def _staging_dirs(self) -> set[Path]:
@@ -519,14 +475,6 @@ class SparkDestination:
         """Seam: the incoming rows as Spark will write them. Returns ``frame`` unchanged;
         failure tests wrap it so that one task of the INSERT job raises mid-write."""
         return frame
-
-    def upsert(
-        self, rows: RowsLike, *, partition: PartitionSpec = None, stamp: StampArg = ACTIVE
-    ) -> WriteResult:
-        raise DestinationError(
-            f"{self.spec}: Spark Parquet tables support replace_partition only; an upsert needs "
-            "a table format with MERGE (Delta Lake, Iceberg) or a SQL destination"
-        )
 
     # -- reads ------------------------------------------------------------------------------
 
@@ -558,7 +506,7 @@ class SparkDestination:
         with self._utc():
             frame, schema = self._frame(partition)
             names = list(schema) if columns is None else list(columns)
-            _require_columns(schema, names)
+            require_columns(schema, names)
             result = frame.select(*names).toArrow()
         return to_arrow(result, target={n: schema[n] for n in names})
 
@@ -584,7 +532,7 @@ class SparkDestination:
 
         with self._utc():
             frame, schema = self._frame(partition)
-            _require_columns(schema, columns)
+            require_columns(schema, columns)
             typed = [(c, schema[c]) for c in columns]
 
             def encoded(run: list[tuple[str, ColumnType]]) -> Column:
@@ -626,7 +574,7 @@ class SparkDestination:
 
         with self._utc():
             frame, schema = self._frame(partition)
-            _require_columns(schema, columns)
+            require_columns(schema, columns)
             if not columns:
                 return {}
             row = frame.agg(*[
@@ -641,48 +589,6 @@ class SparkDestination:
             return int(frame.count())
 
     # -- helpers ----------------------------------------------------------------------------
-
-    def _require_partition_column(self, schema: Schema) -> str:
-        column = self.partition_column
-        if column is None:
-            raise DestinationError(
-                f"{self.spec}: no partition_column configured (add ?partition_column=NAME)"
-            )
-        if column not in schema:
-            raise SchemaError(f"partition column {column!r} is not in the rows ({list(schema)})")
-        if schema[column].kind not in _PARTITION_KINDS:
-            raise SchemaError(
-                f"Spark partition column {column!r} is {schema[column]}; use a date, integer "
-                "or string column (its value becomes a directory name)"
-            )
-        if len(schema) < 2:
-            raise SchemaError("a Spark partitioned table needs a column besides the partition")
-        return column
-
-    @staticmethod
-    def _dir_name(column: str, value: Any) -> str:
-        text = value.isoformat() if isinstance(value, date) else str(value)
-        return f"{column}={validate_path_value(text, f'partition value of {column!r}')}"
-
-    def _partitions(self, slc: Slice, ctype: ColumnType) -> list[Any]:
-        """Values of the partition directories on disk inside ``slc`` (the source of truth)."""
-        prefix = f"{slc.column}="
-        found = []
-        if not self.location.is_dir():
-            return found
-        for entry in self.location.iterdir():
-            if not entry.is_dir() or not entry.name.startswith(prefix):
-                continue
-            text = unquote(entry.name[len(prefix):])  # Spark %-escapes special characters
-            try:
-                value = _parse_value(text, ctype)
-            except ValueError:
-                raise PartitionError(
-                    f"{self.spec}: directory {entry.name!r} does not hold a {ctype} value"
-                ) from None
-            if slc.contains(value):
-                found.append(value)
-        return found
 
     def _count_in(self, column: str, values: Sequence[Any]) -> int:
         if not values:
@@ -726,32 +632,10 @@ def _local_path(location: str) -> Path:
     return Path("/" + text.lstrip("/")).absolute()
 
 
-def _require_columns(schema: Schema, columns: Sequence[str]) -> None:
-    for name in columns:
-        validate_identifier(name, "column name")
-    missing = [c for c in columns if c not in schema]
-    if missing:
-        raise SchemaError(f"columns {missing} are not in the table (has {list(schema)})")
-
-
 def _distinct(table: pa.Table, column: str) -> list[Any]:
     import pyarrow.compute as pc
 
     return [v for v in pc.unique(table.column(column)).to_pylist() if v is not None]
-
-
-def _parse_value(text: str, ctype: ColumnType) -> Any:
-    if ctype.kind == "date":
-        return date.fromisoformat(text)
-    if ctype.kind == "integer":
-        return int(text)
-    return text
-
-
-def _check_mode(mode: str) -> str:
-    if mode not in MODES:
-        raise DestinationError(f"overwrite must be 'static' or 'dynamic', got {mode!r}")
-    return mode
 
 
 def open_destination(spec: DestinationSpec) -> SparkDestination:
@@ -771,7 +655,7 @@ def open_destination(spec: DestinationSpec) -> SparkDestination:
     if not table:
         raise DestinationError("spark destination names no table: add '#table' or '?table=NAME'")
     validate_identifier(table, "table name")
-    _check_mode(overwrite)
+    check_mode(overwrite)
     warehouse = Path(spec.file_path()).expanduser().absolute()
     query = spec.twice_query()
     if overwrite != "static":

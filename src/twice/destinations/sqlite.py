@@ -17,20 +17,17 @@ transaction: the write lock taken up front also makes the fencing read race-free
 
 from __future__ import annotations
 
-import os
 import re
 import sqlite3
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
 from datetime import UTC, date, datetime
 from decimal import Decimal
-from pathlib import Path
 from typing import Any, ClassVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from twice.destinations.base import DestinationSpec, SqlDestination, SqlDialect, split_table_name
+from twice.destinations.base import DestinationSpec, SqlDialect, split_table_name
 from twice.destinations.columns import (
     ColumnType,
     Schema,
@@ -40,8 +37,7 @@ from twice.destinations.columns import (
     from_canonical_text,
     schema_of,
 )
-from twice.destinations.commits import COMMITS_TABLE
-from twice.destinations.errors import DestinationError, DestinationUnavailableError
+from twice.destinations.embedded import EmbeddedSqlDestination, database_file
 from twice.destinations.fingerprint import hash60
 
 _DECIMAL_TEXT = re.compile(r"DECIMAL_TEXT\((\d+),\s*(\d+)\)")
@@ -53,16 +49,12 @@ class SQLiteDialect(SqlDialect):
     placeholder = "?"
     unit_separator = "char(31)"
 
-    _DDL: ClassVar[dict[str, str]] = {
+    ddl_types: ClassVar[dict[str, str]] = {
         "integer": "BIGINT", "float": "DOUBLE", "boolean": "BOOLEAN", "string": "TEXT",
         "binary": "BLOB", "date": "DATE_TEXT", "timestamp": "TIMESTAMP_TEXT",
         "timestamptz": "TIMESTAMPTZ_TEXT",
     }
-
-    def ddl_type(self, ctype: ColumnType) -> str:
-        if ctype.kind == "decimal":
-            return f"DECIMAL_TEXT({ctype.precision},{ctype.scale})"
-        return self._DDL[ctype.kind]
+    decimal_ddl = "DECIMAL_TEXT({precision},{scale})"
 
     def bind(self, value: Any, ctype: ColumnType) -> Any:
         """Bounds compare as canonical text, exactly as the values are stored."""
@@ -78,14 +70,12 @@ class SQLiteDialect(SqlDialect):
 
     float_text_in_sql = True  # twice_float_text, registered on twice's connections
 
-    def canonical_text_sql(self, column_sql: str, ctype: ColumnType) -> str:
-        if ctype.kind == "boolean":
-            return f"(CASE WHEN {column_sql} THEN 'true' ELSE 'false' END)"
-        if ctype.kind == "binary":
-            return f"lower(hex({column_sql}))"
-        if ctype.kind == "float":  # CAST(x AS TEXT) keeps 15 digits: not exact
-            return f"twice_float_text({column_sql})"
-        return f"CAST({column_sql} AS TEXT)"
+    text_sql: ClassVar[dict[str, str]] = {
+        "boolean": "(CASE WHEN {value} THEN 'true' ELSE 'false' END)",
+        "binary": "lower(hex({value}))",
+        "float": "twice_float_text({value})",  # CAST(x AS TEXT) keeps 15 digits: not exact
+    }
+    default_text_sql = "CAST({value} AS TEXT)"
 
     def hash60_sql(self, text_sql: str) -> str:
         return f"twice_md5_60({text_sql})"
@@ -115,60 +105,29 @@ class SQLiteDialect(SqlDialect):
         return ColumnType("unsupported", engine_type=declared or "untyped")
 
 
-class SQLiteDestination(SqlDestination):
+class SQLiteDestination(EmbeddedSqlDestination[sqlite3.Connection]):
     engine = "sqlite"
     dialect = SQLiteDialect()
+    begin_sql = "BEGIN IMMEDIATE"
+    open_errors = (sqlite3.Error,)
 
-    def __init__(self, path: str, *, spec: str, table: str, **kwargs: Any) -> None:
-        super().__init__(spec=spec, table=table, **kwargs)
-        self.path = path
-        self._conn: sqlite3.Connection | None = None
+    def _open(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+        conn.create_function("twice_md5_60", 1, hash60, deterministic=True)
+        conn.create_function("twice_float_text", 1, float_text, deterministic=True)
+        return conn
 
-    @property
-    def connection(self) -> sqlite3.Connection:
-        if self._conn is None:
-            try:
-                conn = sqlite3.connect(self.path, timeout=30, isolation_level=None)
-            except sqlite3.Error as exc:
-                raise DestinationUnavailableError(f"{self.spec}: cannot open {self.path}: {exc}"
-                                                  ) from None
-            conn.create_function("twice_md5_60", 1, hash60, deterministic=True)
-            conn.create_function("twice_float_text", 1, float_text, deterministic=True)
-            self._conn = conn
-        return self._conn
+    def _has_table(self, name: str) -> bool:
+        found = self.connection.execute(
+            "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?", (name,),
+        ).fetchone()
+        return bool(found and found[0])
 
-    def close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
-
-    def schema(self) -> Schema | None:
-        if self._conn is None and not os.path.exists(self.path):
-            return None  # do not create an empty database file just by looking
+    def _read_schema(self) -> Schema | None:
         rows = self.connection.execute(f"PRAGMA table_info({self.qualified})").fetchall()
         if not rows:
             return None
         return {name: SQLiteDialect.column_type(declared) for _, name, declared, *_ in rows}
-
-    def _commits_table_exists(self) -> bool:
-        if self._conn is None and not os.path.exists(self.path):
-            return False  # do not create an empty database file just by looking
-        found = self.connection.execute(
-            "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?",
-            (COMMITS_TABLE,),
-        ).fetchone()
-        return bool(found and found[0])
-
-    @contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
-        conn = self.connection
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            yield conn
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
 
     def _check_values(self, table: pa.Table) -> None:
         """SQLite stores NaN as NULL: refuse it rather than lose it (and fingerprint NULL)."""
@@ -194,27 +153,16 @@ class SQLiteDestination(SqlDestination):
             tx.executemany(f"{self._insert_sql(table)} {conflict_sql}", _python_rows(table))
         except sqlite3.OperationalError as exc:
             if "ON CONFLICT" in str(exc):
-                raise DestinationError(
-                    f"{self.spec}: upsert needs a PRIMARY KEY or UNIQUE index on exactly "
-                    f"{list(self.key_columns)}: {exc}"
-                ) from None
+                raise self._upsert_key_error(exc) from None
             raise
 
     def _insert_sql(self, table: pa.Table) -> str:
-        q = self.dialect.quote
-        names = ", ".join(q(n) for n in table.column_names)
+        names = self._column_list(table.column_names)
         marks = ", ".join("?" for _ in table.column_names)
         return f"INSERT INTO {self.qualified} ({names}) VALUES ({marks})"
 
-    def _query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        return self.connection.execute(sql, tuple(params)).fetchall()
-
-    def _fetch(self, sql: str, params: Sequence[Any], columns: Schema) -> pa.Table:
-        rows = self._query(sql, params)
-        values = list(zip(*rows, strict=True)) if rows else [()] * len(columns)
-        arrays = [from_canonical_text(list(v), t) for v, t in zip(values, columns.values(),
-                                                                  strict=True)]
-        return pa.table(arrays, names=list(columns))
+    def _column_array(self, values: list[Any], ctype: ColumnType) -> pa.Array:
+        return from_canonical_text(values, ctype)
 
 
 def _python_rows(table: pa.Table) -> Iterator[tuple[Any, ...]]:
@@ -228,11 +176,7 @@ def _python_rows(table: pa.Table) -> Iterator[tuple[Any, ...]]:
 
 def open_destination(spec: DestinationSpec) -> SQLiteDestination:
     """Open ``sqlite:///abs/path.db#table`` (or ``sqlite:rel/path.db#table``)."""
-    if spec.options:
-        raise DestinationError(f"sqlite destination: unknown options {sorted(spec.options)}")
-    path = Path(spec.file_path()).expanduser().absolute()
-    if not path.parent.is_dir():
-        raise DestinationUnavailableError(f"sqlite destination: directory {path.parent} missing")
+    path = database_file(spec)
     _, table = split_table_name(spec.fragment, default_schema=None)
     canonical = f"sqlite://{path}{spec.twice_query()}#{table}"
     return SQLiteDestination(

@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 
 from twice.core.interval import Interval
 from twice.core.outcomes import PASSED_THROUGH, RunStatus
-from twice.define.pipeline import OutcomeUnknownError, Pipeline, Task
+from twice.define.pipeline import Pipeline, Task
 from twice.engine.verification import (
     Drift,
     PartitionDiff,
@@ -59,6 +59,7 @@ from twice.engine.verification import (
     record_partition,
     schema_signature,
 )
+from twice.errors import InputError, OutcomeUnknownError
 
 if TYPE_CHECKING:
     from twice.core.unit import UnitOfWork
@@ -76,11 +77,11 @@ DRIFT_STATE = "drift"  # observation state of a partition found changed behind t
 DRIFT_SOURCE = "fingerprint"
 REUSE_DRIFT_SECONDS = 60.0  # a plan's measurement older than this is taken again before writing
 
-Action = Literal["run", "skip"]
+PlanAction = Literal["run", "skip"]
 EventSink = Callable[[str, Mapping[str, Any]], None]
 
 
-class BackfillError(ValueError):
+class BackfillError(InputError):
     """The backfill request itself is invalid (unknown task, empty range...)."""
 
 
@@ -138,7 +139,7 @@ class PlanItem:
     interval: Interval
     task: str
     uow: UnitOfWork
-    action: Action
+    action: PlanAction
     reason: str
     new_input_version: bool = False
     latest_attempt: int | None = None
@@ -294,7 +295,7 @@ def plan_backfill(
             forced = force and (not tasks or name in tasks)
             rerun = True
             drift = None
-            action: Action
+            action: PlanAction
             if forced:
                 action, reason = "run", "--force"
             else:

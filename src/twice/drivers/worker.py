@@ -45,14 +45,15 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any, Literal
 
 from twice.core.interval import Interval
+from twice.core.outcomes import Settlement
 from twice.engine.evidence import iso
 from twice.engine.executor import Executor, UnitResult, overwritten_by
+from twice.errors import TwiceError
 
 if TYPE_CHECKING:
     from twice.define.pipeline import Pipeline
     from twice.ledger import Ledger
 
-Settlement = Literal["ran", "done-elsewhere", "ended-elsewhere", "left"]
 StopReason = Literal["finished", "once", "max-units", "signal"]
 
 
@@ -61,7 +62,7 @@ def default_worker_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-class WorkerStopped(Exception):
+class WorkerStopped(TwiceError):
     """Raised inside the executor's waits once a stop was requested: start nothing more."""
 
 

@@ -26,7 +26,8 @@ from typing import Any, Literal
 
 from twice.core.outcomes import Ending
 from twice.core.policy import RetryPolicy
-from twice.define.pipeline import NonFatal, Task, TaskContext
+from twice.define.load import load_pipeline
+from twice.define.pipeline import NonFatal, Pipeline, Task, TaskContext
 from twice.engine.owned_write import Landed, run_body
 from twice.engine.timeouts import AttemptCrashed, AttemptTimeout, run_in_process, run_with_timeout
 from twice.errors import ConflictError
@@ -112,7 +113,6 @@ def call_attempt(
         if isolation == "process":
             if source_file is None:
                 raise ValueError("process isolation needs a pipeline loaded from a file")
-            from twice.define.load import call_task
 
             result = run_in_process(
                 call_task, timeout or _UNBOUNDED, str(source_file), task.name, ctx
@@ -161,3 +161,37 @@ class TaskExited(Exception):
         else:
             text = "task interrupted (KeyboardInterrupt); the run stops after recording it"
         super().__init__(text)
+
+
+# -- process isolation: a task of a pipeline file, called in a child process ------------------
+
+# Per process: a spawned child loads each file once, however many attempts it runs.
+_LOADED: dict[tuple[str, int], Pipeline] = {}
+
+
+@dataclass(frozen=True)
+class TaskCallResult:
+    """What ``call_task`` hands back across a process boundary."""
+
+    value: Any
+    nonfatals: tuple[NonFatal, ...]
+
+
+def call_task(path: str, task_name: str, ctx: TaskContext) -> TaskCallResult:
+    """Run one task of a pipeline file: a picklable entry point for child processes.
+
+    Functions defined in a pipeline file live in a private module that a spawned child cannot
+    import by name, so pickling ``task.fn`` fails there. Send ``(path, task_name, ctx)`` instead:
+    the child loads the file (once per process) and calls the task. Non-fatal records come back
+    in the result when ``ctx`` has no recorder (a recorder cannot report across processes).
+    """
+    file = Path(path).resolve()
+    try:
+        key = (str(file), file.stat().st_mtime_ns)
+    except OSError:
+        key = (str(file), -1)  # load_pipeline reports the missing file
+    pipeline = _LOADED.get(key)
+    if pipeline is None:
+        pipeline = _LOADED[key] = load_pipeline(path)
+    value = run_body(pipeline.get_task(task_name), ctx)
+    return TaskCallResult(value=value, nonfatals=ctx.nonfatals)

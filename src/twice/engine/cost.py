@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from twice.engine.evidence import COST_GUARD
+from twice.errors import TwiceError
 from twice.remote.dry_run import CostError
 from twice.remote.jobs import Estimate
 
@@ -19,7 +21,7 @@ if TYPE_CHECKING:
     from twice.core.interval import Interval
     from twice.define.pipeline import Task
 
-class CostLimitExceeded(Exception):
+class CostLimitExceeded(TwiceError):
     """A query's estimate is over ``maximum_bytes_billed``: revise the plan or the budget."""
 
     def __init__(self, task: str, estimate: Estimate, limit: int) -> None:
@@ -64,7 +66,7 @@ class CostCheck:
             raise CostLimitExceeded(self.task, self.estimate, self.limit)
 
     def to_detail(self) -> dict[str, Any]:
-        return {"cause": "cost-guard", "task": self.task, "limit": self.limit,
+        return {"cause": COST_GUARD, "task": self.task, "limit": self.limit,
                 "allowed": self.allowed, "estimate": self.estimate.to_detail()}
 
 

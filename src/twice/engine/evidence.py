@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from twice.ledger import (
         AttemptRecord,
         DecisionRecord,
-        Ledger,
+        LedgerReader,
         ObservationRecord,
         UnitRecord,
     )
@@ -58,6 +58,8 @@ EXECUTOR_SOURCE = "executor"
 RECONCILE_SOURCE = "reconcile"
 #: Observation state that opens an executor run; its detail holds the run's plan settings.
 RUN_STARTED = "run-started"
+#: ``cause`` of a refusal the cost guard recorded (``twice.engine.cost.CostCheck.to_detail``).
+COST_GUARD = "cost-guard"
 DEFAULT_MAX_OBSERVATION_AGE = 600.0
 # Stands in for "no deadline": far enough never to bind, printed as "none".
 _NO_DEADLINE_YEARS = 100
@@ -71,7 +73,11 @@ def iso(value: datetime | None) -> str | None:
     return format_instant(instant_to_micros(value.astimezone(UTC)))
 
 
-def _parse_time(value: object) -> datetime | None:
+def aware_instant(value: object) -> datetime | None:
+    """An aware instant recorded as a datetime or ISO-8601 text; anything else (a naive time,
+    a teaching-clock number, which has no date) is None."""
+    if isinstance(value, datetime):
+        return value if value.utcoffset() is not None else None
     if not isinstance(value, str):
         return None
     try:
@@ -159,8 +165,8 @@ class PlanSettings:
                 duration=None if duration is None else float(duration),
                 validation=float(detail.get("validation_duration") or 0.0),
                 safe_repeat=bool(detail.get("safe_repeat", False)),
-                deadline=_parse_time(detail.get("deadline")),
-                workflow_deadline=_parse_time(detail.get("workflow_deadline")),
+                deadline=aware_instant(detail.get("deadline")),
+                workflow_deadline=aware_instant(detail.get("workflow_deadline")),
                 max_observation_age=float(
                     detail.get("max_observation_age", DEFAULT_MAX_OBSERVATION_AGE)
                 ),
@@ -184,6 +190,19 @@ class UnitEvidence:
     not_started: DecisionRecord | None
     include_workflow_deadline: bool = False
     rerun_of: int | None = None  # the succeeded attempt the latest run repeats, if any
+    run_started_at: datetime | None = None  # when the latest run opened the unit
+
+    @property
+    def standing_refusal(self) -> DecisionRecord | None:
+        """A cost-guard refusal of the latest run, with no attempt since: it stands until the
+        plan or the budget changes (the next run checks the guard again), so the unit is not
+        retry-eligible meanwhile."""
+        refusal = self.not_started
+        if refusal is None or refusal.detail.get("cause") != COST_GUARD:
+            return None
+        if self.run_started_at is not None and refusal.recorded_at < self.run_started_at:
+            return None
+        return refusal
 
     @property
     def uow_id(self) -> str:
@@ -345,6 +364,13 @@ def plan_unit(evidence: UnitEvidence) -> DecisionResult | None:
     """
     if evidence.settings is None:
         return None
+    refusal = evidence.standing_refusal
+    if refusal is not None:
+        return DecisionResult(
+            evidence.uow_id, Decision.REPAIR_CAUSE,
+            f"{refusal.reason}; revise the plan or the budget before running it again (a retry "
+            "is checked against the same limit)",
+        )
     window = evidence.window()
     when = when_formatter(window)
     task = evidence.task_evidence()
@@ -381,7 +407,7 @@ def plan_unit(evidence: UnitEvidence) -> DecisionResult | None:
 
 
 def gather_evidence(
-    ledger: Ledger,
+    ledger: LedgerReader,
     uow_id: str,
     *,
     as_of: datetime | None = None,
@@ -446,6 +472,7 @@ def gather_evidence(
         not_started=not_started[-1] if not_started else None,
         include_workflow_deadline=include_workflow_deadline,
         rerun_of=rerun_of,
+        run_started_at=None if marker is None else marker.observed_at,
     )
 
 

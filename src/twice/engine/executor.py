@@ -48,7 +48,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from twice.core.backoff import jittered_delay
 from twice.core.decision import Decision, DecisionResult
@@ -92,6 +92,7 @@ from twice.remote.jobs import JobFailed, JobStatus
 
 if TYPE_CHECKING:
     from twice.ledger import AttemptRecord, FingerprintRecord, Ledger
+    from twice.ledger.records import DecisionName
 
 Clock = Callable[[], datetime]
 Sleep = Callable[[float], None]
@@ -950,7 +951,7 @@ class _UnitRun:
             )
         else:
             self.ledger.record_decision(
-                self.uow_id, decision.decision.value, reason=decision.reason,
+                self.uow_id, cast("DecisionName", decision.decision.value), reason=decision.reason,
                 as_of=evidence.as_of, attempt=None if latest is None else latest.number,
                 detail=detail,
             )

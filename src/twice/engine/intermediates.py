@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from twice.core.interval import Interval
 from twice.core.unit import UnitOfWork
+from twice.errors import InputError
 from twice.ledger.records import IntermediateEvent, IntermediateRecord
 
 if TYPE_CHECKING:
@@ -46,11 +47,11 @@ if TYPE_CHECKING:
 #: Version strings: the first 32 hex digits of a SHA-256 (fits the catalog's 64 characters).
 VERSION_DIGITS = 32
 
-Action = Literal["materialized", "recomputed", "reused"]
+UseAction = Literal["materialized", "recomputed", "reused"]
 Recommendation = Literal["keep", "drop"]
 
 
-class IntermediateError(ValueError):
+class IntermediateError(InputError):
     """Invalid arguments for an intermediate (the message names the field)."""
 
 
@@ -152,10 +153,10 @@ class TradeOff:
 
 
 @dataclass(frozen=True)
-class Outcome:
+class IntermediateUse:
     """What :func:`materialize_or_reuse` did and why; ``refusal`` says why a copy was refused."""
 
-    action: Action
+    action: UseAction
     reason: str
     entry: IntermediateRecord
     fingerprint: Fingerprint
@@ -304,7 +305,7 @@ def materialize_or_reuse(
     fingerprint_columns: Sequence[str] | None = None,
     partition: object = None,
     cost: CostModel | None = None,
-) -> Outcome:
+) -> IntermediateUse:
     """Reuse the stored copy of ``name`` for ``unit`` if it is provably intact, else compute it.
 
     ``store`` is a destination (or its spec string) with a ``partition_column``; the result is
@@ -348,8 +349,8 @@ def materialize_or_reuse(
             if isinstance(reused, tuple):
                 record, current = reused
                 events = ledger.intermediate_events(name, version)
-                return Outcome("reused", f"fingerprint matches ({current})", record, current,
-                               tradeoff(record, events, cost))
+                return IntermediateUse("reused", f"fingerprint matches ({current})", record,
+                                       current, tradeoff(record, events, cost))
             refusal = reused
             reason = f"refused the stored copy: {refusal}"
         return _materialize(
@@ -459,7 +460,7 @@ def _materialize(
     reason: str,
     refusal: str | None,
     cost: CostModel | None,
-) -> Outcome:
+) -> IntermediateUse:
     from twice.destinations.fingerprint import fingerprint, resolve_columns
     from twice.destinations.rows import to_arrow
 
@@ -489,8 +490,8 @@ def _materialize(
                 "refusal": refusal},
     )
     events = ledger.intermediate_events(name, version)
-    action: Action = "materialized" if record.materializations == 1 else "recomputed"
-    return Outcome(action, reason, record, current, tradeoff(record, events, cost), refusal)
+    action: UseAction = "materialized" if record.materializations == 1 else "recomputed"
+    return IntermediateUse(action, reason, record, current, tradeoff(record, events, cost), refusal)
 
 
 def _write(dest: Destination, rows: RowsLike, slice_spec: object) -> WriteResult:

@@ -29,12 +29,14 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
+from twice.errors import InputError, TwiceError
 
-class PoolError(ValueError):
+
+class PoolError(InputError):
     """A pool or slot request is malformed (unknown pool, slots out of range)."""
 
 
-class PoolTimeout(TimeoutError):
+class PoolTimeout(TwiceError, TimeoutError):
     """The slots were not granted within the timeout; the task did not start."""
 
 

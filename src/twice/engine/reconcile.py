@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from twice.core.outcomes import RemoteState
+from twice.core.outcomes import ErrorClassification, RemoteState
 from twice.define.pipeline import Task, TaskContext
 from twice.engine.evidence import RECONCILE_SOURCE
 
@@ -71,7 +71,9 @@ def reconcile_attempt(
         except Exception as exc:
             state = RemoteState.UNKNOWN
             error_text = f"{type(exc).__name__}: {exc}"
-            classification = "transient" if task.retry.is_transient(exc) else "unknown"
+            classification: ErrorClassification = (
+                "transient" if task.retry.is_transient(exc) else "unknown"
+            )
             ledger.record_exception(
                 uow_id, exc, classification=classification, attempt=attempt,
                 detail={"during": "reconcile", "job_id": job_id, "poll": poll},

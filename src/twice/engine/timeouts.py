@@ -28,15 +28,19 @@ import time
 import traceback
 from collections.abc import Callable
 from multiprocessing.connection import Connection, wait
-from typing import Any, Literal, ParamSpec, TypeVar
+from multiprocessing.context import ForkContext, ForkServerContext, SpawnContext
+from typing import Any, Literal, ParamSpec, TypeVar, cast
+
+from twice.errors import TwiceError
 
 P = ParamSpec("P")
 T = TypeVar("T")
 
 StartMethod = Literal["spawn", "fork", "forkserver"]
+_Context = SpawnContext | ForkContext | ForkServerContext
 
 
-class AttemptTimeout(TimeoutError):
+class AttemptTimeout(TwiceError, TimeoutError):
     """An attempt ran past its timeout. Its outcome is UNKNOWN, not failed.
 
     ``terminated`` says whether local work was stopped (process) or may still be running
@@ -60,7 +64,7 @@ class AttemptTimeout(TimeoutError):
         )
 
 
-class AttemptCrashed(RuntimeError):
+class AttemptCrashed(TwiceError, RuntimeError):
     """The child process died without reporting a result (killed, segfault, os._exit).
 
     Like a timeout, the outcome is UNKNOWN: the child may have submitted remote work first.
@@ -75,7 +79,7 @@ class AttemptCrashed(RuntimeError):
         )
 
 
-class WorkflowTimeout(TimeoutError):
+class WorkflowTimeout(TwiceError, TimeoutError):
     """The run's overall deadline has passed, or the next step cannot finish before it."""
 
 
@@ -156,7 +160,8 @@ def run_in_process(
     is re-raised here with the child's traceback attached as a note.
     """
     _check_timeout(timeout)
-    context = multiprocessing.get_context(start_method)
+    # typeshed declares ``Process`` on each concrete context, not on their base
+    context = cast(_Context, multiprocessing.get_context(start_method))
     receiver, sender = context.Pipe(duplex=False)
     process = context.Process(
         target=_child, args=(sender, fn, args, kwargs), name="twice-attempt", daemon=True

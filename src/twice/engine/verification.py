@@ -305,7 +305,7 @@ def observe(
     return LoadOutcome(rows, rejected_rows, nonfatal_errors, nulls)
 
 
-class AcceptanceFailed(Exception):
+class AcceptanceFailed(TwiceError):
     """An attempt finished but its output failed the task's acceptance criteria.
 
     Raised by nobody's code: the executor records it as the attempt's permanent error, so the

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import TextIO
 
 from twice.core.decision import Decision, DecisionReport
@@ -32,8 +33,8 @@ def print_table(report: DecisionReport, clock: Clock, stream: TextIO | None = No
     for column in ("task", "decision", "backoff", "earliest start", "estimated finish", "reason"):
         table.add_column(column, overflow="fold")
 
-    def show(value: int | float | None, render: object) -> str:
-        return "-" if value is None else render(value)  # type: ignore[operator]
+    def show(value: int | float | None, render: Callable[[int | float], str]) -> str:
+        return "-" if value is None else render(value)
 
     for result in report.tasks:
         table.add_row(

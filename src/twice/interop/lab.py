@@ -19,6 +19,7 @@ from typing import Any, TextIO
 
 from twice.core.decision import DecisionReport, DecisionWindow, TaskEvidence, TaskState, decide
 from twice.core.policy import RetryPolicy
+from twice.errors import InputError
 
 INPUT_LIMIT = 1_000_000
 MAX_TIME = 1_000_000_000
@@ -39,7 +40,7 @@ UNCONFIRMED = (TaskState.RUNNING.value, TaskState.UNKNOWN.value)
 # headroom, so exactly the same nesting depth is "too deep" in both, however deep our own stack.
 _REFERENCE_HEADROOM = 997
 
-class FixtureError(ValueError):
+class FixtureError(InputError):
     """Invalid fixture; the message says what is wrong and where."""
 
 

@@ -45,15 +45,16 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Literal, ParamSpec, Protocol, TypeVar
+from typing import Any, ParamSpec, Protocol, TypeVar
 
 from twice.core.backoff import jittered_delay
+from twice.core.outcomes import RetryOutcome
 from twice.core.policy import RetryPolicy
+from twice.errors import TwiceError
 
 P = ParamSpec("P")
 T = TypeVar("T")
 
-Outcome = Literal["succeeded", "failed-transient", "failed-permanent", "unknown", "not-started"]
 Predicate = Callable[[BaseException], bool]
 Transient = type[BaseException] | tuple[type[BaseException], ...] | Predicate
 
@@ -65,7 +66,7 @@ class DeadlineLike(Protocol):
     def remaining(self) -> float: ...
 
 
-class RetryDeadlineExceeded(TimeoutError):
+class RetryDeadlineExceeded(TwiceError, TimeoutError):
     """The next attempt was not started: its wait plus its expected duration would pass the
     deadline. ``__cause__`` is the last attempt's error (None if no attempt could start);
     ``attempts`` is the attempt log, ending with the refused ``not-started`` row."""
@@ -83,7 +84,7 @@ class RetryAttempt:
     if declared transient, like any other error."""
 
     number: int
-    outcome: Outcome
+    outcome: RetryOutcome
     error_class: str | None = None
     waited: float = 0.0
 
@@ -138,16 +139,18 @@ class Retrying:
                     raise TypeError(f"on must list exception classes, got {cls!r}")
             types = (*types, *on)
         elif on is not None:
-            if not callable(on):
+            if isinstance(on, type) or not callable(on):
                 raise TypeError(f"on must be exception classes or a predicate, got {on!r}")
             predicate = on
         self._budget: float | None = None
         self._deadline: DeadlineLike | None = None
         if deadline is not None:
-            if hasattr(deadline, "remaining"):
-                self._deadline = deadline  # type: ignore[assignment]
-            else:
+            if isinstance(deadline, int | float):  # a bool is refused by _check_seconds
                 self._budget = _check_seconds(deadline, "deadline")
+            elif callable(getattr(deadline, "remaining", None)):
+                self._deadline = deadline
+            else:
+                raise ValueError(f"deadline must be seconds or a Deadline, got {deadline!r}")
             expected = policy.attempt_timeout if attempt_duration is None else attempt_duration
             if expected is None:
                 raise ValueError(
@@ -342,7 +345,7 @@ class _Run:
         policy = owner.policy
         transient = owner.is_transient(error)
         if getattr(type(error), "outcome", None) == "unknown":
-            outcome: Outcome = "unknown"
+            outcome: RetryOutcome = "unknown"
         else:
             outcome = "failed-transient" if transient else "failed-permanent"
         self._record(RetryAttempt(self.number, outcome, _class_name(error), self.waited))

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from twice.core.backoff import jitter_bounds
 from twice.core.policy import PolicyError, RetryPolicy
+from twice.errors import InputError
 
 if TYPE_CHECKING:
     import tenacity
@@ -60,7 +61,7 @@ AIRFLOW_MAX_TASK_RETRY_DELAY = 86400
 Spread = Literal["fixed", "random", "hash"]
 
 
-class TranslationError(ValueError):
+class TranslationError(InputError):
     """A setting cannot be translated; ``setting`` is the offending name as the caller wrote it."""
 
     def __init__(self, setting: str, message: str) -> None:
@@ -296,7 +297,7 @@ def _airflow_wait(
 ) -> Callable[[int], WaitRange]:
     """TaskInstance.next_retry_datetime: b = max(1, ceil(retry_delay * m^(try-1))), then
     b + sha1(dag#task#logical_date#try) % b, capped by max_retry_delay and the 24 h default."""
-    cap = AIRFLOW_MAX_TASK_RETRY_DELAY
+    cap: float = AIRFLOW_MAX_TASK_RETRY_DELAY
     if max_retry_delay:
         cap = min(cap, max_retry_delay)
 
@@ -784,7 +785,9 @@ def _tenacity_wait_call(kind: TenacityWait, multiplier: float, cap: float,
 def _tenacity_kind(policy: RetryPolicy) -> TenacityWait:
     if policy.max_delay == 0:
         return "none"
-    return {"none": "exponential", "full": "random_exponential", "equal": "equal"}[policy.jitter]
+    kinds: dict[str, TenacityWait] = {"none": "exponential", "full": "random_exponential",
+                                      "equal": "equal"}
+    return kinds[policy.jitter]
 
 
 def _tenacity(

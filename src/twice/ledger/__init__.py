@@ -29,6 +29,7 @@ from twice.ledger.errors import (
     UnknownUnitError,
 )
 from twice.ledger.migrations import LATEST_VERSION, MIGRATIONS, Migration
+from twice.ledger.reader import LedgerReader
 from twice.ledger.records import (
     DECISIONS,
     EVENT_KINDS,
@@ -109,6 +110,7 @@ __all__ = [
     "LeaseResult",
     "Ledger",
     "LedgerError",
+    "LedgerReader",
     "LedgerStorageError",
     "LedgerUnavailableError",
     "Migration",

@@ -1,26 +1,27 @@
 """The catalog of materialized intermediates: which version is stored where, and its history.
 
-``twice.engine.intermediates`` decides (reuse, refuse, recompute, expire); these functions record
-the
-outcome inside a write transaction supplied by the ``Ledger``. Writers of one stored slice
-(``location`` + ``partition``) are serialised, so the rule "at most one active version per
-slice" holds across processes: writing a version supersedes whatever was active there, because
-its rows were just replaced.
+``twice.engine.intermediates`` decides (reuse, refuse, recompute, expire); these functions
+record the outcome inside a write transaction supplied by the ``Ledger``. Writers of one stored
+slice (``location`` + ``partition``) are serialised, so the rule "at most one active version
+per slice" holds across processes: writing a version supersedes whatever was active there,
+because its rows were just replaced.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
-from sqlalchemy import and_, insert, not_, select, update
-from sqlalchemy.engine import Connection, RowMapping
+from sqlalchemy import ColumnElement, and_, insert, not_, select, update
+from sqlalchemy.engine import Connection
 
+from twice.core.unit import UnitOfWork
+from twice.ledger.checks import count
 from twice.ledger.engine import lock_key
 from twice.ledger.errors import LedgerError
-from twice.ledger.journal import decode_detail, encode_detail
+from twice.ledger.journal import inserted_key
 from twice.ledger.records import (
     INTERMEDIATE_STATUSES,
     IntermediateAction,
@@ -28,7 +29,19 @@ from twice.ledger.records import (
     IntermediateRecord,
     IntermediateStatus,
 )
+from twice.ledger.rows import (
+    INTERMEDIATE,
+    INTERMEDIATE_EVENT,
+    decode_detail,
+    encode_detail,
+    encode_names,
+    first,
+)
 from twice.ledger.schema import intermediate_events, intermediates
+from twice.ledger.session import Session
+from twice.ledger.units import UnitStore, unit_of_work
+
+T = TypeVar("T")
 
 _MAX_NAME = 200
 
@@ -41,10 +54,8 @@ def _name(value: object, field: str, limit: int = _MAX_NAME) -> str:
     return value
 
 
-def _non_negative_int(value: object, field: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise LedgerError(f"{field} must be an integer >= 0, got {value!r}")
-    return value
+def _size(value: object, field: str) -> int:
+    return count(value, field, minimum=0)
 
 
 def _seconds(value: object, field: str) -> float:
@@ -55,57 +66,11 @@ def _seconds(value: object, field: str) -> float:
     return float(value)
 
 
-def record_from_row(row: RowMapping) -> IntermediateRecord:
-    return IntermediateRecord(
-        name=row["name"],
-        version=row["version"],
-        uow_id=row["uow_id"],
-        owner=row["owner"],
-        retention=timedelta(seconds=row["retention_seconds"]),
-        location=row["location"],
-        partition=row["partition"],
-        identity=decode_detail(row["identity"]),
-        columns=tuple(decode_detail(row["columns"])["columns"]),
-        algorithm=row["algorithm"],
-        row_count=row["row_count"],
-        checksum=row["checksum"],
-        bytes_stored=row["bytes_stored"],
-        compute_seconds=float(row["compute_seconds"]),
-        bytes_scanned=row["bytes_scanned"],
-        verify_seconds=float(row["verify_seconds"]),
-        materializations=row["materializations"],
-        reuse_count=row["reuse_count"],
-        created_at=row["created_at"],
-        expires_at=row["expires_at"],
-        last_reused_at=row["last_reused_at"],
-        status=row["status"],
-        status_reason=row["status_reason"],
-        status_at=row["status_at"],
-    )
-
-
-def event_from_row(row: RowMapping) -> IntermediateEvent:
-    return IntermediateEvent(
-        seq=row["seq"],
-        name=row["name"],
-        version=row["version"],
-        action=row["action"],
-        reason=row["reason"],
-        at=row["at"],
-        detail=decode_detail(row["detail"]),
-    )
-
-
 def get_entry(
     conn: Connection, name: str, version: str, *, for_update: bool = False
 ) -> IntermediateRecord | None:
-    query = select(intermediates).where(
-        intermediates.c.name == name, intermediates.c.version == version
-    )
-    if for_update:
-        query = query.with_for_update(key_share=True)
-    row = conn.execute(query).mappings().first()
-    return None if row is None else record_from_row(row)
+    query = select(intermediates).where(*_key(name, version))
+    return first(conn, query, INTERMEDIATE, lock=for_update)
 
 
 def list_entries(
@@ -122,7 +87,7 @@ def list_entries(
         query = query.where(intermediates.c.status == status)
     query = query.order_by(intermediates.c.name, intermediates.c.created_at,
                            intermediates.c.version)
-    return [record_from_row(row) for row in conn.execute(query).mappings()]
+    return [INTERMEDIATE(row) for row in conn.execute(query).mappings()]
 
 
 def list_events(conn: Connection, name: str, version: str | None = None
@@ -131,7 +96,7 @@ def list_events(conn: Connection, name: str, version: str | None = None
     if version is not None:
         query = query.where(intermediate_events.c.version == version)
     query = query.order_by(intermediate_events.c.seq)
-    return [event_from_row(row) for row in conn.execute(query).mappings()]
+    return [INTERMEDIATE_EVENT(row) for row in conn.execute(query).mappings()]
 
 
 def append_event(
@@ -144,37 +109,17 @@ def append_event(
     at: datetime,
     detail: Mapping[str, Any] | None = None,
 ) -> int:
-    result = conn.execute(
-        insert(intermediate_events).values(
-            name=name, version=version, action=action, reason=_name(reason, "reason", 10_000),
-            at=at, detail=encode_detail(detail),
-        )
-    )
-    key = result.inserted_primary_key
-    assert key is not None
-    return int(key[0])
+    return inserted_key(conn, intermediate_events, {
+        "name": name, "version": version, "action": action,
+        "reason": _name(reason, "reason", 10_000), "at": at, "detail": encode_detail(detail),
+    })
 
 
 def record_materialization(
-    conn: Connection,
-    *,
-    now: datetime,
-    name: str,
-    version: str,
-    uow_id: str,
-    owner: str,
-    retention_seconds: int,
-    location: str,
-    partition: str,
-    identity: Mapping[str, str],
-    columns: Sequence[str],
-    algorithm: str,
-    row_count: int,
-    checksum: str,
-    bytes_stored: int,
-    compute_seconds: float,
-    bytes_scanned: int | None,
-    reason: str,
+    conn: Connection, *, now: datetime, name: str, version: str, uow_id: str, owner: str,
+    retention_seconds: int, location: str, partition: str, identity: Mapping[str, str],
+    columns: Sequence[str], algorithm: str, row_count: int, checksum: str, bytes_stored: int,
+    compute_seconds: float, bytes_scanned: int | None, reason: str,
     detail: Mapping[str, Any] | None = None,
 ) -> IntermediateRecord:
     """Store (or re-store) one version as the active occupant of its slice.
@@ -194,11 +139,11 @@ def record_materialization(
     if isinstance(columns, str) or not columns:
         raise LedgerError("fingerprint columns must be a non-empty sequence of names")
     column_names = [_name(c, "column name") for c in columns]
-    row_count = _non_negative_int(row_count, "row_count")
-    bytes_stored = _non_negative_int(bytes_stored, "bytes_stored")
+    row_count = _size(row_count, "row_count")
+    bytes_stored = _size(bytes_stored, "bytes_stored")
     compute_seconds = _seconds(compute_seconds, "compute_seconds")
     if bytes_scanned is not None:
-        bytes_scanned = _non_negative_int(bytes_scanned, "bytes_scanned")
+        bytes_scanned = _size(bytes_scanned, "bytes_scanned")
     checksum = _name(checksum, "checksum", 64)
     reason = _name(reason, "reason", 10_000)
 
@@ -211,7 +156,7 @@ def record_materialization(
         "location": location,
         "partition": partition,
         "identity": encode_detail(identity),
-        "columns": encode_detail({"columns": column_names}),
+        "columns": encode_names(column_names),
         "algorithm": _name(algorithm, "algorithm", 64),
         "row_count": row_count,
         "checksum": checksum,
@@ -233,22 +178,16 @@ def record_materialization(
         ))
     else:
         action = "recomputed"
-        conn.execute(
-            update(intermediates)
-            .where(intermediates.c.name == name, intermediates.c.version == version)
-            .values(materializations=intermediates.c.materializations + 1, **values)
-        )
+        _update(conn, name, version, materializations=intermediates.c.materializations + 1,
+                **values)
     _supersede_others(conn, now=now, name=name, version=version, location=location,
                       partition=partition)
     event_detail = {"location": location, "partition": partition, "row_count": row_count,
                     "checksum": checksum, "bytes_stored": bytes_stored,
                     "compute_seconds": compute_seconds, "bytes_scanned": bytes_scanned,
                     **dict(detail or {})}
-    append_event(conn, name=name, version=version, action=action, reason=reason, at=now,
-                 detail=event_detail)
-    record = get_entry(conn, name, version)
-    assert record is not None
-    return record
+    return _logged(conn, now=now, name=name, version=version, action=action, reason=reason,
+                   detail=event_detail)
 
 
 def _supersede_others(conn: Connection, *, now: datetime, name: str, version: str,
@@ -258,16 +197,13 @@ def _supersede_others(conn: Connection, *, now: datetime, name: str, version: st
             intermediates.c.location == location,
             intermediates.c.partition == partition,
             intermediates.c.status == "active",
-            not_(and_(intermediates.c.name == name, intermediates.c.version == version)),
+            not_(and_(*_key(name, version))),
         )
     ).all()
     reason = f"its slice was overwritten by {name} version {version}"
     for other_name, other_version in others:
-        conn.execute(
-            update(intermediates)
-            .where(intermediates.c.name == other_name, intermediates.c.version == other_version)
-            .values(status="superseded", status_reason=reason, status_at=now)
-        )
+        _update(conn, other_name, other_version, status="superseded", status_reason=reason,
+                status_at=now)
         append_event(conn, name=other_name, version=other_version, action="superseded",
                      reason=reason, at=now, detail={"by": {"name": name, "version": version}})
 
@@ -297,17 +233,10 @@ def record_reuse(
             f"cannot record a reuse of {name} version {version}: its retention ended at "
             f"{entry.expires_at.isoformat()}"
         )
-    conn.execute(
-        update(intermediates)
-        .where(intermediates.c.name == name, intermediates.c.version == version)
-        .values(reuse_count=intermediates.c.reuse_count + 1, last_reused_at=now,
-                verify_seconds=intermediates.c.verify_seconds + verify)
-    )
-    append_event(conn, name=name, version=version, action="reused", reason=reason, at=now,
-                 detail={"verify_seconds": verify, **dict(detail or {})})
-    record = get_entry(conn, name, version)
-    assert record is not None
-    return record
+    _update(conn, name, version, reuse_count=intermediates.c.reuse_count + 1,
+            last_reused_at=now, verify_seconds=intermediates.c.verify_seconds + verify)
+    return _logged(conn, now=now, name=name, version=version, action="reused", reason=reason,
+                   detail={"verify_seconds": verify, **dict(detail or {})})
 
 
 def record_refusal(
@@ -319,11 +248,7 @@ def record_refusal(
     entry = get_entry(conn, name, version, for_update=True)
     if entry is None:
         raise LedgerError(f"no intermediate {name!r} version {version!r} in the catalog")
-    conn.execute(
-        update(intermediates)
-        .where(intermediates.c.name == name, intermediates.c.version == version)
-        .values(verify_seconds=intermediates.c.verify_seconds + verify)
-    )
+    _update(conn, name, version, verify_seconds=intermediates.c.verify_seconds + verify)
     evidence = decode_detail(encode_detail({"verify_seconds": verify, **dict(detail or {})}))
     seq = append_event(conn, name=name, version=version, action="refused", reason=reason,
                        at=now, detail=evidence)
@@ -341,13 +266,60 @@ def record_expiry(
             f"{name} version {version} is kept until {entry.expires_at.isoformat()} "
             f"(owner {entry.owner}); it cannot expire at {now.isoformat()}"
         )
-    conn.execute(
-        update(intermediates)
-        .where(intermediates.c.name == name, intermediates.c.version == version)
-        .values(status="expired", status_reason=reason, status_at=now)
-    )
-    append_event(conn, name=name, version=version, action="expired", reason=reason, at=now,
+    _update(conn, name, version, status="expired", status_reason=reason, status_at=now)
+    return _logged(conn, now=now, name=name, version=version, action="expired", reason=reason,
+                   detail=detail)
+
+
+def _update(conn: Connection, name: str, version: str, **values: Any) -> None:
+    conn.execute(update(intermediates).where(*_key(name, version)).values(**values))
+
+
+def _key(name: str, version: str) -> tuple[ColumnElement[bool], ...]:
+    return intermediates.c.name == name, intermediates.c.version == version
+
+
+def _logged(
+    conn: Connection, *, now: datetime, name: str, version: str, action: IntermediateAction,
+    reason: str, detail: Mapping[str, Any] | None,
+) -> IntermediateRecord:
+    """Record ``action`` in the entry's history; returns the entry as it is now stored."""
+    append_event(conn, name=name, version=version, action=action, reason=reason, at=now,
                  detail=detail)
     record = get_entry(conn, name, version)
     assert record is not None
     return record
+
+
+class CatalogStore:
+    """The catalog as the ``Ledger`` uses it: each call one transaction (or the caller's)."""
+
+    def __init__(self, session: Session, units: UnitStore) -> None:
+        self._session = session
+        self._units = units
+
+    def record(self, unit: UnitOfWork, **entry: Any) -> IntermediateRecord:
+        """Catalog a materialization and, in the same transaction, its producing unit."""
+        unit = unit_of_work(unit)
+        with self._session.transaction(), self._session.write() as conn:
+            self._units.record_in(conn, unit)
+            return record_materialization(conn, now=self._session.now(), uow_id=unit.uow_id,
+                                          identity=unit.identity(), **entry)
+
+    def write(self, record: Callable[..., T], **arguments: Any) -> T:
+        """``record`` (``record_reuse``, ``record_refusal``, ``record_expiry``) now."""
+        with self._session.write() as conn:
+            return record(conn, now=self._session.now(), **arguments)
+
+    def get(self, name: str, version: str) -> IntermediateRecord | None:
+        with self._session.read() as conn:
+            return get_entry(conn, name, version)
+
+    def all(self, *, name: str | None, status: IntermediateStatus | None
+             ) -> list[IntermediateRecord]:
+        with self._session.read() as conn:
+            return list_entries(conn, name=name, status=status)
+
+    def events(self, name: str, version: str | None) -> list[IntermediateEvent]:
+        with self._session.read() as conn:
+            return list_events(conn, name, version)

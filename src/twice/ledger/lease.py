@@ -29,10 +29,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime, timedelta
+from typing import Any, TypeVar
 
 from sqlalchemy import ColumnElement, func, select, text, update
-from sqlalchemy.engine import Connection, RowMapping
+from sqlalchemy.engine import Connection
 
+from twice.ledger import units
 from twice.ledger.engine import insert_ignore, is_postgres, lock_key
 from twice.ledger.errors import LedgerError
 from twice.ledger.journal import insert_observation
@@ -43,6 +45,7 @@ from twice.ledger.records import (
     LeaseResult,
     PoolHolding,
 )
+from twice.ledger.rows import HOLDING, LEASE, first
 from twice.ledger.schema import (
     LEASE_TOKEN_COUNTER,
     LEASE_TOKEN_SEQUENCE,
@@ -51,8 +54,10 @@ from twice.ledger.schema import (
     leases,
     pool_holdings,
 )
+from twice.ledger.session import Session
 
 Clock = Callable[[], datetime]
+T = TypeVar("T")
 
 
 def _ttl(ttl_seconds: float) -> timedelta:
@@ -69,24 +74,8 @@ def _holder(holder: str) -> str:
     return holder
 
 
-def lease_from_row(row: RowMapping) -> LeaseRecord:
-    return LeaseRecord(
-        uow_id=row["uow_id"],
-        holder=row["holder"],
-        token=row["token"],
-        acquired_at=row["acquired_at"],
-        renewed_at=row["renewed_at"],
-        expires_at=row["expires_at"],
-        released_at=row["released_at"],
-    )
-
-
 def get_lease(conn: Connection, uow_id: str, *, for_update: bool = False) -> LeaseRecord | None:
-    query = select(leases).where(leases.c.uow_id == uow_id)
-    if for_update:
-        query = query.with_for_update(key_share=True)
-    row = conn.execute(query).mappings().first()
-    return None if row is None else lease_from_row(row)
+    return first(conn, select(leases).where(leases.c.uow_id == uow_id), LEASE, lock=for_update)
 
 
 def next_fencing_token(conn: Connection) -> int:
@@ -169,14 +158,8 @@ def acquire_lease(
     conn.execute(
         update(leases)
         .where(leases.c.uow_id == uow_id)
-        .values(
-            holder=holder,
-            token=token,
-            acquired_at=now,
-            renewed_at=now,
-            expires_at=expires_at,
-            released_at=None,
-        )
+        .values(holder=holder, token=token, acquired_at=now, renewed_at=now,
+                expires_at=expires_at, released_at=None)
     )
     return LeaseResult(
         acquired=True,
@@ -276,19 +259,6 @@ def release_lease(conn: Connection, *, uow_id: str, holder: str, clock: Clock) -
     return result.rowcount == 1
 
 
-def _holding_from_row(row: RowMapping) -> PoolHolding:
-    return PoolHolding(
-        id=row["id"],
-        pool=row["pool"],
-        holder=row["holder"],
-        slots=row["slots"],
-        capacity=row["capacity"],
-        acquired_at=row["acquired_at"],
-        expires_at=row["expires_at"],
-        released_at=row["released_at"],
-    )
-
-
 def _active(pool: str, now: datetime) -> tuple[ColumnElement[bool], ...]:
     return (
         pool_holdings.c.pool == pool,
@@ -324,7 +294,7 @@ def acquire_pool_slots(
     now = clock()  # after the lock: expiry is judged when no other acquirer can interleave
     expires_at = now + ttl
     rows = conn.execute(select(pool_holdings).where(*_active(pool, now))).mappings().all()
-    active = [_holding_from_row(row) for row in rows]
+    active = [HOLDING(row) for row in rows]
     capacities = {holding.capacity for holding in active}
     if capacities - {capacity}:
         raise LedgerError(
@@ -343,15 +313,9 @@ def acquire_pool_slots(
         )
     else:
         conn.execute(
-            pool_holdings.insert().values(
-                pool=pool,
-                holder=holder,
-                slots=slots,
-                capacity=capacity,
-                acquired_at=now,
-                expires_at=expires_at,
-                released_at=None,
-            )
+            pool_holdings.insert().values(pool=pool, holder=holder, slots=slots,
+                                          capacity=capacity, acquired_at=now,
+                                          expires_at=expires_at, released_at=None)
         )
     return True
 
@@ -385,4 +349,53 @@ def list_pool_holdings(
     if active_only:
         query = query.where(*_active(pool, now))
     rows = conn.execute(query.order_by(pool_holdings.c.id)).mappings().all()
-    return [_holding_from_row(row) for row in rows]
+    return [HOLDING(row) for row in rows]
+
+
+class LeaseStore:
+    """Leases and pool slots, each call in its own write transaction (or the caller's)."""
+
+    def __init__(self, session: Session) -> None:
+        self._session = session
+
+    def acquire(self, uow_id: str, holder: str, ttl_seconds: float) -> LeaseResult:
+        return self._of_unit(acquire_lease, uow_id, holder=holder, ttl_seconds=ttl_seconds)
+
+    def renew(self, uow_id: str, holder: str, ttl_seconds: float) -> LeaseResult:
+        return self._of_unit(renew_lease, uow_id, holder=holder, ttl_seconds=ttl_seconds)
+
+    def release(self, uow_id: str, holder: str) -> bool:
+        return self._clocked(release_lease, uow_id=uow_id, holder=holder)
+
+    def next_token(self) -> int:
+        with self._session.write() as conn:
+            return next_fencing_token(conn)
+
+    def get(self, uow_id: str) -> LeaseRecord | None:
+        with self._session.read() as conn:
+            return get_lease(conn, uow_id)
+
+    def acquire_slots(
+        self, pool: str, capacity: int, slots: int, holder: str, ttl_seconds: float
+    ) -> bool:
+        return self._clocked(acquire_pool_slots, pool=pool, capacity=capacity, slots=slots,
+                             holder=holder, ttl_seconds=ttl_seconds)
+
+    def release_slots(self, pool: str, holder: str) -> int:
+        return self._clocked(release_pool_slots, pool=pool, holder=holder)
+
+    def holdings(self, pool: str, *, active_only: bool) -> list[PoolHolding]:
+        with self._session.read() as conn:
+            return list_pool_holdings(
+                conn, pool=pool, now=self._session.now(), active_only=active_only
+            )
+
+    def _of_unit(self, fn: Callable[..., T], uow_id: str, **arguments: Any) -> T:
+        """``fn`` on the lease of an existing unit of work."""
+        with self._session.write() as conn:
+            units.require(conn, uow_id)
+            return fn(conn, uow_id=uow_id, clock=self._session.now, **arguments)
+
+    def _clocked(self, fn: Callable[..., T], **arguments: Any) -> T:
+        with self._session.write() as conn:
+            return fn(conn, clock=self._session.now, **arguments)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from twice.core.interval import Interval
 from twice.core.outcomes import (
@@ -24,7 +24,7 @@ from twice.core.outcomes import (
 from twice.core.unit import UnitOfWork
 
 GenerationState = Literal["active", "confirmed-failed", "succeeded"]
-GENERATION_STATES: tuple[GenerationState, ...] = ("active", "confirmed-failed", "succeeded")
+GENERATION_STATES: tuple[GenerationState, ...] = get_args(GenerationState)
 
 DecisionName = Literal[
     "refresh-observation",
@@ -39,18 +39,7 @@ DecisionName = Literal[
     "retry-eligible",
 ]
 #: The planner's decisions in the lab's order of precedence.
-DECISIONS: tuple[DecisionName, ...] = (
-    "refresh-observation",
-    "observe-running",
-    "reconcile-remote",
-    "validate-output",
-    "repair-cause",
-    "attempts-exhausted",
-    "reconcile-effects",
-    "deadline-infeasible",
-    "wait-backoff",
-    "retry-eligible",
-)
+DECISIONS: tuple[DecisionName, ...] = get_args(DecisionName)
 
 EventKind = Literal[
     "unit-recorded",
@@ -65,37 +54,18 @@ EventKind = Literal[
     "fingerprint",
     "decision",
 ]
-EVENT_KINDS: tuple[EventKind, ...] = (
-    "unit-recorded",
-    "attempt-started",
-    "attempt-finished",
-    "observation",
-    "lease-takeover",
-    "error",
-    "nonfatal-error",
-    "job-generation",
-    "generation-marked",
-    "fingerprint",
-    "decision",
-)
+EVENT_KINDS: tuple[EventKind, ...] = get_args(EventKind)
 
 IntermediateStatus = Literal["active", "superseded", "expired"]
 #: ``active``: stored and reusable while its fingerprint matches and retention lasts;
 #: ``superseded``: its slice was overwritten by another version; ``expired``: past retention,
 #: its data garbage-collected.
-INTERMEDIATE_STATUSES: tuple[IntermediateStatus, ...] = ("active", "superseded", "expired")
+INTERMEDIATE_STATUSES: tuple[IntermediateStatus, ...] = get_args(IntermediateStatus)
 
 IntermediateAction = Literal[
     "materialized", "recomputed", "reused", "refused", "superseded", "expired"
 ]
-INTERMEDIATE_ACTIONS: tuple[IntermediateAction, ...] = (
-    "materialized",
-    "recomputed",
-    "reused",
-    "refused",
-    "superseded",
-    "expired",
-)
+INTERMEDIATE_ACTIONS: tuple[IntermediateAction, ...] = get_args(IntermediateAction)
 
 #: ``source`` of the observation written when an expired lease is taken over.
 LEASE_SOURCE = "twice.ledger.lease"
@@ -105,7 +75,7 @@ LEASE_TAKEOVER_STATE = "lease-taken-over"
 #: What an operator may assert about an attempt whose outcome twice could not see
 #: (``twice resolve``): its effect happened, or it did not.
 ResolutionOutcome = Literal["succeeded", "failed"]
-RESOLUTION_OUTCOMES: tuple[ResolutionOutcome, ...] = ("succeeded", "failed")
+RESOLUTION_OUTCOMES: tuple[ResolutionOutcome, ...] = get_args(ResolutionOutcome)
 #: The attempt outcome each resolution records: "failed" means the effect did not happen, so
 #: the failure is transient (a later run may try again).
 RESOLVED_ATTEMPT_OUTCOME: dict[ResolutionOutcome, AttemptOutcome] = {
@@ -384,8 +354,18 @@ class ResolutionRecord:
     repeated: bool = False
 
 
+class _Held:
+    """Something held until it expires or is released (a lease, pool slots)."""
+
+    expires_at: datetime
+    released_at: datetime | None
+
+    def active(self, now: datetime) -> bool:
+        return self.released_at is None and self.expires_at > now
+
+
 @dataclass(frozen=True)
-class LeaseRecord:
+class LeaseRecord(_Held):
     """The stored lease of one unit of work (possibly expired or released)."""
 
     uow_id: str
@@ -396,12 +376,9 @@ class LeaseRecord:
     expires_at: datetime
     released_at: datetime | None = None
 
-    def active(self, now: datetime) -> bool:
-        return self.released_at is None and self.expires_at > now
-
 
 @dataclass(frozen=True)
-class PoolHolding:
+class PoolHolding(_Held):
     """Slots of a pool held by one holder; kept after release as evidence of who held what."""
 
     id: int
@@ -412,9 +389,6 @@ class PoolHolding:
     acquired_at: datetime
     expires_at: datetime
     released_at: datetime | None = None
-
-    def active(self, now: datetime) -> bool:
-        return self.released_at is None and self.expires_at > now
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,7 @@ from sqlalchemy import (
     UniqueConstraint,
 )
 from sqlalchemy.engine import Dialect
+from sqlalchemy.schema import SchemaItem
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
 from twice.core.outcomes import ATTEMPT_OUTCOMES, ERROR_CLASSIFICATIONS
@@ -91,6 +92,18 @@ SeqType = BigInteger().with_variant(Integer(), "sqlite")
 
 metadata = MetaData()
 
+
+def _journal_seq() -> Column[int]:
+    """A detail row's key: the ``seq`` of its journal entry."""
+    return Column(
+        "seq", SeqType, ForeignKey("twice_events.seq"), primary_key=True, autoincrement=False
+    )
+
+
+def _unit_ref(*, nullable: bool = False) -> Column[str]:
+    return Column("uow_id", String(400), ForeignKey("twice_units_of_work.uow_id"),
+                  nullable=nullable)
+
 schema_versions = Table(
     "twice_schema",
     metadata,
@@ -125,7 +138,7 @@ events = Table(
     metadata,
     Column("seq", SeqType, primary_key=True, autoincrement=True),
     Column("kind", String(32), nullable=False),
-    Column("uow_id", String(400), ForeignKey("twice_units_of_work.uow_id"), nullable=True),
+    _unit_ref(nullable=True),
     Column("attempt", Integer, nullable=True),
     Column("at", UTCDateTime, nullable=False),
     Column("recorded_at", UTCDateTime, nullable=False),
@@ -138,7 +151,7 @@ events = Table(
 attempts = Table(
     "twice_attempts",
     metadata,
-    Column("uow_id", String(400), ForeignKey("twice_units_of_work.uow_id"), nullable=False),
+    _unit_ref(),
     Column("number", Integer, nullable=False),
     Column("holder", String(400), nullable=False),
     Column("generation", Integer, nullable=True),
@@ -163,47 +176,46 @@ def _attempt_fk(table: str) -> ForeignKeyConstraint:
     )
 
 
-observations = Table(
+def _evidence(name: str, *items: SchemaItem) -> Table:
+    """A journaled detail table about one unit of work: the entry's ``seq``, the unit and its
+    attempt, the table's own ``items``, when it was recorded and a JSON ``detail``."""
+    columns = [item for item in items if isinstance(item, Column)]
+    return Table(
+        name,
+        metadata,
+        _journal_seq(),
+        _unit_ref(),
+        Column("attempt", Integer, nullable=True),
+        *columns,
+        Column("recorded_at", UTCDateTime, nullable=False),
+        Column("detail", Text, nullable=False, default="{}"),
+        *[item for item in items if not isinstance(item, Column)],
+    )
+
+
+observations = _evidence(
     "twice_observations",
-    metadata,
-    Column("seq", SeqType, ForeignKey("twice_events.seq"), primary_key=True, autoincrement=False),
-    Column("uow_id", String(400), ForeignKey("twice_units_of_work.uow_id"), nullable=False),
-    Column("attempt", Integer, nullable=True),
     Column("state", String(200), nullable=False),
     Column("source", String(200), nullable=False),
     Column("observed_at", UTCDateTime, nullable=False),
-    Column("recorded_at", UTCDateTime, nullable=False),
-    Column("detail", Text, nullable=False, default="{}"),
     _attempt_fk("twice_observations"),
     Index("ix_twice_observations_uow", "uow_id", "observed_at", "seq"),
 )
 
-errors = Table(
+errors = _evidence(
     "twice_errors",
-    metadata,
-    Column("seq", SeqType, ForeignKey("twice_events.seq"), primary_key=True, autoincrement=False),
-    Column("uow_id", String(400), ForeignKey("twice_units_of_work.uow_id"), nullable=False),
-    Column("attempt", Integer, nullable=True),
     Column("error_class", String(400), nullable=False),
     Column("message", Text, nullable=False),
     Column("classification", String(16), nullable=False),
-    Column("recorded_at", UTCDateTime, nullable=False),
-    Column("detail", Text, nullable=False, default="{}"),
     _attempt_fk("twice_errors"),
     _one_of("classification", ERROR_CLASSIFICATIONS, "ck_twice_errors_classification"),
     Index("ix_twice_errors_uow", "uow_id", "seq"),
 )
 
-nonfatal_errors = Table(
+nonfatal_errors = _evidence(
     "twice_nonfatal_errors",
-    metadata,
-    Column("seq", SeqType, ForeignKey("twice_events.seq"), primary_key=True, autoincrement=False),
-    Column("uow_id", String(400), ForeignKey("twice_units_of_work.uow_id"), nullable=False),
-    Column("attempt", Integer, nullable=True),
     Column("message", Text, nullable=False),
     Column("count", BigInteger, nullable=False),
-    Column("recorded_at", UTCDateTime, nullable=False),
-    Column("detail", Text, nullable=False, default="{}"),
     _attempt_fk("twice_nonfatal_errors"),
     CheckConstraint("count >= 1", name="ck_twice_nonfatal_errors_count"),
     Index("ix_twice_nonfatal_errors_uow", "uow_id", "seq"),
@@ -212,7 +224,7 @@ nonfatal_errors = Table(
 job_generations = Table(
     "twice_job_generations",
     metadata,
-    Column("uow_id", String(400), ForeignKey("twice_units_of_work.uow_id"), nullable=False),
+    _unit_ref(),
     Column("generation", Integer, nullable=False),
     Column("job_id", String(1024), nullable=False),
     Column("state", String(24), nullable=False),
@@ -228,13 +240,13 @@ job_generations = Table(
 fingerprints = Table(
     "twice_fingerprints",
     metadata,
-    Column("seq", SeqType, ForeignKey("twice_events.seq"), primary_key=True, autoincrement=False),
+    _journal_seq(),
     Column("destination", Text, nullable=False),
     Column("partition", Text, nullable=False),
     Column("version", Integer, nullable=False),
     Column("row_count", BigInteger, nullable=False),
     Column("checksum", Text, nullable=False),
-    Column("uow_id", String(400), ForeignKey("twice_units_of_work.uow_id"), nullable=True),
+    _unit_ref(nullable=True),
     Column("attempt", Integer, nullable=True),
     Column("columns", Text, nullable=True),
     Column("algorithm", String(64), nullable=True),
@@ -246,19 +258,13 @@ fingerprints = Table(
     CheckConstraint("row_count >= 0", name="ck_twice_fingerprints_row_count"),
 )
 
-decisions = Table(
+# No attempt foreign key: a not-started decision names an attempt number that does not exist.
+decisions = _evidence(
     "twice_decisions",
-    metadata,
-    Column("seq", SeqType, ForeignKey("twice_events.seq"), primary_key=True, autoincrement=False),
-    Column("uow_id", String(400), ForeignKey("twice_units_of_work.uow_id"), nullable=False),
-    # No foreign key: a not-started decision names an attempt number that does not exist.
-    Column("attempt", Integer, nullable=True),
     Column("not_started", Boolean, nullable=False, default=False),
     Column("decision", String(64), nullable=False),
     Column("reason", Text, nullable=False),
     Column("as_of", UTCDateTime, nullable=False),
-    Column("recorded_at", UTCDateTime, nullable=False),
-    Column("detail", Text, nullable=False, default="{}"),
     Index("ix_twice_decisions_uow", "uow_id", "seq"),
 )
 
@@ -311,7 +317,7 @@ intermediates = Table(
     metadata,
     Column("name", String(200), nullable=False),
     Column("version", String(64), nullable=False),
-    Column("uow_id", String(400), ForeignKey("twice_units_of_work.uow_id"), nullable=False),
+    _unit_ref(),
     Column("owner", String(200), nullable=False),
     Column("retention_seconds", BigInteger, nullable=False),
     Column("location", Text, nullable=False),

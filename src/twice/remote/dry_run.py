@@ -70,8 +70,9 @@ class ParquetDataset:
         found: list[ParquetFile] = []
         for path in sorted(root.rglob("*.parquet")):
             parts = path.relative_to(root).parts[:-1]
-            pairs = tuple(tuple(p.split("=", 1)) for p in parts if "=" in p)
-            found.append(ParquetFile(path, pairs))  # type: ignore[arg-type]
+            pairs = tuple((key, value) for key, _, value in
+                          (part.partition("=") for part in parts if "=" in part))
+            found.append(ParquetFile(path, pairs))
         if not found:
             raise CostError(f"--parquet: no .parquet files under {str(root)!r}")
         keys = {tuple(k for k, _ in f.partition) for f in found}

@@ -3,7 +3,7 @@
 Three questions stay separate, because each has its own evidence:
 
 - *Did the request reach the service?* A submit that times out or loses its connection after
-  sending may have created the job. It raises an ``OutcomeUnknown`` error, never a plain failure:
+  sending may have created the job. It raises ``OutcomeUnknownError``, never a plain failure:
   look the job up by its id (``reconcile_job``) before doing anything else.
 - *Did the job finish?* ``JobState.DONE`` only means "no longer running"; a DONE job with an
   ``error_result`` failed. ``errors`` without ``error_result`` are non-fatal (BigQuery lists rows
@@ -26,6 +26,7 @@ from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
 from twice.core.outcomes import RemoteState
+from twice.errors import OutcomeUnknownError, TwiceError
 
 
 class JobState(StrEnum):
@@ -139,7 +140,7 @@ class Estimate:
 # -- errors -----------------------------------------------------------------------------------
 
 
-class RemoteServiceError(Exception):
+class RemoteServiceError(TwiceError):
     """An HTTP error answered by the service (``status`` and BigQuery's ``reason``)."""
 
     status: int = 400
@@ -182,30 +183,20 @@ class BackendError(RemoteServiceError):
         self.status = status
 
 
-class OutcomeUnknown(Exception):
-    """The request may have reached the service: the outcome is unknown, not failed.
-
-    The executor never retries these blindly (whatever the policy lists as transient); it
-    reconciles first by looking the job up by the same id.
-    """
-
-    outcome = "unknown"
-
-
-class AcknowledgementLost(OutcomeUnknown, ConnectionError):
+class AcknowledgementLost(OutcomeUnknownError, ConnectionError):
     """The connection broke after the request was sent: the job may exist."""
 
 
-class ResponseTimeout(OutcomeUnknown, TimeoutError):
+class ResponseTimeout(OutcomeUnknownError, TimeoutError):
     """No response within the client's timeout: the job may exist."""
 
 
-class SubmitBackendError(BackendError, OutcomeUnknown):
+class SubmitBackendError(BackendError, OutcomeUnknownError):
     """A 5xx answer to a submit. BigQuery documents that it is then unclear whether the job was
     created, so it is an unknown outcome rather than a failure."""
 
 
-class JobStillRunning(OutcomeUnknown, TimeoutError):
+class JobStillRunning(OutcomeUnknownError, TimeoutError):
     """The client stopped waiting while the job was still PENDING/RUNNING: observe it."""
 
     def __init__(self, job_id: str, waited: float, state: JobState) -> None:
@@ -214,7 +205,7 @@ class JobStillRunning(OutcomeUnknown, TimeoutError):
         self.state = state
 
 
-class JobFailed(Exception):
+class JobFailed(TwiceError):
     """The job is DONE with an ``errorResult``: confirmed failed (a new generation may follow).
 
     Whether retrying can help depends on ``error.reason`` (BigQuery: a ``backendError`` job
@@ -241,7 +232,7 @@ class RemoteJobService(Protocol):
     def name(self) -> str: ...
 
     def submit(self, job_id: str, config: Mapping[str, Any]) -> JobStatus:
-        """Create job ``job_id``; ``DuplicateJob`` if it exists; an ``OutcomeUnknown`` error
+        """Create job ``job_id``; ``DuplicateJob`` if it exists; an ``OutcomeUnknownError`` error
         when the request may have arrived without an answer."""
         ...
 

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, cast
 
-from twice.engine.evidence import EXECUTOR_SOURCE, RUN_STARTED
+from twice.engine.evidence import EXECUTOR_SOURCE, RUN_STARTED, aware_instant
+from twice.errors import InputError
 from twice.ledger.records import (
     LEASE_SOURCE,
     OPERATOR_SOURCE_PREFIX,
@@ -45,7 +46,7 @@ from twice.reports.health import (
 )
 
 if TYPE_CHECKING:
-    from twice.ledger import Ledger
+    from twice.ledger import LedgerReader
 
 #: Observation states that say the output was checked (not merely that the job ended).
 VALIDATED_STATES = frozenset({"validated", "accepted", "verified"})
@@ -68,7 +69,7 @@ MAX_ATTEMPTS_KEYS = ("max_attempts", "maxAttempts")
 DeadlineSpec = datetime | Callable[[UnitRecord], datetime | None] | None
 
 
-class ReportError(ValueError):
+class ReportError(InputError):
     """A report cannot be built from what was given; the message names the input."""
 
 
@@ -106,16 +107,7 @@ def detail_value(detail: Mapping[str, Any], keys: Iterable[str]) -> Any:
 
 def detail_instant(detail: Mapping[str, Any], keys: Iterable[str]) -> datetime | None:
     """An aware instant recorded as ISO-8601 text; teaching-clock numbers have no date, so None."""
-    value = detail_value(detail, keys)
-    if isinstance(value, datetime):
-        return value if value.utcoffset() is not None else None
-    if not isinstance(value, str):
-        return None
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    return parsed if parsed.utcoffset() is not None else None
+    return aware_instant(detail_value(detail, keys))
 
 
 def detail_span(detail: Mapping[str, Any], keys: Iterable[str]) -> timedelta | None:
@@ -233,7 +225,7 @@ class Observation:
 
 
 @dataclass(frozen=True)
-class Decision:
+class RecordedDecision:
     """A planner decision with the times it recorded; ``current`` if no evidence came after it.
 
     ``assumed`` names what the decision rests on that the caller asserted or estimated
@@ -262,7 +254,7 @@ class Generation:
 
 
 @dataclass(frozen=True)
-class Deadline:
+class StatedDeadline:
     """When the unit's output is due, and where that number comes from."""
 
     at: datetime
@@ -286,13 +278,13 @@ class UnitReport:
     unit: UnitRecord
     attempts: tuple[Attempt, ...]
     observations: tuple[Observation, ...]
-    decisions: tuple[Decision, ...]
+    decisions: tuple[RecordedDecision, ...]
     generations: tuple[Generation, ...]
     errors: tuple[ErrorRecord, ...]
     nonfatal_errors: tuple[NonfatalErrorRecord, ...]
     fingerprints: tuple[FingerprintRecord, ...]
     status: Status
-    deadline: Deadline | None = None
+    deadline: StatedDeadline | None = None
     max_observation_age: timedelta | None = None
     policy: Mapping[str, Any] = field(default_factory=dict)
     left_out: int = 0
@@ -333,11 +325,11 @@ class UnitReport:
         return f"{latest.outcome} ({wording.asserted_by(latest.asserted.operator)})"
 
     @property
-    def latest_decision(self) -> Decision | None:
+    def latest_decision(self) -> RecordedDecision | None:
         return self.decisions[-1] if self.decisions else None
 
     @property
-    def current_decision(self) -> Decision | None:
+    def current_decision(self) -> RecordedDecision | None:
         latest = self.latest_decision
         return latest if latest is not None and latest.current else None
 
@@ -417,7 +409,7 @@ def group_assumptions(items: Iterable[Assumption]) -> list[tuple[str, list[str],
 
 
 def gather(
-    ledger: Ledger,
+    ledger: LedgerReader,
     *,
     as_of: datetime | None = None,
     pipeline: str | None = None,
@@ -698,14 +690,14 @@ def _observation(
     )
 
 
-def _decision(record: DecisionRecord, last_evidence: datetime | None) -> Decision:
+def _decision(record: DecisionRecord, last_evidence: datetime | None) -> RecordedDecision:
     detail = record.detail
     assumed = []
     if _flag(detail_value(detail, SAFE_REPEAT_KEYS)):
         assumed.append("safeRepeat")
     if detail_value(detail, (*DURATION_KEYS, *VALIDATION_KEYS)) is not None:
         assumed.append("estimated durations")
-    return Decision(
+    return RecordedDecision(
         record=record,
         current=last_evidence is None or record.as_of >= last_evidence,
         deadline=detail_instant(detail, DEADLINE_KEYS),
@@ -736,12 +728,12 @@ def _latest_policy(decisions: list[DecisionRecord]) -> Mapping[str, Any]:
     return {}
 
 
-def _deadline(unit: UnitRecord, decisions: tuple[Decision, ...],
-              given: DeadlineSpec) -> Deadline | None:
+def _deadline(unit: UnitRecord, decisions: tuple[RecordedDecision, ...],
+              given: DeadlineSpec) -> StatedDeadline | None:
     """The deadline the decisions used wins: it is what they were decided against."""
     for decision in reversed(decisions):
         if decision.deadline is not None:
-            return Deadline(
+            return StatedDeadline(
                 decision.deadline,
                 f"recorded with decision {decision.record.decision} (seq {decision.record.seq})",
                 "decided",
@@ -749,11 +741,11 @@ def _deadline(unit: UnitRecord, decisions: tuple[Decision, ...],
     at = given(unit) if callable(given) else given
     if at is None:
         return None
-    return Deadline(at, "given by the caller, not recorded in the ledger", "assumed")
+    return StatedDeadline(at, "given by the caller, not recorded in the ledger", "assumed")
 
 
 def _partitions(
-    ledger: Ledger, as_of: datetime, pipeline: str | None, units: list[UnitRecord]
+    ledger: LedgerReader, as_of: datetime, pipeline: str | None, units: list[UnitRecord]
 ) -> tuple[list[PartitionHistory], int]:
     """Fingerprint histories known at ``as_of``, and how many later versions were left out.
 
@@ -842,7 +834,7 @@ def _settings_assumptions(unit: UnitReport, found: dict[tuple[str, str], Assumpt
 
 
 def _decision_assumptions(
-    unit: UnitReport, decision: Decision, found: dict[tuple[str, str], Assumption]
+    unit: UnitReport, decision: RecordedDecision, found: dict[tuple[str, str], Assumption]
 ) -> None:
     record = decision.record
     detail = record.detail

@@ -64,12 +64,12 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Literal
 
-from twice.engine.evidence import EXECUTOR_SOURCE
+from twice.engine.evidence import COST_GUARD, EXECUTOR_SOURCE
 from twice.reports import wording
 
 if TYPE_CHECKING:
     from twice.ledger.records import ErrorRecord, FingerprintRecord, UnitRecord
-    from twice.reports.gather import Attempt, Decision, Evidence, Observation, UnitReport
+    from twice.reports.gather import Attempt, Evidence, Observation, RecordedDecision, UnitReport
 
 
 class Health(StrEnum):
@@ -290,7 +290,7 @@ def assess(
     unit: UnitRecord,
     attempts: Sequence[Attempt],
     observations: Sequence[Observation],
-    decisions: Sequence[Decision],
+    decisions: Sequence[RecordedDecision],
     errors: Sequence[ErrorRecord],
     fingerprints: Sequence[FingerprintRecord],
     as_of: datetime,
@@ -318,7 +318,7 @@ def assess(
     if current is not None and current.record.not_started:
         record = current.record
         cause = record.detail.get("cause")
-        refused = record.decision == "repair-cause" or cause == "cost-guard"
+        refused = record.decision == "repair-cause" or cause == COST_GUARD
         return Status(
             Health.REFUSED if refused else Health.BLOCKED, "decided",
             f"attempt {record.attempt} not started: {record.decision} ({record.reason})",
@@ -414,7 +414,7 @@ def _running_status(latest: Attempt, freshest: Observation | None, as_of: dateti
     return Status(Health.RUNNING, "executed", text, freshest, source, at, stale_at)
 
 
-def _transient_status(latest: Attempt, current: Decision | None,
+def _transient_status(latest: Attempt, current: RecordedDecision | None,
                       errors: Sequence[ErrorRecord]) -> Status:
     number = latest.number
     error = _error_text(latest, errors)

@@ -585,15 +585,15 @@ def _grid(evidence: Evidence) -> str:
     for interval in intervals:
         row = []
         for pipeline, task in columns:
-            unit = cells.get((interval, pipeline, task))
-            if unit is None:
+            cell = cells.get((interval, pipeline, task))
+            if cell is None:
                 row.append('<td class="cell empty">—</td>')
                 continue
-            state = unit.status.state
+            state = cell.status.state
             row.append(
                 f'<td class="cell health-{state}" data-health="{state}" '
-                f'data-uow="{escape(unit.uow_id)}"><a href="#unit-{slug(unit.uow_id)}" '
-                f'title="{escape(unit.label)}: {escape(unit.status.text)}">{escape(state)}</a>'
+                f'data-uow="{escape(cell.uow_id)}"><a href="#unit-{slug(cell.uow_id)}" '
+                f'title="{escape(cell.label)}: {escape(cell.status.text)}">{escape(state)}</a>'
                 "</td>"
             )
         rows.append(f'<tr class="grid-row" data-interval="{escape(interval.label)}">'

@@ -12,8 +12,12 @@ import os
 import sqlite3
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from twice.reports.gather import DeadlineSpec, Evidence, ReportError, gather
+
+if TYPE_CHECKING:
+    from twice.ledger import LedgerReader
 
 LEDGER_TABLE = "twice_schema"
 
@@ -84,17 +88,22 @@ def load_evidence(
                                                                                    ":memory:"):
             _check_sqlite_file(resolved.database, shown)
         with Ledger.open(url) as ledger:
-            if pipeline is not None and not ledger.units(pipeline=pipeline):
-                names = sorted({unit.pipeline for unit in ledger.units()})
-                known = ", ".join(names) if names else "none"
-                raise ReportError(
-                    f"ledger {shown} has no units of work for pipeline {pipeline!r} "
-                    f"(pipelines recorded: {known})"
-                )
+            _require_pipeline(ledger, pipeline, shown)
             return gather(ledger, as_of=as_of, pipeline=pipeline, deadline=deadline,
                           max_observation_age=max_observation_age)
     except LedgerError as exc:
         raise ReportError(f"ledger {shown}: {exc}") from None
+
+
+def _require_pipeline(ledger: LedgerReader, pipeline: str | None, shown: str) -> None:
+    """Refuse a ``pipeline`` the ledger recorded nothing of (most likely a typo)."""
+    if pipeline is not None and not ledger.units(pipeline=pipeline):
+        names = sorted({unit.pipeline for unit in ledger.units()})
+        known = ", ".join(names) if names else "none"
+        raise ReportError(
+            f"ledger {shown} has no units of work for pipeline {pipeline!r} "
+            f"(pipelines recorded: {known})"
+        )
 
 
 def parse_instant_option(text: str | None, option: str) -> datetime | None:

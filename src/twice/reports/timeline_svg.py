@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from html import escape
 
 from twice.reports import wording
-from twice.reports.gather import Attempt, Decision, Observation, UnitReport
+from twice.reports.gather import Attempt, Observation, RecordedDecision, UnitReport
 from twice.reports.health import NEEDS_FRESH_EVIDENCE
 
 WIDTH = 1000
@@ -212,7 +212,7 @@ def _observation_marker(observation: Observation, scale: _Scale, y: float,
             f'cy="{y + BAR / 2:.1f}" r="6"><title>{escape(title)}</title></circle>')
 
 
-def _decision_marker(decision: Decision, scale: _Scale, y: float) -> str:
+def _decision_marker(decision: RecordedDecision, scale: _Scale, y: float) -> str:
     record = decision.record
     x, mid = scale.x(record.as_of), y + BAR / 2
     points = " ".join(f"{px:.1f},{py:.1f}" for px, py in
@@ -225,7 +225,7 @@ def _decision_marker(decision: Decision, scale: _Scale, y: float) -> str:
             f"<title>{escape(title)}</title></polygon>")
 
 
-def _not_started(decision: Decision, scale: _Scale, y: float) -> list[str]:
+def _not_started(decision: RecordedDecision, scale: _Scale, y: float) -> list[str]:
     start, finish = decision.earliest_start, decision.estimated_finish
     if start is None or finish is None:
         return []

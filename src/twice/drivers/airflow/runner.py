@@ -15,16 +15,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from twice.core.interval import Interval, IntervalError
+from twice.core.outcomes import AirflowVerdict
+from twice.errors import InputError, TwiceError
 
 if TYPE_CHECKING:
     from twice.define.pipeline import Pipeline
     from twice.engine.executor import UnitResult
     from twice.ledger import Ledger
 
-Verdict = Literal["succeeded", "retry", "fail"]
 
 RETRYABLE_DECISIONS = frozenset({"wait-backoff", "retry-eligible"})
 """Planner answers after a try that mean "another attempt is due": Airflow's retry runs it."""
@@ -33,11 +34,11 @@ OBSERVE_DECISIONS = frozenset({"observe-running", "reconcile-remote", "refresh-o
 """Planner answers that a later try can settle by looking again (only with a reconcile fn)."""
 
 
-class IntervalRefused(ValueError):
+class IntervalRefused(InputError):
     """Airflow's data interval cannot be a twice interval (zero width, naive, off the grid)."""
 
 
-class TwiceTransientTry(RuntimeError):
+class TwiceTransientTry(TwiceError, RuntimeError):
     """This Airflow try's twice attempt failed transiently: Airflow should retry the task."""
 
 
@@ -45,7 +46,7 @@ class TwiceTransientTry(RuntimeError):
 class TryOutcome:
     """What one Airflow try did, and what Airflow should do next."""
 
-    verdict: Verdict
+    verdict: AirflowVerdict
     message: str
     unit: UnitResult
     continued_run: bool
@@ -142,7 +143,7 @@ def run_try(
     return TryOutcome(verdict, message, unit, continue_run, holder, partition)
 
 
-def verdict_for(pipeline: Pipeline, unit: UnitResult) -> tuple[Verdict, str]:
+def verdict_for(pipeline: Pipeline, unit: UnitResult) -> tuple[AirflowVerdict, str]:
     """Map a unit's result to succeed / let Airflow retry / fail without retry."""
     where = f"twice task {unit.task} for {unit.interval}"
     ledger_note = f"(unit {unit.uow_id}, attempt {unit.total_attempts} in the ledger)"

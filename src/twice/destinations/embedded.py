@@ -1,0 +1,112 @@
+"""What the embedded SQL engines share: a database file opened inside this process.
+
+SQLite and DuckDB run in the writer's own process over one local file. Their destinations
+share how that file is opened (:class:`DestinationUnavailableError` when it cannot be), that
+looking at a destination never creates an empty database file, and the transaction: one
+``BEGIN`` statement (the engine's own), ``COMMIT`` on normal exit, ``ROLLBACK`` on any
+exception. Each engine's module keeps what differs: its dialect, how it lists tables and
+columns, and its bulk insert.
+"""
+
+from __future__ import annotations
+
+import os
+from abc import abstractmethod
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, ClassVar, Protocol, TypeVar
+
+from twice.destinations.base import DestinationSpec, SqlDestination
+from twice.destinations.columns import Schema
+from twice.destinations.commits import COMMITS_TABLE
+from twice.destinations.errors import DestinationError, DestinationUnavailableError
+
+
+class EmbeddedConnection(Protocol):
+    """The DB-API surface both embedded engines' connections offer."""
+
+    def execute(self, sql: str, parameters: Any = ..., /) -> Any: ...
+    def close(self) -> None: ...
+
+
+EConnT = TypeVar("EConnT", bound=EmbeddedConnection)
+
+
+class EmbeddedSqlDestination(SqlDestination[EConnT]):
+    """A table in a database file that this process opens itself (``self.path``)."""
+
+    # The statement that opens a write transaction (SQLite: BEGIN IMMEDIATE, see sqlite.py).
+    begin_sql: ClassVar[str] = "BEGIN TRANSACTION"
+    # What the engine's connect() raises when the file cannot be opened.
+    open_errors: ClassVar[tuple[type[Exception], ...]]
+
+    def __init__(self, path: str, *, spec: str, table: str, **kwargs: Any) -> None:
+        super().__init__(spec=spec, table=table, **kwargs)
+        self.path = path
+
+    # -- what each engine supplies ----------------------------------------------------------
+
+    @abstractmethod
+    def _open(self) -> EConnT:
+        """Open the database file, and register twice's functions on the connection."""
+
+    @abstractmethod
+    def _has_table(self, name: str) -> bool:
+        """Whether table ``name`` exists in the destination table's schema."""
+
+    @abstractmethod
+    def _read_schema(self) -> Schema | None:
+        """Column name -> type of the existing table, or None if it does not exist."""
+
+    # -- shared -----------------------------------------------------------------------------
+
+    def _connect(self) -> EConnT:
+        try:
+            return self._open()
+        except self.open_errors as exc:
+            raise DestinationUnavailableError(
+                f"{self.spec}: cannot open {self.path}: {exc}"
+            ) from None
+
+    def _no_file_yet(self) -> bool:
+        """True while nothing is open and the file does not exist: a look must not create it."""
+        return self._conn is None and not os.path.exists(self.path)
+
+    def schema(self) -> Schema | None:
+        if self._no_file_yet():
+            return None
+        return self._read_schema()
+
+    def _commits_table_exists(self) -> bool:
+        if self._no_file_yet():
+            return False
+        return self._has_table(COMMITS_TABLE)
+
+    @contextmanager
+    def _transaction(self) -> Iterator[EConnT]:
+        conn = self.connection
+        conn.execute(self.begin_sql)
+        try:
+            yield conn
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    def _query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        rows: list[tuple[Any, ...]] = self.connection.execute(sql, list(params)).fetchall()
+        return rows
+
+
+def database_file(spec: DestinationSpec) -> Path:
+    """The absolute path of an embedded engine's database file, in an existing directory
+    (the engine creates the file; twice takes no engine options for these)."""
+    if spec.options:
+        raise DestinationError(f"{spec.scheme} destination: unknown options {sorted(spec.options)}")
+    path = Path(spec.file_path()).expanduser().absolute()
+    if not path.parent.is_dir():
+        raise DestinationUnavailableError(
+            f"{spec.scheme} destination: directory {path.parent} missing"
+        )
+    return path

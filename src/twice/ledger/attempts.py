@@ -1,0 +1,157 @@
+"""Attempts: numbered executions of a unit of work, started and finished in the journal."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime
+
+from sqlalchemy import ColumnElement, func, insert, select, update
+from sqlalchemy.engine import Connection
+
+from twice.core.outcomes import FINISH_OUTCOMES, AttemptOutcome
+from twice.ledger import lease as leasing
+from twice.ledger import units
+from twice.ledger.checks import count, past, text
+from twice.ledger.errors import LedgerError
+from twice.ledger.journal import append_event
+from twice.ledger.records import AttemptRecord
+from twice.ledger.rows import ATTEMPT, first
+from twice.ledger.schema import attempts, job_generations
+from twice.ledger.session import Session
+
+_TERMINAL_OUTCOMES = frozenset({"succeeded", "failed-transient", "failed-permanent"})
+
+
+class AttemptStore:
+    def __init__(self, session: Session) -> None:
+        self._session = session
+
+    def begin(
+        self, uow_id: str, *, holder: str, generation: int | None, job_id: str | None,
+        started_at: datetime | None,
+    ) -> AttemptRecord:
+        holder = text(holder, "holder")
+        with self._session.write() as conn:
+            now = self._session.now()
+            unit = units.require(conn, uow_id, lock=True)
+            current = leasing.get_lease(conn, uow_id)
+            if current is not None and current.active(now) and current.holder != holder:
+                raise LedgerError(
+                    f"unit of work {uow_id} is leased by {current.holder} until "
+                    f"{current.expires_at.isoformat()}; {holder} may not start an attempt"
+                )
+            if generation is not None:
+                count(generation, "generation", minimum=1)
+                if job_id is None:
+                    recorded = conn.execute(
+                        select(job_generations.c.job_id).where(
+                            job_generations.c.uow_id == uow_id,
+                            job_generations.c.generation == generation,
+                        )
+                    ).scalar()
+                    job_id = recorded or unit.to_unit_of_work().job_id(generation)
+            if job_id is not None:
+                text(job_id, "job_id")
+            started = past(started_at, "started_at", now)
+            number = max_number(conn, uow_id) + 1
+            summary = f"attempt {number} started by {holder}"
+            if generation is not None or job_id is not None:
+                summary += f" (generation {generation}, job {job_id})"
+            seq = append_event(
+                conn,
+                kind="attempt-started",
+                at=started,
+                recorded_at=now,
+                summary=summary,
+                uow_id=uow_id,
+                attempt=number,
+                data={"holder": holder, "generation": generation, "job_id": job_id},
+            )
+            row = {"uow_id": uow_id, "number": number, "holder": holder,
+                   "generation": generation, "job_id": job_id, "started_at": started,
+                   "finished_at": None, "outcome": "running"}
+            conn.execute(insert(attempts).values(started_seq=seq, **row))
+        return ATTEMPT(row)
+
+    def finish(
+        self, uow_id: str, number: int, outcome: AttemptOutcome, finished_at: datetime | None
+    ) -> AttemptRecord:
+        if outcome not in FINISH_OUTCOMES:
+            raise LedgerError(
+                f"outcome must be one of {', '.join(FINISH_OUTCOMES)}, got {outcome!r}"
+            )
+        with self._session.write() as conn:
+            now = self._session.now()
+            current = locked(conn, uow_id, number)
+            if current.outcome == outcome and current.finished_at is not None:
+                return current
+            if current.outcome in _TERMINAL_OUTCOMES:
+                raise LedgerError(
+                    f"attempt {number} of {uow_id} already finished as {current.outcome}; "
+                    f"refusing to change it to {outcome}"
+                )
+            finished = past(finished_at, "finished_at", now)
+            if finished < current.started_at:
+                raise LedgerError(
+                    f"finished_at {finished.isoformat()} is before attempt {number} started "
+                    f"({current.started_at.isoformat()})"
+                )
+            return close(conn, current, outcome, finished=finished, recorded_at=now,
+                         summary=f"attempt {number} finished: {outcome}")
+
+    def all(self, uow_id: str) -> list[AttemptRecord]:
+        query = select(attempts).where(attempts.c.uow_id == uow_id).order_by(attempts.c.number)
+        with self._session.read() as conn:
+            return [ATTEMPT(row) for row in conn.execute(query).mappings()]
+
+    def get(self, uow_id: str, number: int) -> AttemptRecord | None:
+        return self._first(attempts.c.uow_id == uow_id, attempts.c.number == number)
+
+    def latest(self, uow_id: str) -> AttemptRecord | None:
+        return self._first(attempts.c.uow_id == uow_id, latest=True)
+
+    def _first(self, *where: ColumnElement[bool], latest: bool = False) -> AttemptRecord | None:
+        query = select(attempts).where(*where)
+        if latest:
+            query = query.order_by(attempts.c.number.desc()).limit(1)
+        with self._session.read() as conn:
+            return first(conn, query, ATTEMPT)
+
+
+def max_number(conn: Connection, uow_id: str) -> int:
+    value = conn.execute(
+        select(func.max(attempts.c.number)).where(attempts.c.uow_id == uow_id)
+    ).scalar()
+    return int(value or 0)
+
+
+def locked(conn: Connection, uow_id: str, number: int) -> AttemptRecord:
+    """Attempt ``number`` of ``uow_id``, its row locked for the rest of the transaction."""
+    query = select(attempts).where(attempts.c.uow_id == uow_id, attempts.c.number == number)
+    found = first(conn, query, ATTEMPT, lock=True)
+    if found is None:
+        raise LedgerError(f"unit of work {uow_id} has no attempt {number}")
+    return found
+
+
+def close(
+    conn: Connection, current: AttemptRecord, outcome: AttemptOutcome, *, finished: datetime,
+    recorded_at: datetime, summary: str, **data: object,
+) -> AttemptRecord:
+    """Journal and store how attempt ``current`` ended; ``data`` adds to the event's data."""
+    seq = append_event(
+        conn,
+        kind="attempt-finished",
+        at=finished,
+        recorded_at=recorded_at,
+        summary=summary,
+        uow_id=current.uow_id,
+        attempt=current.number,
+        data={"outcome": outcome, "previous_outcome": current.outcome, **data},
+    )
+    conn.execute(
+        update(attempts)
+        .where(attempts.c.uow_id == current.uow_id, attempts.c.number == current.number)
+        .values(outcome=outcome, finished_at=finished, finished_seq=seq)
+    )
+    return replace(current, outcome=outcome, finished_at=finished)

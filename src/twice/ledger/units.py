@@ -1,0 +1,101 @@
+"""Units of work: recorded once, by identity, and required by everything recorded about them."""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+from sqlalchemy.engine import Connection
+
+from twice.core.unit import UnitOfWork
+from twice.ledger.checks import count, text
+from twice.ledger.engine import insert_ignore
+from twice.ledger.errors import LedgerError, UnknownUnitError
+from twice.ledger.journal import append_event
+from twice.ledger.records import UnitRecord
+from twice.ledger.rows import UNIT, first
+from twice.ledger.schema import attempts, units
+from twice.ledger.session import Session
+
+
+class UnitStore:
+    def __init__(self, session: Session) -> None:
+        self._session = session
+
+    def record(self, uow: UnitOfWork) -> UnitRecord:
+        uow = unit_of_work(uow)
+        with self._session.write() as conn:
+            return self.record_in(conn, uow)
+
+    def record_in(self, conn: Connection, uow: UnitOfWork) -> UnitRecord:
+        """Record ``uow`` in the caller's transaction (idempotent)."""
+        identity = uow.identity()
+        uow_id = uow.uow_id
+        now = self._session.now()
+        values = {
+            "uow_id": uow_id,
+            **identity,
+            "interval_start_utc": uow.interval.start,
+            "interval_end_utc": uow.interval.end,
+            "created_at": now,
+        }
+        if insert_ignore(conn, units, values):
+            append_event(
+                conn,
+                kind="unit-recorded",
+                at=now,
+                recorded_at=now,
+                summary=f"unit of work recorded: {uow.pipeline}.{uow.task} {uow.interval}",
+                uow_id=uow_id,
+                data=identity,
+            )
+        record = find(conn, uow_id)
+        assert record is not None
+        stored = record.to_unit_of_work().identity()
+        if stored != identity:
+            raise LedgerError(f"unit of work {uow_id} is stored with another identity: {stored}")
+        return record
+
+    def get(self, uow_id: str) -> UnitRecord | None:
+        with self._session.read() as conn:
+            return find(conn, uow_id)
+
+    def all(self, *, pipeline: str | None, task: str | None) -> list[UnitRecord]:
+        query = select(units)
+        if pipeline is not None:
+            query = query.where(units.c.pipeline == pipeline)
+        if task is not None:
+            query = query.where(units.c.task == task)
+        query = query.order_by(
+            units.c.interval_start_utc, units.c.pipeline, units.c.task, units.c.uow_id
+        )
+        with self._session.read() as conn:
+            return [UNIT(row) for row in conn.execute(query).mappings()]
+
+
+def unit_of_work(uow: object) -> UnitOfWork:
+    if not isinstance(uow, UnitOfWork):
+        raise LedgerError(f"record_unit needs a UnitOfWork, got {type(uow).__name__}")
+    return uow
+
+
+def find(conn: Connection, uow_id: str, *, lock: bool = False) -> UnitRecord | None:
+    return first(conn, select(units).where(units.c.uow_id == uow_id), UNIT, lock=lock)
+
+
+def require(
+    conn: Connection, uow_id: str, *, attempt: int | None = None, lock: bool = False
+) -> UnitRecord:
+    """The unit (and its attempt ``attempt`` when given), locked on PostgreSQL when ``lock``
+    (serialises per-unit numbering)."""
+    record = find(conn, text(uow_id, "uow_id"), lock=lock)
+    if record is None:
+        raise UnknownUnitError(f"unknown unit of work {uow_id!r}: record_unit() it first")
+    if attempt is not None:
+        count(attempt, "attempt", minimum=1)
+        found = conn.execute(
+            select(attempts.c.number).where(
+                attempts.c.uow_id == uow_id, attempts.c.number == attempt
+            )
+        ).first()
+        if found is None:
+            raise LedgerError(f"unit of work {uow_id} has no attempt {attempt}")
+    return record
