@@ -10,8 +10,7 @@ server at ``--postgres``, default ``$TWICE_TEST_POSTGRES_URL``, dropped afterwar
   (the floor for any durable write);
 * a backfill of ``--intervals`` daily intervals of a pipeline whose only task does nothing
   (``twice.drivers.backfill.run_backfill``), its rerun (every interval verified, so skipped), and
-  the
-  same intervals through ``twice.Executor.run``, against a bare Python loop calling the same
+  the same intervals through ``twice.Executor.run``, against a bare Python loop calling the same
   task function over the same intervals: total time and overhead per interval.
 
 Nothing is asserted: the output is a table to read. Wall clock, one run each.

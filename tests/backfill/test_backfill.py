@@ -156,3 +156,32 @@ def test_migrated_schema_needs_accept_and_then_rewrites_every_interval(setup) ->
     changed = {(d.task, d.partition) for d in accepted.diffs if d.schema_changed}
     assert changed == {(t, s.label) for t in ("transform", "load") for s in spans}
     assert {r[-1] for r in helpers.contents(root)["positions"]} == {"EUR"}
+
+
+def test_accepting_a_schema_change_over_part_of_the_destination_is_refused(setup) -> None:
+    """A schema change applies to the whole destination or not at all: accepting it over part
+    of what the destination holds would leave the rest on the old schema, silently."""
+    import duckdb
+
+    root, ledger, pipeline = setup
+    spans = helpers.intervals(3)
+    run_backfill(pipeline, ledger, spans)
+    con = duckdb.connect(str(root / "warehouse.duckdb"))
+    for table in ("positions_stage", "positions"):
+        con.execute(f"ALTER TABLE {table} ADD COLUMN currency VARCHAR")
+    con.close()
+    before = helpers.contents(root)
+    v2 = helpers.example().build_pipeline(root, transform_version="2")
+    partial = run_backfill(v2, ledger, spans[1:], accept_schema_change=True)
+    assert not partial.ok and partial.refusal is not None
+    refusal = partial.refusal
+    assert "outside the range" in refusal and spans[0].label in refusal
+    old = ledger.latest_fingerprint(v2.get_task("transform").destination,
+                                    spans[0].label)
+    assert old is not None and f"[{old.schema}]" in refusal  # the old schema, shown
+    assert "currency" in refusal  # the new one, shown
+    assert "(; )" not in refusal and "[]" not in refusal
+    assert helpers.contents(root) == before  # nothing was rewritten
+    assert {r.status for r in partial.runs} <= {"skipped", "blocked"}
+    whole = run_backfill(v2, ledger, spans, accept_schema_change=True)
+    assert whole.ok, whole.to_dict()

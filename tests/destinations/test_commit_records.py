@@ -2,9 +2,8 @@
 
 A stamped write commits one record with its rows, in the same transaction, whose fingerprint is
 the one ``twice.destinations.fingerprint.fingerprint`` computes afterwards; an older fencing token
-for the
-same fence key is refused with nothing written; a stamped append happens once per unit of work
-and generation; a failure or a SIGKILL inside the transaction leaves neither rows nor record.
+for the same fence key is refused with nothing written; a stamped append happens once per unit of
+work and generation; a failure or a SIGKILL inside the transaction leaves neither rows nor record.
 """
 
 from __future__ import annotations

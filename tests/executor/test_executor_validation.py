@@ -3,8 +3,7 @@
 An attempt that finished without error is recorded succeeded only after its output passed the
 task's acceptance criteria (checked against the real destination) and its destination slice
 was fingerprinted and recorded (``twice.engine.verification``); otherwise it is failed-permanent
-with
-the reason as its error and its dependents do not run. ``reruns`` repeats a success the caller
+with the reason as its error and its dependents do not run. ``reruns`` repeats a success the caller
 knows is stale, and keeps a newer one, so racing reruns execute a unit once.
 """
 

@@ -47,8 +47,7 @@ SAMPLE: list[dict[str, Any]] = [
 
 def reference(rows: list[dict[str, Any]], columns: list[str]) -> tuple[int, str]:
     """twice-fp-v2 (no float column here) as documented in twice.destinations.fingerprint, written
-    without
-    twice's code."""
+    without twice's code."""
 
     def text(value: Any, arrow_type: pa.DataType) -> str:
         if value is None:

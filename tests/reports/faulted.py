@@ -2,8 +2,7 @@
 
 Nothing here writes the ledger by hand: ``twice.engine.executor.Executor`` and
 ``twice.drivers.backfill.run_backfill`` run the tasks (on a manual clock, so backoff is instant and
-the
-times are exact), and the engine records every attempt, verification, refusal and hold. The only
+the times are exact), and the engine records every attempt, verification, refusal and hold. The only
 other record is an operator's resolution (``Ledger.record_resolution``, what ``twice resolve``
 calls). Two business days, seven tasks each, one unit in each of these health states:
 

@@ -15,11 +15,20 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from twice.cli.exits import exit_on_error, finish
-from twice.cli.options import json_option, ledger_option
+from twice.cli.options import (
+    ALLOW_OPEN,
+    allow_open_option,
+    json_option,
+    ledger_option,
+    refresh_snapshots_option,
+    yes_option,
+)
 from twice.errors import InputError, UnavailableError
 
 if TYPE_CHECKING:
-    from twice.drivers.backfill import BackfillPlan, BackfillResult
+    from collections.abc import Iterable
+
+    from twice.drivers.backfill import BackfillPlan, BackfillResult, PlanItem
 
 
 def parse_point(text: str, option: str) -> date | datetime:
@@ -66,12 +75,15 @@ def parse_point(text: str, option: str) -> date | datetime:
 @click.option("--repeat", "repeat_text", default=None, metavar="a,b",
               help="Execute these tasks again although they are not safe_repeat and already "
               "succeeded (otherwise their units are held, with the reason).")
+@allow_open_option()
+@refresh_snapshots_option()
+@yes_option()
 @json_option("Print one JSON object (no progress bar).")
 @exit_on_error("error")
 def backfill(pipeline_file: str, start_text: str, end_text: str, tasks_text: str | None,
              concurrency: int, ledger_url: str | None, force: bool, accept_schema_change: bool,
              deadline_text: str, dry_run: bool, lease_ttl: float, repeat_text: str | None,
-             as_json: bool) -> None:
+             allow_open: bool, refresh_snapshots: bool, yes: bool, as_json: bool) -> None:
     """Backfill PIPELINE_FILE for the intervals in [--start, --end).
 
     Intervals run in order with bounded concurrency. After each one, every partition written
@@ -85,13 +97,18 @@ def backfill(pipeline_file: str, start_text: str, end_text: str, tasks_text: str
     with --repeat. Units run through the executor:
     a unit another process holds is left to it (exit 1, run again later), and an unknown
     outcome from an earlier run is reconciled by its job id before anything else.
+
+    Intervals that have not ended yet are refused unless --allow-open-intervals; a range of
+    more than 10,000 units (intervals x tasks) needs --yes (a terminal asks). The plan streams:
+    each interval is planned when it is about to run (or, with --dry-run, to print).
     """
+    from twice.cli.pipeline_run import confirm_units
     from twice.core.interval import IntervalError
     from twice.define.load import PipelineFileError, load_pipeline
     from twice.define.pipeline import PipelineError
-    from twice.define.schedule import ScheduleError
+    from twice.define.schedule import OpenIntervalError, ScheduleError
     from twice.destinations import DestinationError
-    from twice.drivers.backfill import BackfillError, plan_backfill, run_backfill
+    from twice.drivers.backfill import BackfillError, iter_plan, run_backfill, selected_tasks
     from twice.ledger import Ledger, LedgerError
 
     start = parse_point(start_text, "--start")
@@ -109,29 +126,44 @@ def backfill(pipeline_file: str, start_text: str, end_text: str, tasks_text: str
         pipeline = load_pipeline(pipeline_file)
         for name in repeat:
             pipeline.get_task(name)  # an unknown name is bad input, with a suggestion
-        intervals = pipeline.schedule.intervals(start, end)
-        if not intervals:
+        names, dependents = selected_tasks(pipeline, tasks)
+        count = pipeline.schedule.count_intervals(start, end)  # not listing them
+        if not count:
             raise BackfillError(f"[{start_text}, {end_text}) holds no interval")
+        confirm_units(count, len(names), yes=yes)
         ledger = Ledger.open(ledger_url, durable=True)
     except (PipelineFileError, PipelineError, ScheduleError, IntervalError, BackfillError,
             LedgerError, ValueError) as exc:
         raise InputError(str(exc)) from exc
     try:
+        try:
+            pipeline.schedule.refuse_open(start, end, ledger.now(), allow_open=allow_open,
+                                          allow=ALLOW_OPEN)
+        except OpenIntervalError as exc:
+            raise InputError(str(exc)) from exc
+        intervals = pipeline.schedule.iter_intervals(start, end)
         if dry_run:
-            plan = plan_backfill(pipeline, ledger, intervals, tasks=tasks,
-                                 force=force or accept_schema_change)
-            _print_plan(plan, as_json)
+            items = iter_plan(pipeline, ledger, intervals, tasks=tasks,
+                              force=force or accept_schema_change)
+            header = {"pipeline": pipeline.name, "tasks": names, "dependents": dependents,
+                      "force": force or accept_schema_change}
+            if as_json:
+                labels = [i.label for i in pipeline.schedule.iter_intervals(start, end)]
+                _print_plan_json(header, labels, items)
+            else:
+                _print_plan_stream(header, count, items)
             return
         options: dict[str, Any] = {
             "tasks": tasks, "concurrency": concurrency, "force": force,
             "accept_schema_change": accept_schema_change, "deadline": deadline,
-            "repeat": repeat, "lease_ttl": lease_ttl,
+            "repeat": repeat, "lease_ttl": lease_ttl, "allow_open": allow_open,
+            "refresh_snapshots": refresh_snapshots,
         }
         if as_json:
             result = run_backfill(pipeline, ledger, intervals, **options)
             click.echo(json.dumps(result.to_dict(), sort_keys=True))
         else:
-            result = run_with_progress(pipeline, ledger, intervals, **options)
+            result = run_with_progress(pipeline, ledger, intervals, total=count, **options)
             print_summary(result)
     except (PipelineError, BackfillError) as exc:
         raise InputError(str(exc)) from exc
@@ -155,28 +187,83 @@ def parse_deadline(text: str) -> datetime | None:
 
 
 def _print_plan(plan: BackfillPlan, as_json: bool) -> None:
+    """The whole ``plan`` as ``--dry-run`` prints it (the streamed output, at once)."""
+    header = {"pipeline": plan.pipeline, "tasks": list(plan.tasks),
+              "dependents": list(plan.dependents), "force": plan.force}
     if as_json:
-        click.echo(json.dumps({"dry_run": True, **plan.to_dict()}, sort_keys=True))
-        return
+        _print_plan_json(header, [i.label for i in plan.intervals], iter(plan.items))
+    else:
+        _print_plan_stream(header, len(plan.intervals), iter(plan.items))
+
+
+def _print_plan_json(header: dict[str, Any], labels: list[str], items: Iterable[PlanItem]
+                     ) -> None:
+    """``{"dry_run": true, **plan.to_dict()}`` with sorted keys, byte for byte, written as the
+    items are planned."""
+    dumps = json.dumps
+    click.echo("{" + f'"dependents": {dumps(header["dependents"])}, "dry_run": true, '
+               f'"force": {dumps(header["force"])}, "intervals": {dumps(labels)}, "items": [',
+               nl=False)
+    for n, item in enumerate(items):
+        click.echo((", " if n else "") + dumps(item.to_dict(), sort_keys=True), nl=False)
+    click.echo(f'], "pipeline": {dumps(header["pipeline"])}, "tasks": {dumps(header["tasks"])}'
+               "}")
+
+
+STREAM_ROWS = 500  # a plan longer than this prints in tables of this many rows, as planned
+
+
+def _print_plan_stream(header: dict[str, Any], intervals: int, items: Iterable[PlanItem]
+                       ) -> None:
+    """The plan table. A plan of up to ``STREAM_ROWS`` units is one table; a longer one is
+    printed as it is planned: its first interval at once, then ``STREAM_ROWS`` rows at a time
+    (the header once), then the totals."""
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"backfill plan for {plan.pipeline} (dry run: nothing changed)")
-    for column in ("interval", "task", "action", "reason"):
-        table.add_column(column)
-    for item in plan.items:
-        table.add_row(item.interval.start.isoformat(), item.task, item.action, item.reason)
     console = Console()
-    console.print(table)
-    runs = sum(item.action == "run" for item in plan.items)
-    deps = f"; dependents rerun: {', '.join(plan.dependents)}" if plan.dependents else ""
-    console.print(f"{len(plan.intervals)} intervals x {len(plan.tasks)} tasks: {runs} would run, "
-                  f"{len(plan.items) - runs} would be skipped{deps}")
+    tasks = len(header["tasks"])
+    streaming = intervals * tasks > STREAM_ROWS
+    rows: list[PlanItem] = []
+    first_interval = None
+    printed = 0
+    runs = total = 0
+
+    def flush() -> None:
+        nonlocal printed
+        if not rows:
+            return
+        table = Table(title=None if printed else
+                      f"backfill plan for {header['pipeline']} (dry run: nothing changed)",
+                      show_header=not printed)
+        for column in ("interval", "task", "action", "reason"):
+            table.add_column(column)
+        for item in rows:
+            table.add_row(item.interval.start.isoformat(), item.task, item.action, item.reason)
+        console.print(table)
+        printed += len(rows)
+        rows.clear()
+
+    for item in items:
+        if streaming and rows and (
+            len(rows) >= STREAM_ROWS or (not printed and item.interval != first_interval)
+        ):
+            flush()
+        first_interval = first_interval or item.interval
+        rows.append(item)
+        total += 1
+        runs += item.action == "run"
+    flush()
+    dependents = header["dependents"]
+    deps = f"; dependents rerun: {', '.join(dependents)}" if dependents else ""
+    console.print(f"{intervals} intervals x {tasks} tasks: {runs} would run, "
+                  f"{total - runs} would be skipped{deps}")
 
 
-def run_with_progress(pipeline: Any, ledger: Any, intervals: Any, **options: Any
-                      ) -> BackfillResult:
-    """``run_backfill`` under a Rich progress bar; diffs are printed as intervals finish."""
+def run_with_progress(pipeline: Any, ledger: Any, intervals: Any, total: int | None = None,
+                      **options: Any) -> BackfillResult:
+    """``run_backfill`` under a Rich progress bar; diffs are printed as intervals finish.
+    ``total``: how many intervals (default ``len(intervals)``; give it for a lazy range)."""
     from rich.console import Console
     from rich.progress import (
         BarColumn,
@@ -194,7 +281,8 @@ def run_with_progress(pipeline: Any, ledger: Any, intervals: Any, **options: Any
                   TextColumn("running {task.fields[running]}  failed {task.fields[failed]}"),
                   TextColumn("eta"), TimeRemainingColumn(), console=console,
                   transient=False) as progress:
-        bar = progress.add_task("backfill", total=len(intervals), running=0, failed=0)
+        bar = progress.add_task("backfill", total=len(intervals) if total is None else total,
+                                running=0, failed=0)
 
         def emit(kind: str, data: Any) -> None:
             if kind == "interval-started":

@@ -57,11 +57,15 @@ def explain(uow_id: str, ledger_url: str | None, as_json: bool) -> None:
         }
         for event in events
     ]
+    # A ledger written before twice kept only public destination identities may still hold a
+    # password (issue 19): whatever explain prints is masked (twice.core.secrets.redact).
+    from twice.core.secrets import redact
+
     if as_json:
-        click.echo(json.dumps({"uow_id": unit.uow_id, "identity": unit.to_unit_of_work()
-                               .identity(), "health": str(status.state),
-                               "healthBasis": status.basis, "healthReason": status.text,
-                               "events": rows}, sort_keys=True, default=str))
+        click.echo(redact(json.dumps({"uow_id": unit.uow_id, "identity": unit.to_unit_of_work()
+                                      .identity(), "health": str(status.state),
+                                      "healthBasis": status.basis, "healthReason": status.text,
+                                      "events": rows}, sort_keys=True, default=str)))
         return
     from rich.console import Console
     from rich.markup import escape
@@ -70,7 +74,7 @@ def explain(uow_id: str, ledger_url: str | None, as_json: bool) -> None:
     console.print(f"[bold]{unit.uow_id}[/]  {unit.pipeline}.{unit.task}  {unit.interval}")
     console.print(
         f"  input {unit.input_partition or '-'} version {unit.input_version or '-'}, "
-        f"transform {unit.transform_version}, destination {unit.destination or '-'}"
+        f"transform {unit.transform_version}, destination {redact(unit.destination) or '-'}"
     )
     from twice.reports.health import BASIS_LABEL
 
@@ -80,7 +84,8 @@ def explain(uow_id: str, ledger_url: str | None, as_json: bool) -> None:
         attempt = f" #{row['attempt']}" if row["attempt"] is not None else ""
         tag = "" if row["assertedBy"] is None else "[magenta]\\[asserted][/] "
         console.print(
-            f"{row['at']}  [cyan]{row['kind']:<17}[/]{attempt:<4} {tag}{escape(row['summary'])}"
+            f"{row['at']}  [cyan]{row['kind']:<17}[/]{attempt:<4} {tag}"
+            f"{escape(redact(row['summary']))}"
         )
     if any(row["assertedBy"] is not None for row in rows):
         console.print("[asserted]: an operator's resolution (twice resolve), a person's word; "

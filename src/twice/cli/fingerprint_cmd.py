@@ -40,9 +40,11 @@ def fingerprint(destination: str, partition_text: str, key_columns: str | None,
     type without a canonical text is refused, never left out. The output lists the columns.
     """
     from twice.core.interval import IntervalError
+    from twice.core.secrets import redact, remember
     from twice.destinations import DestinationError, open_destination
     from twice.destinations.fingerprint import fingerprint as compute
 
+    remember(destination)  # its password, if any, is used to connect and masked in messages
     try:
         column, partition = _parse_partition(partition_text)
         keys = [k.strip() for k in key_columns.split(",")] if key_columns else None
@@ -52,13 +54,14 @@ def fingerprint(destination: str, partition_text: str, key_columns: str | None,
         finally:
             dest.close()
     except (DestinationError, IntervalError) as exc:
-        raise InputError(str(exc)) from exc
+        raise InputError(redact(str(exc))) from None
     except Exception as exc:  # engine errors: report, do not dump a traceback on operators
-        raise UnavailableError(f"{type(exc).__name__}: {exc}".strip()) from exc
+        raise UnavailableError(redact(f"{type(exc).__name__}: {exc}".strip())) from None
+    shown = redact(dest.spec)  # an engine's spec is public already; belt and braces
     if as_json:
-        click.echo(json.dumps({"destination": dest.spec, **result.to_dict()}, sort_keys=True))
+        click.echo(json.dumps({"destination": shown, **result.to_dict()}, sort_keys=True))
         return
-    click.echo(f"{dest.spec}  {result.partition}")
+    click.echo(f"{shown}  {result.partition}")
     click.echo(f"  rows       {result.row_count}")
     click.echo(f"  checksum   {result.checksum}")
     click.echo(f"  columns    {', '.join(result.columns)} ({len(result.columns)})")

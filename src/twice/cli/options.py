@@ -62,3 +62,34 @@ def deadline_option(help: str) -> Callable[[F], F]:
 def repeat_option(help: str) -> Callable[[F], F]:
     """``--repeat A,B``: execute these tasks again although they are not safe_repeat."""
     return click.option("--repeat", default=None, metavar="A,B", help=help)
+
+
+ALLOW_OPEN = "--allow-open-intervals"
+# A range of more units of work (intervals x tasks) than this needs --yes (or a terminal's yes).
+LARGE_RANGE_UNITS = 10_000
+
+
+def allow_open_option() -> Callable[[F], F]:
+    """``--allow-open-intervals`` (``allow_open``): run intervals that have not ended yet."""
+    return click.option(
+        ALLOW_OPEN, "allow_open", is_flag=True,
+        help="Run intervals that have not ended yet (their output covers a partial interval; "
+             "the ledger records the run as made on an open interval). Without it they are "
+             "refused.")
+
+
+def refresh_snapshots_option() -> Callable[[F], F]:
+    """``--refresh-snapshots``: read snapshotting tasks' sources again (twice.engine.snapshots)."""
+    return click.option(
+        "--refresh-snapshots", "refresh_snapshots", is_flag=True,
+        help="Read the sources of tasks declared with snapshot= again; a source whose rows "
+             "changed becomes a new input version (a new unit of work). Without it, retries "
+             "and reruns read the stored snapshot.")
+
+
+def yes_option() -> Callable[[F], F]:
+    """``--yes`` (``yes``): confirm a range of more than ``LARGE_RANGE_UNITS`` units."""
+    return click.option(
+        "--yes", "-y", "yes", is_flag=True,
+        help=f"Confirm a range of more than {LARGE_RANGE_UNITS:,} units of work (intervals x "
+             "tasks); without it such a range is refused, or asked about on a terminal.")

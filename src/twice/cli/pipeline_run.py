@@ -39,8 +39,10 @@ class RunInputs:
 
 def load_run_inputs(pipeline_file: str, *, interval: str | None, start: str | None,
                     end: str | None, tasks: str | None, deadline: str | None,
-                    repeat: str | None) -> RunInputs:
-    """Load the pipeline file, apply ``--deadline`` and parse what to run."""
+                    repeat: str | None, yes: bool = False) -> RunInputs:
+    """Load the pipeline file, apply ``--deadline`` and parse what to run; a range of more
+    than ``LARGE_RANGE_UNITS`` units needs ``yes`` (see :func:`confirm_units`), asked before
+    its intervals are listed."""
     from twice.define.load import PipelineFileError, load_pipeline
 
     try:
@@ -49,12 +51,60 @@ def load_run_inputs(pipeline_file: str, *, interval: str | None, start: str | No
         raise InputError(str(exc)) from exc
     if deadline is not None:
         pipeline.deadline = deadline_override(deadline)
+    names = parse_task_names(pipeline, tasks)
+    repeat_names = parse_task_names(pipeline, repeat, option="--repeat") or []
+    span = parse_span(pipeline, interval, start, end)
+    count = _schedule_call(lambda: pipeline.schedule.count_intervals(span.start, span.end))
+    confirm_units(count, len(pipeline.tasks) if names is None else len(names), yes=yes)
     return RunInputs(
         pipeline=pipeline,
-        spans=parse_intervals(pipeline, interval, start, end),
-        tasks=parse_task_names(pipeline, tasks),
-        repeat=parse_task_names(pipeline, repeat, option="--repeat") or [],
+        spans=_schedule_call(lambda: pipeline.schedule.intervals(span.start, span.end)),
+        tasks=names,
+        repeat=repeat_names,
     )
+
+
+def confirm_units(intervals: int, tasks: int, *, yes: bool) -> None:
+    """A range of more than ``LARGE_RANGE_UNITS`` units of work (intervals x tasks) runs only
+    with ``--yes``, or when the operator says yes on a terminal; otherwise ``InputError``
+    stating the count and how to confirm, before anything is planned or recorded."""
+    from twice.cli.options import LARGE_RANGE_UNITS
+
+    units = intervals * tasks
+    if yes or units <= LARGE_RANGE_UNITS:
+        return
+    text = (f"the range holds {units:,} units of work ({intervals:,} interval(s) x {tasks} "
+            f"task(s)), more than {LARGE_RANGE_UNITS:,}")
+    if _interactive():
+        if click.confirm(f"{text}. Run them all?", default=False, err=True):
+            return
+        raise InputError(f"--yes: {text}; not confirmed, nothing was done")
+    raise InputError(f"--yes: {text}; confirm with --yes (or narrow the range or --tasks)")
+
+
+def _interactive() -> bool:
+    import sys
+
+    stdin = sys.stdin
+    return stdin is not None and stdin.isatty()
+
+
+def refuse_open_spans(spans: list[Interval], as_of: datetime, allow_open: bool) -> None:
+    """``--allow-open-intervals``: intervals that have not ended at ``as_of`` are refused
+    (``InputError`` naming the first and the option) unless allowed."""
+    from twice.cli.options import ALLOW_OPEN
+    from twice.define.schedule import refuse_open_intervals
+
+    refuse_open_intervals(spans, as_of, allow_open=allow_open, allow=ALLOW_OPEN)
+
+
+def _schedule_call(call: Callable[[], T]) -> T:
+    from twice.define.schedule import ScheduleError
+
+    try:
+        return call()
+    except ScheduleError as exc:
+        raise InputError(str(exc)) from exc
 
 
 def open_durable_ledger(ledger_url: str | None) -> Ledger:
@@ -70,18 +120,22 @@ def open_durable_ledger(ledger_url: str | None) -> Ledger:
 def parse_intervals(pipeline: Pipeline, interval: str | None, start: str | None,
                     end: str | None) -> list[Interval]:
     """``--interval``, or ``--start`` and ``--end``, on the pipeline's schedule."""
-    from twice.define.schedule import ScheduleError
+    span = parse_span(pipeline, interval, start, end)
+    return _schedule_call(lambda: pipeline.schedule.intervals(span.start, span.end))
 
+
+def parse_span(pipeline: Pipeline, interval: str | None, start: str | None,
+               end: str | None) -> Interval:
+    """``--interval``, or ``--start`` and ``--end``, as one span on the pipeline's grid (its
+    intervals not listed yet)."""
     if interval is not None and (start is not None or end is not None):
         raise InputError("give either --interval or --start/--end, not both")
     if interval is None:
         if start is None or end is None:
             raise InputError("give --interval DATE, or both --start and --end")
         interval = f"{start}/{end}"
-    try:
-        return pipeline.schedule.parse_intervals_arg(interval)
-    except ScheduleError as exc:
-        raise InputError(str(exc)) from exc
+    text = interval
+    return _schedule_call(lambda: pipeline.schedule.parse_interval_arg(text))
 
 
 def parse_task_names(pipeline: Pipeline, tasks: str | None, option: str = "--tasks"
@@ -141,6 +195,7 @@ class Outcome(Protocol):
 
 
 OutcomeT = TypeVar("OutcomeT", bound=Outcome)
+T = TypeVar("T")
 
 
 def show_and_finish(outcome: OutcomeT, label: str, as_json: bool,

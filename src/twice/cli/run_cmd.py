@@ -2,7 +2,9 @@
 
 Exit status: 0 if every unit succeeded, 1 if any did not (failed, exhausted, deadline-infeasible,
 unknown, blocked, leased elsewhere), 2 for bad input (missing or invalid pipeline file, unknown
-task, bad interval, unusable ledger), always with a message naming the thing and no traceback.
+task, bad interval, unusable ledger, an interval that has not ended without
+``--allow-open-intervals``, more than 10,000 units without ``--yes``), always with a message
+naming the thing and no traceback.
 """
 
 from __future__ import annotations
@@ -55,15 +57,20 @@ _STYLE = {
 @options.repeat_option(
     "Execute these tasks again even though they are not safe_repeat and already succeeded "
     "(otherwise such units are held, with the reason).")
+@options.allow_open_option()
+@options.refresh_snapshots_option()
+@options.yes_option()
 @options.json_option()
 @exit_on_error("twice run")
 def run(pipeline_file: str, interval: str | None, start: str | None, end: str | None,
         tasks: str | None, ledger_url: str | None, max_workers: int, seed: int | None,
-        deadline: str | None, lease_ttl: float, repeat: str | None, as_json: bool) -> None:
+        deadline: str | None, lease_ttl: float, repeat: str | None, allow_open: bool,
+        refresh_snapshots: bool, yes: bool, as_json: bool) -> None:
     """Run a pipeline for one interval or a range."""
     from twice.cli.pipeline_run import (
         load_run_inputs,
         open_durable_ledger,
+        refuse_open_spans,
         run_failures,
         show_and_finish,
     )
@@ -71,12 +78,13 @@ def run(pipeline_file: str, interval: str | None, start: str | None, end: str | 
     from twice.errors import Interrupted
 
     inputs = load_run_inputs(pipeline_file, interval=interval, start=start, end=end,
-                             tasks=tasks, deadline=deadline, repeat=repeat)
+                             tasks=tasks, deadline=deadline, repeat=repeat, yes=yes)
     with open_durable_ledger(ledger_url) as ledger:
+        refuse_open_spans(inputs.spans, ledger.now(), allow_open)
         executor = Executor(
             inputs.pipeline, ledger, max_workers=max_workers,
             rng=None if seed is None else random.Random(seed), repeat=inputs.repeat,
-            lease_ttl=lease_ttl,
+            lease_ttl=lease_ttl, allow_open=allow_open, refresh_snapshots=refresh_snapshots,
         )
         with run_failures():
             try:

@@ -32,22 +32,37 @@ def _partition(text: str) -> Any:
 @click.command("verify")
 @ledger_option("Ledger URL (default: $TWICE_LEDGER or ./twice-ledger.db).")
 @click.option("--destination", default=None, metavar="SPEC",
-              help="Only partitions of this destination (as recorded).")
+              help="Only partitions of this destination (as recorded; a password in SPEC is "
+              "used to connect, never shown).")
+@click.option("--pipeline", "pipeline_file", default=None, metavar="FILE",
+              type=click.Path(dir_okay=False),
+              help="Pipeline file whose destinations' credentials to connect with (the ledger "
+              "records destinations without passwords).")
 @json_option("Print one JSON object.")
 @exit_on_error("error")
-def verify(ledger_url: str | None, destination: str | None, as_json: bool) -> None:
+def verify(ledger_url: str | None, destination: str | None, pipeline_file: str | None,
+           as_json: bool) -> None:
     """Recompute fingerprints of recorded partitions and compare with the ledger's latest.
 
     Each fingerprint is recomputed with the algorithm and over the columns it was recorded
     with (shown); a partition whose values, rows or row count changed since (behind twice's
     back) is a MISMATCH, and any mismatch exits 1. A fingerprint recorded by the older
     twice-fp-v1 still verifies, over its own columns only, and is reported as older.
+    Destinations are recorded without passwords: give --pipeline (or the engine's own
+    sources, e.g. PGPASSWORD or ~/.pgpass) for the credentials.
     """
+    from twice.core.secrets import redact, remember
     from twice.destinations import DestinationError, open_destination
     from twice.destinations.fingerprint import verify as check
     from twice.engine.verification import as_fingerprint
     from twice.ledger import Ledger, LedgerError
 
+    if pipeline_file is not None:
+        from twice.define.load import load_pipeline
+
+        load_pipeline(pipeline_file)  # its tasks register their destinations' credentials
+    if destination is not None:
+        destination = remember(destination)  # recorded under its public identity
     try:
         ledger = Ledger.open(ledger_url)
     except (LedgerError, ValueError) as exc:
@@ -74,7 +89,7 @@ def verify(ledger_url: str | None, destination: str | None, as_json: bool) -> No
                          checksum=result.current.checksum, reasons=list(result.reasons),
                          note=result.note)
         except DestinationError as exc:
-            entry.update(matches=False, rows=None, checksum=None, reasons=[str(exc)])
+            entry.update(matches=False, rows=None, checksum=None, reasons=[redact(str(exc))])
         results.append(entry)
     mismatches = [r for r in results if not r["matches"]]
     older = [r for r in results if r["older"] and r["matches"]]

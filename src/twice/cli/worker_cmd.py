@@ -7,7 +7,9 @@ a worker killed mid-attempt leaves a lease that expires and an attempt the next 
 
 Exit status: 0 if every unit this worker ran succeeded (units done or ended in other workers do
 not count against it), 1 if one did not or it was stopped by a signal with work left, 2 for bad
-input (pipeline file, interval, task, option, unusable ledger), with a message and no traceback.
+input (pipeline file, interval, task, option, unusable ledger, an interval that has not ended
+without ``--allow-open-intervals``, more than 10,000 units without ``--yes``), with a message and
+no traceback.
 """
 
 from __future__ import annotations
@@ -83,16 +85,20 @@ def _since(text: str | None) -> datetime | None:
 @options.repeat_option(
     "Execute these tasks again although they are not safe_repeat and already succeeded "
     "(otherwise such units are held, with the reason).")
+@options.allow_open_option()
+@options.yes_option()
 @options.json_option()
 @exit_on_error("twice worker")
 def worker(pipeline_file: str, ledger_url: str | None, interval: str | None, start: str | None,
            end: str | None, tasks: str | None, name: str | None, lease_ttl: float,
            pool_ttl: float, poll: float, once: bool, max_units: int | None, since: str | None,
-           seed: int | None, deadline: str | None, repeat: str | None, as_json: bool) -> None:
+           seed: int | None, deadline: str | None, repeat: str | None, allow_open: bool,
+           yes: bool, as_json: bool) -> None:
     """Work on a pipeline's units alongside other workers sharing the ledger."""
     from twice.cli.pipeline_run import (
         load_run_inputs,
         open_durable_ledger,
+        refuse_open_spans,
         run_failures,
         show_and_finish,
     )
@@ -104,14 +110,16 @@ def worker(pipeline_file: str, ledger_url: str | None, interval: str | None, sta
         raise InputError("--name must not be empty")
     since_at = _since(since)
     inputs = load_run_inputs(pipeline_file, interval=interval, start=start, end=end,
-                             tasks=tasks, deadline=deadline, repeat=repeat)
+                             tasks=tasks, deadline=deadline, repeat=repeat, yes=yes)
     with open_durable_ledger(ledger_url) as ledger:
+        refuse_open_spans(inputs.spans, ledger.now(), allow_open)
         try:
             runner = Worker(
                 inputs.pipeline, ledger, inputs.spans, tasks=inputs.tasks, name=name,
                 lease_ttl=lease_ttl, pool_ttl=pool_ttl, poll=poll, once=once,
                 max_units=max_units, since=since_at,
                 rng=None if seed is None else random.Random(seed), repeat=inputs.repeat,
+                allow_open=allow_open,
             )
         except (ValueError, PipelineError, ScheduleError) as exc:
             raise InputError(str(exc)) from exc

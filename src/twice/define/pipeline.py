@@ -139,21 +139,24 @@ class Task:
     - ``estimated_duration``/``validation_duration``: seconds, for the deadline-aware planner.
     - ``reconcile(job_id, ctx)``: asks the remote service what happened to ``job_id`` after a
       timeout or lost acknowledgement; returns a ``RemoteState``.
-    - ``acceptance``: ``twice.define.acceptance.AcceptanceCriteria`` the executor checks, against
-    what
-      the attempt returned and what ``destination`` holds, before it records the attempt
-      succeeded; a failed check makes it ``failed-permanent`` (needs ``destination``).
-    - ``maximum_bytes_billed``/``cost_estimate``: the cost guard (``twice.engine.cost``): before
-    each
-      attempt the executor calls ``cost_estimate(interval)`` (a ``twice.remote.Estimate``) and
-      refuses the attempt when it is over the limit; the limit is never raised on retry. Pass the
-      same limit to the remote service (BigQuery ``maximumBytesBilled``) in the task.
+    - ``acceptance``: ``twice.AcceptanceCriteria`` the executor checks, against what the attempt
+      returned and what ``destination`` holds, before it records the attempt succeeded; a
+      failed check makes it ``failed-permanent`` (needs ``destination``).
+    - ``maximum_bytes_billed``/``cost_estimate``: the cost guard (``twice.engine.cost``):
+      before each attempt the executor calls ``cost_estimate(interval)`` (a
+      ``twice.remote.Estimate``) and refuses the attempt when it is over the limit; the limit is
+      never raised on retry. Pass the same limit to the remote service (BigQuery
+      ``maximumBytesBilled``) in the task.
     - ``write``: ``"replace"`` (the interval's slice), ``"upsert"`` (by the destination's
       ``key_columns``) or ``"append"`` (exactly once per unit and generation): the task RETURNS
       its output (PyArrow table or batches, pandas/polars DataFrame, DuckDB relation) and twice
       writes it, with a commit record (``twice.destinations.commits``). Writes a task makes
       itself through ``open_destination(ctx.destination)`` during an attempt are owned the same
       way; either kind is reconciled from the destination after an unknown outcome.
+    - ``snapshot``: ``snapshot(interval)`` reads the interval's input from a source that
+      overwrites history; twice stores it once per unit (Parquet, with its fingerprint) before
+      the first attempt, every attempt and rerun reads it as ``ctx.snapshot.read()``, and the
+      source is read again only when asked (``twice.engine.snapshots``).
     - ``timeout_is_failure``: a timeout raised INSIDE the task (``TimeoutError``,
       ``socket.timeout``, a client library's ``...Timeout``) is normally an unknown outcome (the
       request may have reached the service: reconcile first); True declares that such a timeout
@@ -183,6 +186,7 @@ class Task:
     write: WriteMode | None = None
     maximum_bytes_billed: int | None = None
     cost_estimate: Callable[[Interval], Any] | None = None
+    snapshot: Callable[[Interval], Any] | None = None
     metadata: Mapping[str, Any] = field(default_factory=dict)
     description: str = ""
 
@@ -209,6 +213,12 @@ class Task:
             raise PipelineError(f"{where}: transform_version must be a non-empty string")
         if not isinstance(self.destination, str):
             raise PipelineError(f"{where}: destination must be a string")
+        # Issue 19: the task carries its destination's public identity (no password), which is
+        # what units, fingerprints, commit records and reports hold; the spec as written is
+        # registered so that only opening the destination uses the password.
+        from twice.core.secrets import remember
+
+        object.__setattr__(self, "destination", remember(self.destination))
         _check_partition(self.input_partition, where)
         for attr in ("input_version", "reconcile"):
             value = getattr(self, attr)
@@ -255,6 +265,8 @@ class Task:
                 )
         if self.cost_estimate is not None and not callable(self.cost_estimate):
             raise PipelineError(f"{where}: cost_estimate must be callable(interval) or None")
+        if self.snapshot is not None and not callable(self.snapshot):
+            raise PipelineError(f"{where}: snapshot must be callable(interval) or None")
         if not isinstance(self.metadata, Mapping):
             raise PipelineError(f"{where}: metadata must be a mapping")
         object.__setattr__(self, "metadata", MappingProxyType(dict(self.metadata)))
@@ -410,6 +422,9 @@ class TaskContext:
     # The attempt's twice.destinations.commits.WriteStamp (set by the executor): writes made
     # during the attempt commit it with their rows.
     stamp: Any = field(default=None, compare=False)
+    # The unit's input snapshot (twice.engine.snapshots.SnapshotView) when the task declares
+    # ``snapshot=``: read it with ``ctx.snapshot.read()``.
+    snapshot: Any = field(default=None, compare=False)
     _collected: list[NonFatal] = field(default_factory=list, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -426,7 +441,7 @@ class TaskContext:
         # Read-only mappings do not pickle; rebuild them so a context can cross to a child
         # process (twice.engine.timeouts.run_in_process spawns). Recorded non-fatals travel with it.
         args = (self.unit, self.attempt, self.generation, dict(self.upstream), dict(self.params))
-        return (_rebuild_context, (*args, self.recorder, list(self._collected)))
+        return (_rebuild_context, (*args, self.recorder, list(self._collected), self.snapshot))
 
     @property
     def interval(self) -> Interval:
@@ -480,8 +495,9 @@ def _rebuild_context(
     params: dict[str, Any],
     recorder: Recorder | None,
     collected: list[NonFatal],
+    snapshot: Any = None,
 ) -> TaskContext:
-    ctx = TaskContext(unit, attempt, generation, upstream, params, recorder)
+    ctx = TaskContext(unit, attempt, generation, upstream, params, recorder, snapshot=snapshot)
     ctx._collected.extend(collected)
     return ctx
 
@@ -595,6 +611,7 @@ class Pipeline:
         reconcile: Reconciler | None = ...,
         acceptance: Any = ...,
         safe_repeat: bool = ...,
+        snapshot: Callable[[Interval], Any] | None = ...,
         metadata: Mapping[str, Any] | None = ...,
         description: str = ...,
     ) -> Callable[[F], F]: ...
@@ -914,6 +931,7 @@ class Pipeline:
         recorder: Recorder | None = None,
         unit: UnitOfWork | None = None,
         stamp: Any = None,
+        snapshot: Any = None,
     ) -> TaskContext:
         """The ``TaskContext`` for one attempt (``unit`` reuses an already-built unit of work)."""
         if unit is None:
@@ -928,6 +946,7 @@ class Pipeline:
             params=params or _EMPTY,
             recorder=recorder,
             stamp=stamp,
+            snapshot=snapshot,
         )
 
     def deadline_for(self, interval: Interval) -> datetime | None:

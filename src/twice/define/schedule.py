@@ -23,7 +23,7 @@ mid-interval would silently cover a partial interval, so it is refused with the 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta, timezone
 from itertools import pairwise
@@ -39,11 +39,14 @@ KINDS: tuple[ScheduleKind, ...] = ("daily", "hourly", "every")
 _UTC = UTC
 _DAY = timedelta(days=1)
 _HOUR = timedelta(hours=1)
+_TICK = timedelta(microseconds=1)
 # Every UTC offset ever used (local mean time included) lies well within this, so enumerating wall
 # marks this far beyond a UTC range finds every boundary inside it.
 _OFFSET_MARGIN = timedelta(hours=26)
 # A range longer than this is almost certainly a units mistake (every(1 s) over a year).
 MAX_INTERVALS = 1_000_000
+# Daily and hourly grids are enumerated this many intervals at a time (see ``_points``).
+_CHUNK = 720
 _DEFAULT_ANCHOR = datetime(2000, 1, 1)
 # Data intervals lie in these years. The bound is far from datetime's own limits (years 1 and
 # 9999) so that the day and offset arithmetic around an interval can never overflow.
@@ -52,6 +55,52 @@ FIRST_YEAR, LAST_YEAR = 1000, 8999
 
 class ScheduleError(InputError):
     """A schedule or an interval argument is invalid; the message names the field."""
+
+
+class OpenIntervalError(ScheduleError):
+    """Intervals that have not ended yet were asked for without allowing them.
+
+    ``first`` is the earliest open one, ``count`` how many there are, ``as_of`` the "now" they
+    were judged against; the message names the first, the count and how to allow them
+    (``allow``: the option or parameter that permits them).
+    """
+
+    def __init__(self, first: Interval, count: int, as_of: datetime, allow: str) -> None:
+        self.first = first
+        self.count = count
+        self.as_of = as_of
+        self.allow = allow
+        more = f" (and {count - 1} later interval(s))" if count > 1 else ""
+        super().__init__(
+            f"interval {first.label}{more} has not ended yet: it ends {first.end.isoformat()}, "
+            f"now is {as_of.isoformat()}, so its output would cover a partial interval and be "
+            f"recorded as if complete; pass {allow} to run it anyway (the run is then recorded "
+            "as run on an open interval)"
+        )
+
+    def allowed_by(self, allow: str) -> OpenIntervalError:
+        """The same refusal, naming another way to allow it (a CLI option)."""
+        return OpenIntervalError(self.first, self.count, self.as_of, allow)
+
+
+def open_intervals(intervals: Iterable[Interval], as_of: datetime) -> list[Interval]:
+    """The intervals among ``intervals`` that have not ended at ``as_of`` (end after it)."""
+    return [interval for interval in intervals if interval.end > as_of]
+
+
+def refuse_open_intervals(intervals: Iterable[Interval], as_of: datetime, *, allow_open: bool,
+                          allow: str = "allow_open=True") -> list[Interval]:
+    """The open intervals among ``intervals`` (see ``open_intervals``); ``OpenIntervalError``
+    naming them and ``allow`` (what permits them) unless ``allow_open``.
+
+    Every driver (``twice run``, ``twice backfill``, ``twice worker``, the executor itself)
+    calls this before anything is recorded: an interval that has not ended would otherwise be
+    recorded succeeded over the part of its data that exists so far.
+    """
+    found = open_intervals(intervals, as_of)
+    if found and not allow_open:
+        raise OpenIntervalError(min(found), len(found), as_of, allow)
+    return found
 
 
 def _zone(tz: object) -> ZoneInfo:
@@ -172,6 +221,39 @@ class Schedule:
         lo, hi = self._range(start, end)
         return self._tiles(lo, hi)
 
+    def span(self, start: date | datetime, end: date | datetime) -> Interval:
+        """The range ``[start, end)`` as one interval (bounds checked as in ``intervals``)."""
+        lo, hi = self._range(start, end)
+        return Interval(self._local(lo), self._local(hi))
+
+    def refuse_open(self, start: date | datetime, end: date | datetime, as_of: datetime, *,
+                    allow_open: bool, allow: str = "allow_open=True") -> int:
+        """How many intervals of ``[start, end)`` have not ended at ``as_of``, without listing
+        the range; ``OpenIntervalError`` (naming the first and ``allow``) unless
+        ``allow_open``. The open ones are the tail from the interval holding ``as_of``."""
+        whole = self.span(start, end)
+        if whole.end <= as_of:
+            return 0
+        tail = max(whole.start, self.interval_for(as_of).start)
+        count = self.count_intervals(tail, whole.end)
+        if count and not allow_open:
+            first = next(self.iter_intervals(tail, whole.end))
+            raise OpenIntervalError(first, count, as_of, allow)
+        return count
+
+    def iter_intervals(self, start: date | datetime, end: date | datetime) -> Iterator[Interval]:
+        """``intervals(start, end)`` one at a time, computed as they are taken: the first is
+        ready at once, however long the range. The bounds are checked now, not on first use."""
+        lo, hi = self._range(start, end)
+        self._check_size(lo, hi)
+        return self._iter_tiles(lo, hi)
+
+    def count_intervals(self, start: date | datetime, end: date | datetime) -> int:
+        """``len(intervals(start, end))`` without building the intervals (constant time for
+        ``every``; a day at a time for ``hourly``, by arithmetic while the UTC offset holds)."""
+        lo, hi = self._range(start, end)
+        return self._count(lo, hi)
+
     def parse_interval_arg(self, text: str) -> Interval:
         """Parse a CLI interval value into one span on this schedule's grid.
 
@@ -239,6 +321,9 @@ class Schedule:
         """
         if not isinstance(interval, Interval):
             raise ScheduleError(f"interval: expected an Interval, got {type(interval).__name__}")
+        quick = self._quick_canonical(interval)
+        if quick is not None:
+            return quick
         found = self._containing(interval.start.astimezone(_UTC))
         if found != interval:
             raise ScheduleError(
@@ -355,7 +440,30 @@ class Schedule:
             raise ScheduleError(f"when: no {self} interval found around {instant.isoformat()}")
         return Interval(self._local(before[-1]), self._local(after[0]))
 
-    def _tiles(self, lo: datetime, hi: datetime) -> list[Interval]:
+    def _quick_canonical(self, interval: Interval) -> Interval | None:
+        """``canonical`` without searching the grid, when the answer is plain: a UTC offset
+        that holds over the whole interval, a start on a mark (and, daily, the first instant of
+        that midnight) and the nominal length. None: not plain, search (``_containing``)."""
+        start, end = interval.start.astimezone(_UTC), interval.end.astimezone(_UTC)
+        if self.kind == "every":
+            assert self.step is not None and self.anchor is not None
+            if end - start != self.step or (start - self.anchor) % self.step:
+                return None
+        else:
+            if end - start != self.nominal_duration:
+                return None
+            local_start, local_end = self._local(start), self._local(end)
+            if local_start.utcoffset() != local_end.utcoffset():
+                return None  # a DST change inside: the search knows the details
+            wall = local_start.replace(tzinfo=None)
+            if wall.minute or wall.second or wall.microsecond:
+                return None
+            if self.kind == "daily" and (wall.hour or self._first_at_or_after(wall) != start):
+                return None
+            return Interval(local_start, local_end)
+        return Interval(self._local(start), self._local(end))
+
+    def _check_size(self, lo: datetime, hi: datetime) -> None:
         if self.kind == "every":
             assert self.step is not None
             count = (hi - lo) // self.step
@@ -364,14 +472,59 @@ class Schedule:
                     f"end: the range holds {count} intervals of {self}; split it "
                     f"(max {MAX_INTERVALS})"
                 )
-            points = [lo + k * self.step for k in range(count + 1)]
-        else:
-            span = hi - lo
-            if span // self.nominal_duration > MAX_INTERVALS:
-                raise ScheduleError(f"end: the range is too long for {self}; split it")
-            points = self._calendar_boundaries(lo, hi)
-        local = [self._local(p) for p in points]
-        return [Interval(a, b) for a, b in pairwise(local)]
+        elif (hi - lo) // self.nominal_duration > MAX_INTERVALS:
+            raise ScheduleError(f"end: the range is too long for {self}; split it")
+
+    def _tiles(self, lo: datetime, hi: datetime) -> list[Interval]:
+        self._check_size(lo, hi)
+        return list(self._iter_tiles(lo, hi))
+
+    def _iter_tiles(self, lo: datetime, hi: datetime) -> Iterator[Interval]:
+        points = (self._local(point) for point in self._points(lo, hi))
+        return (Interval(a, b) for a, b in pairwise(points))
+
+    def _points(self, lo: datetime, hi: datetime) -> Iterator[datetime]:
+        """The grid's boundaries in ``[lo, hi]``, in order, computed a chunk at a time."""
+        if self.kind == "every":
+            assert self.step is not None
+            for k in range((hi - lo) // self.step + 1):
+                yield lo + k * self.step
+            return
+        chunk = _CHUNK * self.nominal_duration
+        last: datetime | None = None
+        a = lo
+        while True:
+            b = min(a + chunk, hi)
+            for point in self._calendar_boundaries(a, b):
+                if last is None or point > last:  # a chunk's end is the next one's start
+                    yield point
+                    last = point
+            if b >= hi:
+                return
+            a = b
+
+    def _count(self, lo: datetime, hi: datetime) -> int:
+        if self.kind == "every":
+            assert self.step is not None
+            return (hi - lo) // self.step
+        if self.kind == "daily":
+            return sum(1 for _ in self._points(lo, hi)) - 1
+        # Hourly: while the UTC offset holds, exactly one boundary per elapsed hour (the
+        # instants whose wall clock reads hh:00); a day whose offset changes is walked, its
+        # first instant included (a skipped mark starts an interval at the change itself).
+        count = 0
+        a = lo
+        offset_a = self._local(a - _TICK).utcoffset()
+        while a < hi:
+            b = min(a + _DAY, hi)
+            offset_b = self._local(b - _TICK).utcoffset()
+            if offset_a == offset_b:
+                assert offset_a is not None
+                count += _marks_between(a + offset_a, b + offset_a)
+            else:
+                count += sum(1 for point in self._calendar_boundaries(a, b) if point < b)
+            a, offset_a = b, offset_b
+        return count
 
     def _calendar_boundaries(self, lo: datetime, hi: datetime) -> list[datetime]:
         """Sorted boundary instants b with lo <= b <= hi (daily and hourly grids)."""
@@ -401,6 +554,14 @@ class Schedule:
         if second != first and self._wall(second) == wall:
             return [first, second]  # the repeated hour of a fall-back night
         return [first]
+
+
+def _marks_between(lo: datetime, hi: datetime) -> int:
+    """How many whole hours (hh:00:00) lie in ``[lo, hi)``."""
+    first = lo.replace(minute=0, second=0, microsecond=0)
+    if first < lo:
+        first += _HOUR
+    return 0 if first >= hi else -((first - hi) // _HOUR)
 
 
 def _check_year(value: date, field: str) -> None:

@@ -12,7 +12,8 @@ Spec strings, one engine module each (``twice.destinations.<scheme>``):
 * ``sqlite:///abs/path.db#table`` (``sqlite:rel/path.db#table`` for a relative path)
 * ``duckdb:///abs/path.duckdb#table`` or ``#schema.table``
 * ``postgresql://user@host:5432/db#schema.table`` (password from PGPASSWORD / .pgpass; a
-  password in the string is used but never echoed back in ``spec``)
+  password in the string, ``user:password@`` or ``?password=``, is used to connect but never
+  echoed back in ``spec``: see :mod:`twice.core.secrets`)
 * ``parquet:///abs/dir`` (Hive layout ``key=value/``; ``?overwrite=static|dynamic``)
 * ``spark:///abs/warehouse#table`` (or ``?table=``; ``?overwrite=static|dynamic``,
   ``?master=local[2]``; needs ``twice[spark]`` and Java 17)
@@ -66,9 +67,12 @@ def open_destination(
     """Open the destination named by ``spec``; keyword arguments fill in or must agree with
     the ``partition_column`` / ``key_columns`` query options."""
     from twice.core.identifiers import validate_identifier, validate_identifiers
+    from twice.core.secrets import with_credentials
     from twice.destinations.base import DestinationSpec
 
-    parsed = DestinationSpec.parse(spec)
+    # A task's destination is its public identity (no password): connect with the spec the
+    # task declared (twice.core.secrets). The engine's ``spec`` attribute stays public.
+    parsed = DestinationSpec.parse(with_credentials(spec))
     module_name = ENGINE_MODULES.get(parsed.scheme)
     if module_name is None:
         raise DestinationError(

@@ -32,6 +32,7 @@ import psycopg
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
+from twice.core.secrets import public_spec, redact
 from twice.destinations.base import DestinationSpec, SqlDestination, SqlDialect, split_table_name
 from twice.destinations.columns import ColumnType, Schema, schema_of
 from twice.destinations.commits import COMMITS_TABLE, WriteStamp
@@ -85,8 +86,9 @@ class PostgresDestination(SqlDestination["psycopg.Connection[Any]"]):
         try:
             return psycopg.connect(self._conninfo, autocommit=True, connect_timeout=10)
         except psycopg.Error as exc:
+            # libpq may echo the connection string it could not parse: mask it.
             raise DestinationUnavailableError(
-                f"{self.spec}: cannot connect: {str(exc).strip()}"
+                f"{self.spec}: cannot connect: {redact(str(exc).strip())}"
             ) from None
 
     def _usable(self, conn: psycopg.Connection[Any]) -> bool:
@@ -260,12 +262,10 @@ def open_destination(spec: DestinationSpec) -> PostgresDestination:
         raise DestinationError("postgresql destination names no database: postgresql://host/DB")
     schema_name, table = split_table_name(spec.fragment, default_schema="public")
     conninfo = urlunsplit(parts._replace(query=urlencode(spec.options)))
-    netloc = parts.netloc
-    if parts.password is not None:  # never echo a password into the ledger or the logs
-        netloc = netloc.replace(f":{parts.password}@", "@", 1)
-    shown = urlunsplit(parts._replace(netloc=netloc, query=""))
+    shown = urlunsplit(parts._replace(query=""))
     extra = "&".join(filter(None, [spec.twice_query().lstrip("?"), urlencode(spec.options)]))
-    canonical = f"{shown}{'?' + extra if extra else ''}#{schema_name}.{table}"
+    # never echo a password (user:password@ or ?password=) into the ledger or the logs
+    canonical = public_spec(f"{shown}{'?' + extra if extra else ''}#{schema_name}.{table}")
     return PostgresDestination(
         conninfo, spec=canonical, table=table, schema_name=schema_name,
         partition_column=spec.partition_column, key_columns=spec.key_columns,

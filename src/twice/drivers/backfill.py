@@ -3,9 +3,8 @@ the dependents whose inputs changed.
 
 Intervals start in order with at most ``concurrency`` in flight. Each interval's units run
 through the engine (``twice.engine.executor``: one lifecycle, the same rules as ``twice run``):
-every
-partition a task writes is fingerprinted and recorded as the partition's next version before the
-attempt counts as succeeded, and the difference with the previous version (rows before/after,
+every partition a task writes is fingerprinted and recorded as the partition's next version before
+the attempt counts as succeeded, and the difference with the previous version (rows before/after,
 checksum changed or not, schema changed or not) comes back as an event and is reported.
 
 Plan and resume: a unit of work (its id covers the input version, which covers the upstream
@@ -41,9 +40,9 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, cast
 
@@ -65,11 +64,11 @@ if TYPE_CHECKING:
     from twice.core.unit import UnitOfWork
     from twice.engine.events import Event
     from twice.engine.executor import UnitResult
-    from twice.ledger import AttemptRecord, Ledger
+    from twice.ledger import AttemptRecord, FingerprintRecord, Ledger
 
 __all__ = [
     "BackfillError", "BackfillPlan", "BackfillResult", "Drift", "OutcomeUnknownError",
-    "PartitionDiff", "PlanItem", "SchemaChangeError", "TaskRun", "plan_backfill",
+    "PartitionDiff", "PlanItem", "SchemaChangeError", "TaskRun", "iter_plan", "plan_backfill",
     "record_partition", "run_backfill",
 ]
 
@@ -79,6 +78,7 @@ REUSE_DRIFT_SECONDS = 60.0  # a plan's measurement older than this is taken agai
 
 PlanAction = Literal["run", "skip"]
 EventSink = Callable[[str, Mapping[str, Any]], None]
+Identify = Callable[[str, Interval], "UnitOfWork"]
 
 
 class BackfillError(InputError):
@@ -272,85 +272,180 @@ def plan_backfill(
     verifies: otherwise its unit of work is identified again after the upstream settles (its
     input version covers the upstream output, ``twice.engine.executor.identify_unit``), and it
     executes only if that output changed.
-    """
-    from twice.engine.executor import identify_unit
 
+    The whole plan at once; :func:`iter_plan` gives the same items one at a time.
+    """
     spans = tuple(pipeline.schedule.canonical(i) for i in intervals)
     if not spans:
         raise BackfillError("the backfill range holds no interval")
     names, dependents = selected_tasks(pipeline, tasks)
-    items: list[PlanItem] = []
-    known_inputs: dict[tuple[str, str], set[str]] = {}
+    items = tuple(iter_plan(pipeline, ledger, spans, tasks=tasks, force=force))
+    return BackfillPlan(pipeline.name, spans, tuple(names), tuple(dependents), items, force)
+
+
+def iter_plan(
+    pipeline: Pipeline,
+    ledger: Ledger,
+    intervals: Iterable[Interval],
+    *,
+    tasks: Sequence[str] | None = None,
+    force: bool = False,
+) -> Iterator[PlanItem]:
+    """:func:`plan_backfill`'s items as a generator: each interval is taken from ``intervals``
+    (which may be lazy, e.g. ``Schedule.iter_intervals``) and planned only when its first item
+    is asked for, so the first item of a plan of any length is ready at once.
+
+    The tasks are checked and the ledger's known input versions read now; an empty
+    ``intervals`` raises ``BackfillError`` when the iteration finds it empty.
+    """
+    names, _ = selected_tasks(pipeline, tasks)
+    known = _known_inputs(pipeline, ledger)
+    return (item for _interval, items in _plan_intervals(pipeline, ledger, intervals, names,
+                                                         tasks, force, known)
+            for item in items)
+
+
+def _known_inputs(pipeline: Pipeline, ledger: Ledger) -> dict[tuple[str, str], set[str]]:
+    """(task, interval label) -> the input versions the ledger has units for."""
+    known: dict[tuple[str, str], set[str]] = {}
     for unit in ledger.units(pipeline=pipeline.name):
-        known_inputs.setdefault((unit.task, unit.interval.label), set()).add(unit.input_version)
-    for interval in spans:
-        upstream_runs: set[str] = set()
-        for name in names:
-            task = pipeline.get_task(name)
-            uow = identify_unit(pipeline, ledger, name, interval)
-            recorded = ledger.attempts(uow.uow_id)
-            seen = known_inputs.get((name, interval.label), set())
-            new_input = bool(seen) and uow.input_version not in seen
-            ran_upstream = sorted(set(task.depends_on) & upstream_runs)
-            forced = force and (not tasks or name in tasks)
-            rerun = True
-            drift = None
-            action: PlanAction
-            if forced:
-                action, reason = "run", "--force"
-            else:
-                ok, reason, drift = _verified(ledger, task, uow, interval, recorded)
-                action = "skip" if ok else "run"
-                if new_input:
-                    reason = f"source changed: new input version {uow.input_version}"
-                elif ok and ran_upstream:
-                    action, rerun = "run", False
-                    reason = (f"follows upstream {', '.join(ran_upstream)}: executes only if "
-                              "its output changes")
-            if action == "run":
-                upstream_runs.add(name)
-            items.append(PlanItem(interval, name, uow, action, reason, new_input,
-                                  recorded[-1].number if recorded else None, rerun, drift))
-    return BackfillPlan(pipeline.name, spans, tuple(names), tuple(dependents), tuple(items),
-                        force)
+        known.setdefault((unit.task, unit.interval.label), set()).add(unit.input_version)
+    return known
+
+
+def _plan_intervals(
+    pipeline: Pipeline, ledger: Ledger, intervals: Iterable[Interval], names: Sequence[str],
+    tasks: Sequence[str] | None, force: bool, known: Mapping[tuple[str, str], set[str]],
+    identify: Identify | None = None, began: datetime | None = None,
+) -> Iterator[tuple[Interval, list[PlanItem]]]:
+    """Each interval (canonical) with its plan items, computed when taken. ``identify`` names
+    a task's unit for an interval (default ``identify_unit``; a backfill that refreshes
+    snapshots passes its executor's, which reads the sources first). ``began``: when the
+    backfill began; a rerun repeats the latest attempt made before it, so a success another
+    process made since stands (racing forced backfills execute each unit once)."""
+    empty = True
+    for given in intervals:
+        interval = pipeline.schedule.canonical(given)
+        empty = False
+        yield interval, _plan_interval(pipeline, ledger, interval, names, tasks, force, known,
+                                       identify, began)
+    if empty:
+        raise BackfillError("the backfill range holds no interval")
+
+
+def _plan_interval(
+    pipeline: Pipeline, ledger: Ledger, interval: Interval, names: Sequence[str],
+    tasks: Sequence[str] | None, force: bool, known: Mapping[tuple[str, str], set[str]],
+    identify: Identify | None = None, began: datetime | None = None,
+) -> list[PlanItem]:
+    from twice.engine.executor import identify_unit
+
+    items: list[PlanItem] = []
+    upstream_runs: set[str] = set()
+    for name in names:
+        task = pipeline.get_task(name)
+        uow = (identify(name, interval) if identify is not None
+               else identify_unit(pipeline, ledger, name, interval))
+        recorded = ledger.attempts(uow.uow_id)
+        seen = known.get((name, interval.label), set())
+        new_input = bool(seen) and uow.input_version not in seen
+        ran_upstream = sorted(set(task.depends_on) & upstream_runs)
+        forced = force and (not tasks or name in tasks)
+        rerun = True
+        drift = None
+        action: PlanAction
+        if forced:
+            action, reason = "run", "--force"
+        else:
+            ok, reason, drift = _verified(ledger, task, uow, interval, recorded)
+            action = "skip" if ok else "run"
+            if new_input:
+                reason = f"source changed: new input version {uow.input_version}"
+            elif ok and ran_upstream:
+                action, rerun = "run", False
+                reason = (f"follows upstream {', '.join(ran_upstream)}: executes only if "
+                          "its output changes")
+        if action == "run":
+            upstream_runs.add(name)
+        baseline = [a for a in recorded if began is None or a.started_at <= began]
+        items.append(PlanItem(interval, name, uow, action, reason, new_input,
+                              baseline[-1].number if baseline else None, rerun, drift))
+    return items
 
 
 # ------------------------------------------------------------------------------- execution
 
 
-def schema_conflicts(pipeline: Pipeline, ledger: Ledger, plan: BackfillPlan) -> list[str]:
-    """Destinations whose schema is not one and the same across the range (checked up front).
+def schema_conflicts(pipeline: Pipeline, ledger: Ledger, plan: BackfillPlan, *,
+                     accept_schema_change: bool = False) -> list[str]:
+    """Destinations whose schema is not one and the same across what the backfill touches,
+    checked up front, each with every schema shown and where it was recorded.
 
-    Compares the schema signatures recorded with the latest fingerprint of every partition in
-    the range with each other and with the table's current schema (e.g. after a migration).
+    Without ``accept_schema_change``: the schema recorded with the latest fingerprint of every
+    partition in the range, and the table's current schema (e.g. after a migration), must all
+    agree. With it, the change must cover the whole destination: a partition outside the range
+    recorded under another schema than the one the range moves to refuses the backfill, since
+    rewriting only part of a destination would leave the rest on the old schema.
     """
     from twice.destinations import open_destination
 
     problems = []
+    keys = {partition_key(interval): interval for interval in plan.intervals}
     for name in plan.tasks:
-        spec = pipeline.get_task(name).destination
-        if not pipeline.get_task(name).owns_output:
+        task = pipeline.get_task(name)
+        if not task.owns_output:
             continue
-        recorded: dict[str, str] = {}
-        for interval in plan.intervals:
-            record = ledger.latest_fingerprint(spec, partition_key(interval))
-            if record is not None and record.schema is not None:
-                recorded.setdefault(record.schema, interval.label)
-        if not recorded:
-            continue
+        spec = task.destination
         with open_destination(spec) as dest:
             current = dest.schema()
-        signatures = set(recorded)
-        if current is not None:
-            signatures.add(schema_signature(current))
-        if len(signatures) > 1:
-            shown = "; ".join(f"[{sig}]" for sig in sorted(signatures))
+        now = schema_signature(current) if current is not None else None
+        if accept_schema_change:
+            if now is None:
+                continue
+            outside = [record for record in ledger.latest_fingerprints(spec)
+                       if record.partition not in keys and record.schema is not None
+                       and record.schema != now]
+            if outside:
+                problems.append(_partial_change(spec, outside, now, plan))
+            continue
+        recorded: dict[str, list[str]] = {}
+        for key, interval in keys.items():
+            record = ledger.latest_fingerprint(spec, key)
+            if record is not None and record.schema is not None:
+                recorded.setdefault(record.schema, []).append(interval.label)
+        if not recorded:
+            continue
+        shown = [f"{_where(labels)} [{signature or 'no columns'}]"
+                 for signature, labels in sorted(recorded.items())]
+        if now is not None and now not in recorded:
+            shown.append(f"the destination now [{now or 'no columns'}]")
+        if len(shown) > 1:
             problems.append(
-                f"{spec}: schema differs across the backfill range ({shown}); a backfill across "
-                "a schema change must apply the new schema to every interval of the range: "
-                "rerun with --accept-schema-change to rewrite every interval"
+                f"{spec}: schema differs across the backfill range: {'; '.join(shown)}. A "
+                "backfill across a schema change must apply the new schema to every interval of "
+                "the range: rerun with --accept-schema-change to rewrite every interval"
             )
     return problems
+
+
+def _where(labels: Sequence[str]) -> str:
+    first = labels[0]
+    return f"recorded for {first}" + (f" and {len(labels) - 1} more" if len(labels) > 1 else "")
+
+
+def _partial_change(spec: str, outside: Sequence[FingerprintRecord], now: str,
+                    plan: BackfillPlan) -> str:
+    """The refusal of a schema change accepted over part of a destination."""
+    partitions = sorted(record.partition for record in outside)
+    old = sorted({record.schema or "no columns" for record in outside})
+    listed = ", ".join(partitions[:5]) + (f" and {len(partitions) - 5} more"
+                                          if len(partitions) > 5 else "")
+    return (
+        f"{spec}: --accept-schema-change would leave {len(partitions)} partition(s) outside the "
+        f"range on the old schema ({listed}): recorded [{'] or ['.join(old)}], the destination "
+        f"now [{now}]. A schema change applies to the whole destination: extend the backfill to "
+        f"cover them (the range is {plan.intervals[0].label} .. {plan.intervals[-1].label})"
+    )
 
 
 def run_backfill(
@@ -373,6 +468,8 @@ def run_backfill(
     poll_interval: float = 1.0,
     observe_timeout: float = 60.0,
     repeat: Iterable[str] = (),
+    allow_open: bool = False,
+    refresh_snapshots: bool = False,
 ) -> BackfillResult:
     """Backfill ``intervals`` (in order, ``concurrency`` in flight) and verify every partition.
 
@@ -384,7 +481,14 @@ def run_backfill(
     ``holder``, ``clock``, ``sleep``, ``rng``, ``lease_ttl``, ``poll_interval`` and
     ``observe_timeout`` go to the executor; ``repeat`` names tasks that are not
     ``safe_repeat`` to execute again anyway (otherwise their successes are ``held``).
+
+    An interval that has not ended (by ``clock``, default the ledger's) refuses the backfill
+    before anything is recorded (``OpenIntervalError``) unless ``allow_open``; its runs are then
+    recorded as run on an open interval. Each interval is planned just before it starts (the
+    plan streams: see :func:`iter_plan`), against the input versions the ledger knew when the
+    backfill began; the result's plan holds every item, in order, as :func:`plan_backfill`'s.
     """
+    from twice.define.schedule import refuse_open_intervals
     from twice.engine.executor import Executor, default_holder
 
     if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
@@ -394,14 +498,22 @@ def run_backfill(
     ):
         raise BackfillError(f"deadline must be a timezone-aware datetime, got {deadline!r}")
     force = force or accept_schema_change
-    plan = plan_backfill(pipeline, ledger, intervals, tasks=tasks, force=force)
+    names, dependents = selected_tasks(pipeline, tasks)
+    spans = tuple(pipeline.schedule.canonical(i) for i in intervals)
+    if not spans:
+        raise BackfillError("the backfill range holds no interval")
+    refuse_open_intervals(spans, clock() if clock is not None else ledger.now(),
+                          allow_open=allow_open)
+    known = _known_inputs(pipeline, ledger)
+    began = ledger.now()
+    # The range and tasks, before any item is planned (the items follow, interval by interval).
+    plan = BackfillPlan(pipeline.name, spans, tuple(names), tuple(dependents), (), force)
     stop = threading.Event()
     refusal: list[str] = []
-    if not accept_schema_change:
-        conflicts = schema_conflicts(pipeline, ledger, plan)
-        if conflicts:
-            refusal.append(conflicts[0])
-            stop.set()
+    conflicts = schema_conflicts(pipeline, ledger, plan, accept_schema_change=accept_schema_change)
+    if conflicts:
+        refusal.append(conflicts[0])
+        stop.set()
     diffs: dict[str, PartitionDiff] = {}
     drifts: dict[tuple[str, str], Drift] = {}  # (task, interval label) -> before it was written
     refused: dict[str, str] = {}  # uow_id -> why its schema change was refused
@@ -430,14 +542,13 @@ def run_backfill(
         clock=clock, sleep=sleep, rng=rng, holder=holder or default_holder(), max_workers=1,
         lease_ttl=lease_ttl, poll_interval=poll_interval, observe_timeout=observe_timeout,
         params=params, accept_schema_change=accept_schema_change, listeners=[listen],
-        repeat=repeat,
-        reruns={item.uow.uow_id: item.latest_attempt or 0
-                for item in plan.items if item.action == "run" and item.rerun},
+        repeat=repeat, allow_open=allow_open, refresh_snapshots=refresh_snapshots,
     )
+    reruns: dict[str, int] = {}  # filled as each interval is planned, before it starts
+    executor.reruns = reruns
     started = time.monotonic()
 
-    def one_interval(interval: Interval) -> list[TaskRun]:
-        items = plan.for_interval(interval)
+    def one_interval(interval: Interval, items: list[PlanItem]) -> list[TaskRun]:
         _emit(emit, "interval-started", interval=interval.label)
         units: dict[str, UnitResult] = {}
         before: dict[str, AttemptRecord | None] = {}
@@ -488,17 +599,31 @@ def run_backfill(
         return runs
 
     results: dict[Interval, list[TaskRun]] = {}
+    planned: list[PlanItem] = []
+    # An interval is planned when a slot is free for it, so planning never waits for the range.
+    upcoming = _plan_intervals(pipeline, ledger, spans, names, tasks, force, known,
+                               executor.unit_for if refresh_snapshots else None, began)
     with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="twice-bf") as pool:
         pending: dict[Future[list[TaskRun]], Interval] = {}
-        queue = list(plan.intervals)
-        while queue or pending:
-            while queue and len(pending) < concurrency:
-                interval = queue.pop(0)
-                pending[pool.submit(one_interval, interval)] = interval
+        more = True
+        while more or pending:
+            while more and len(pending) < concurrency:
+                taken = next(upcoming, None)
+                if taken is None:
+                    more = False
+                    break
+                interval, items = taken
+                planned.extend(items)
+                reruns.update((item.uow.uow_id, item.latest_attempt or 0)
+                              for item in items if item.action == "run" and item.rerun)
+                pending[pool.submit(one_interval, interval, items)] = interval
+            if not pending:
+                continue
             done, _ = wait(pending, return_when=FIRST_COMPLETED)
             for future in done:
                 results[pending.pop(future)] = future.result()
-    runs = [run for interval in plan.intervals for run in results.get(interval, [])]
+    runs = [run for interval in spans for run in results.get(interval, [])]
+    plan = replace(plan, items=tuple(planned))
     return BackfillResult(plan, runs, time.monotonic() - started,
                           refusal[0] if refusal else None)
 

@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from twice.core.interval import Interval
 from twice.core.outcomes import Settlement
+from twice.define.schedule import refuse_open_intervals
 from twice.engine.evidence import iso
 from twice.engine.executor import Executor, UnitResult, overwritten_by
 from twice.errors import TwiceError
@@ -173,6 +174,7 @@ class Worker:
     name, since a lease held by a name is held by every process using it. ``lease_ttl`` is how
     long a dead worker's unit stays blocked (live workers renew every third of it);
     ``pool_ttl`` the same for pool slots. ``executor_options`` go to the ``Executor``.
+    Intervals that have not ended are refused (``OpenIntervalError``) unless ``allow_open``.
     """
 
     def __init__(
@@ -189,6 +191,7 @@ class Worker:
         once: bool = False,
         max_units: int | None = None,
         since: datetime | None = None,
+        allow_open: bool = False,
         **executor_options: Any,
     ) -> None:
         if not poll > 0:
@@ -224,8 +227,11 @@ class Worker:
         self._stop_why: str | None = None
         self.executor = Executor(
             pipeline, ledger, holder=self.name, lease_ttl=lease_ttl, pool_ttl=pool_ttl,
-            shared_pools=True, max_workers=1, sleep=self._sleep, **executor_options,
+            shared_pools=True, max_workers=1, sleep=self._sleep, allow_open=allow_open,
+            **executor_options,
         )
+        # Refused here, before any unit is looked at (the executor would refuse each run).
+        refuse_open_intervals(self.intervals, self.executor.now(), allow_open=allow_open)
 
     # -- stopping -----------------------------------------------------------------------------
 

@@ -12,10 +12,9 @@ The only judgement made here is the classification, and it is deliberately narro
 
 Isolation. ``thread`` (the default) runs the task in a daemon thread via
 ``twice.engine.timeouts.run_with_timeout``: on timeout the thread is NOT stopped, its side effects
-may
-still happen and remote work it started continues, which is exactly why the outcome is unknown.
-``process`` uses ``run_in_process`` (spawned child, terminated on timeout): local work stops,
-remote work it submitted may still complete, so the outcome is still unknown.
+may still happen and remote work it started continues, which is exactly why the outcome is unknown.
+``process`` uses ``run_in_process`` (spawned child, terminated on timeout): local work stops, remote
+work it submitted may still complete, so the outcome is still unknown.
 """
 
 from __future__ import annotations

@@ -59,9 +59,11 @@ from twice.core.outcomes import (
     UnitOutcome,
     attempt_outcome,
 )
+from twice.core.secrets import redact
 from twice.core.timescale import format_duration, micros_to_instant
 from twice.core.unit import UnitOfWork
 from twice.define.pipeline import NonFatal, Pipeline, Task, TaskContext
+from twice.define.schedule import refuse_open_intervals
 from twice.destinations.commits import CommitRecord, WriteStamp
 from twice.engine.attempt import AttemptReport, Isolation, call_attempt
 from twice.engine.events import (
@@ -83,11 +85,19 @@ from twice.engine.evidence import (
     iso,
     plan_unit,
 )
-from twice.engine.pool import LedgerPool, Pool, PoolTimeout, SlotPool
+from twice.engine.pool import (
+    LedgerLease,
+    LedgerPool,
+    Pool,
+    PoolHeldByJob,
+    PoolLease,
+    PoolTimeout,
+    SlotPool,
+)
 from twice.engine.reconcile import reconcile_attempt
 from twice.engine.timeouts import Deadline, WorkflowTimeout
 from twice.engine.verification import SchemaChangeError, record_partition
-from twice.errors import Interrupted
+from twice.errors import Interrupted, OutcomeUnknownError
 from twice.remote.jobs import JobFailed, JobStatus
 
 if TYPE_CHECKING:
@@ -276,7 +286,9 @@ class Executor:
     successes the operator wants executed again anyway (otherwise they are ``held``), and
     ``accept_schema_change`` lets a verified output change its destination's schema. How a
     unit runs is the engine's, the same for every driver; ``listeners`` receive its typed
-    events (``twice.engine.events``).
+    events (``twice.engine.events``). An interval that has not ended by ``clock`` is refused
+    (``OpenIntervalError``, nothing recorded) unless ``allow_open``; then its run-started
+    observation says so (``open_interval``) and the result carries a note.
     """
 
     def __init__(
@@ -304,6 +316,9 @@ class Executor:
         repeat: Iterable[str] = (),
         accept_schema_change: bool = False,
         listeners: Iterable[Listener] = (),
+        refresh_snapshots: bool = False,
+        snapshot_root: str | None = None,
+        allow_open: bool = False,
     ) -> None:
         if isinstance(max_workers, bool) or not isinstance(max_workers, int) or max_workers < 1:
             raise ValueError(f"max_workers must be an integer >= 1, got {max_workers!r}")
@@ -346,6 +361,12 @@ class Executor:
         self.reruns: Mapping[str, int] = dict(reruns or {})
         self.repeat = frozenset(repeat)
         self.accept_schema_change = accept_schema_change
+        self.allow_open = allow_open  # run intervals that have not ended (recorded as such)
+        # twice.engine.snapshots: read each snapshotting task's source again, once per interval
+        self.refresh_snapshots = refresh_snapshots
+        self.snapshot_root = snapshot_root
+        self._refreshed: set[tuple[str, Interval]] = set()
+        self._refresh_lock = threading.Lock()
         self.listeners: tuple[Listener, ...] = tuple(listeners)
         self.writers = FileWriters()
         self._pools: dict[str, SlotPool] = {}
@@ -369,8 +390,19 @@ class Executor:
         data versions): for each dependency in the pipeline, the latest recorded fingerprint of
         the dependency's destination partition, or (no destination) the dependency's own unit
         id. Changed upstream output is therefore a new unit of work that runs; identical output
-        is the same unit, already settled. Computed again before every attempt.
+        is the same unit, already settled. Computed again before every attempt. With
+        ``refresh_snapshots`` a snapshotting task's source is read again first (once per
+        interval and run), so a changed source is identified as a new unit.
         """
+        task = self.pipeline.get_task(task_name)
+        if self.refresh_snapshots and task.snapshot is not None:
+            with self._refresh_lock:
+                if (task_name, interval) not in self._refreshed:
+                    from twice.engine import snapshots
+
+                    snapshots.ensure(self.ledger, task, self.pipeline.name, interval,
+                                     refresh=True, root=self.snapshot_root)
+                    self._refreshed.add((task_name, interval))
         return identify_unit(self.pipeline, self.ledger, task_name, interval)
 
     def run(
@@ -384,6 +416,7 @@ class Executor:
         """
         spans = [intervals] if isinstance(intervals, Interval) else list(intervals)
         canonical = [self.pipeline.schedule.canonical(span) for span in spans]
+        refuse_open_intervals(canonical, self.now(), allow_open=self.allow_open)
         plan = self.pipeline
         if tasks is not None:
             names = [tasks] if isinstance(tasks, str) else list(tasks)
@@ -455,7 +488,7 @@ class Executor:
             try:
                 unit = self.unit_for(dep, interval)
             except Exception as exc:
-                return f"dependency {dep}: cannot identify its unit of work ({exc})"
+                return f"dependency {dep}: cannot identify its unit of work ({redact(str(exc))})"
             latest = self.ledger.latest_attempt(unit.uow_id)
             if latest is None or latest.outcome != "succeeded":
                 seen = "no attempt" if latest is None else f"latest attempt {latest.outcome}"
@@ -469,7 +502,7 @@ class Executor:
         try:
             unit = self.unit_for(task.name, interval)
         except Exception as exc:
-            return UnitResult(task.name, interval, "blocked", f"{reason}; {exc}")
+            return UnitResult(task.name, interval, "blocked", f"{reason}; {redact(str(exc))}")
         self.ledger.record_unit(unit)
         self.ledger.record_observation(
             unit.uow_id, "blocked", source=EXECUTOR_SOURCE, detail={"reason": reason}
@@ -529,8 +562,8 @@ class Executor:
         except Exception as exc:
             return UnitResult(
                 task.name, interval, "blocked",
-                f"cannot identify the unit of work: {type(exc).__name__}: {exc}",
-                error=f"{type(exc).__name__}: {exc}",
+                f"cannot identify the unit of work: {type(exc).__name__}: {redact(str(exc))}",
+                error=f"{type(exc).__name__}: {redact(str(exc))}",
             ), False
         self.ledger.record_unit(unit)
         try:
@@ -539,12 +572,12 @@ class Executor:
                 max_observation_age=self.max_observation_age, workflow_deadline=wall_deadline,
             )
         except Exception as exc:  # e.g. a deadline function that fails for this interval
-            reason = f"cannot plan it: {type(exc).__name__}: {exc}"
+            reason = f"cannot plan it: {type(exc).__name__}: {redact(str(exc))}"
             self.ledger.record_observation(
                 unit.uow_id, "blocked", source=EXECUTOR_SOURCE, detail={"reason": reason}
             )
             return UnitResult(task.name, interval, "blocked", reason, uow_id=unit.uow_id,
-                              error=f"{type(exc).__name__}: {exc}"), False
+                              error=f"{type(exc).__name__}: {redact(str(exc))}"), False
         lease = self.ledger.acquire_lease(unit.uow_id, self.holder, self.lease_ttl)
         if not lease.acquired:
             latest = self.ledger.latest_attempt(unit.uow_id)
@@ -598,7 +631,8 @@ class Executor:
                 capacity = self.pipeline.pools[task.pool]
                 pool = (
                     LedgerPool(task.pool, capacity, self.ledger, ttl=self.pool_ttl,
-                               poll_interval=self.pool_poll_interval)
+                               poll_interval=self.pool_poll_interval,
+                               job_wait=self.observe_timeout)
                     if self.shared_pools
                     else Pool(task.pool, capacity)
                 )
@@ -622,11 +656,18 @@ def identify_unit(
     base = pipeline.unit_of_work(task_name, interval)
     task = pipeline.get_task(task_name)
     deps = [dep for dep in task.depends_on if dep in pipeline]
-    if not deps:
+    version = base.input_version
+    if deps:
+        versions = {dep: _output_version(pipeline, ledger, dep, base.interval) for dep in deps}
+        digest = hashlib.sha256(json.dumps(versions, sort_keys=True).encode()).hexdigest()[:16]
+        version = f"{version}+up:{digest}" if version else f"up:{digest}"
+    if task.snapshot is not None:
+        from twice.engine.snapshots import input_version_suffix
+
+        suffix = input_version_suffix(ledger, pipeline.name, task_name, base.interval)
+        version = f"{version}{suffix}" if version or not suffix else suffix[1:]
+    if version == base.input_version:
         return base
-    versions = {dep: _output_version(pipeline, ledger, dep, base.interval) for dep in deps}
-    digest = hashlib.sha256(json.dumps(versions, sort_keys=True).encode()).hexdigest()[:16]
-    version = f"{base.input_version}+up:{digest}" if base.input_version else f"up:{digest}"
     return pipeline.unit_of_work(task_name, interval, input_version=version)
 
 
@@ -671,8 +712,27 @@ def _sqlalchemy_error() -> type[Exception]:
 
 
 def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
+    text = redact(str(exc)).strip().splitlines()
     return text[0] if text else type(exc).__name__
+
+
+def _mask_error(error: BaseException | None) -> None:
+    """Mask passwords in an attempt's exception, in place, before anything records or shows it:
+    a driver's error (psycopg's, SQLAlchemy's) can echo the connection string it was given
+    (``twice.core.secrets.redact``). The exception keeps its class, so it is classified and
+    reported as before."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:  # the error and what it chains
+        seen.add(id(error))
+        text = str(error)
+        clean = redact(text)
+        if clean != text:
+            with contextlib.suppress(Exception):
+                error.args = (clean,)
+        notes = getattr(error, "__notes__", None)
+        if isinstance(notes, list):
+            error.__notes__ = [redact(n) if isinstance(n, str) else n for n in notes]
+        error = error.__cause__ or error.__context__
 
 
 def _with_notes(result: UnitResult, *notes: str) -> UnitResult:
@@ -715,10 +775,22 @@ class _UnitRun:
         self.value: Any = None
         self.acceptance: tuple[str, ...] = ()
         self.nonfatal = 0  # non-fatal errors recorded by the attempt last checked
+        # Pool slots held across an attempt and, while its job may still run, across the
+        # observation of that job in this run (see _take_slots / _slots_after_attempt).
+        self._pool: SlotPool | None = None
+        self._pool_stack: contextlib.ExitStack | None = None
+        self._pool_lease: PoolLease | None = None
+        self._pool_worker: threading.Thread | None = None  # a timed-out attempt's thread
 
     # -- the loop -----------------------------------------------------------------------------
 
     def drive(self) -> UnitResult:
+        try:
+            return self._drive()
+        finally:
+            self._leave_slots()
+
+    def _drive(self) -> UnitResult:
         prior = self.ledger.latest_attempt(self.uow_id)
         rerun_of: int | None = None
         if prior is not None and prior.outcome == "succeeded":
@@ -917,6 +989,13 @@ class _UnitRun:
         }
         if rerun_of is not None:
             detail["rerun_of"] = rerun_of
+        now = self.x.now()
+        if self.unit.interval.end > now:  # allowed (allow_open): say the output is partial
+            detail["open_interval"] = {"as_of": iso(now), "ends": iso(self.unit.interval.end)}
+            self.notes.append(
+                f"the interval had not ended when run (it ends {iso(self.unit.interval.end)}): "
+                "its output covers a partial interval"
+            )
         self.ledger.record_observation(
             self.uow_id, RUN_STARTED, source=EXECUTOR_SOURCE, detail=detail
         )
@@ -1033,23 +1112,17 @@ class _UnitRun:
             )
             return self._result("leased-elsewhere", reason)
         generation, job_id = self._generation()
-        pool = self.x.pool_for(self.task)
-        with contextlib.ExitStack() as held, contextlib.ExitStack() as slots:
-            if pool is not None:
-                wait_limit = None if self.deadline is None else self.deadline.remaining()
-                try:
-                    held.enter_context(pool.acquire(self.task.slots, wait_limit))
-                except PoolTimeout as exc:
-                    return self._not_started(
-                        f"not started: pool {pool.name!r} had no {self.task.slots} free slot(s) "
-                        f"before the workflow deadline ({exc})", "pool-capacity",
-                    )
+        refused = self._take_slots()
+        if refused is not None:
+            return refused
+        with contextlib.ExitStack() as slots:
             try:
                 timeout = (
                     self.task.timeout if self.deadline is None
                     else self.deadline.cap(self.task.timeout)
                 )
             except WorkflowTimeout as exc:
+                self._give_back_slots()
                 return self._not_started(f"not started: {exc}", "workflow-timeout")
             slots.enter_context(self._guard())
             # A fresh fencing token per attempt (above the lease's): a timed-out attempt whose
@@ -1060,15 +1133,20 @@ class _UnitRun:
                     self.uow_id, holder=self.x.holder, generation=generation, job_id=job_id
                 )
             self.attempts += 1
+            if self.task.reconcile is not None:  # its job is observable: key the slots by it
+                self._keep_slots_for_job(record.number, "started")
             self.x.emit(AttemptStarted(self.uow_id, self.task.name, self.unit.interval,
                                        record.number, generation, job_id, self.token))
             ctx = self._context(record, generation)
-            report = call_attempt(
+            ctx, failed = self._with_snapshot(ctx, record.number)
+            report = failed or call_attempt(
                 self.task, ctx, timeout=timeout, isolation=self.x.isolation,
                 source_file=self.x.pipeline.source_file,
             )
-            self._hold_while_running(report, held, record.number)
+            _mask_error(report.error)  # before it is recorded, emitted or printed
+            self._hold_while_running(report, record.number)
             self._finish(record, report)
+            self._slots_after_attempt(report, record.number)
         if self.closed_elsewhere is not None:
             return self._result("leased-elsewhere", self.closed_elsewhere)
         if report.interrupted:
@@ -1079,26 +1157,162 @@ class _UnitRun:
             )
         return None
 
-    def _hold_while_running(self, report: AttemptReport, held: contextlib.ExitStack,
-                            number: int) -> None:
+    def _hold_while_running(self, report: AttemptReport, number: int) -> None:
         """A timed-out attempt whose thread still runs keeps its pool slots until that thread
         ends: the work really continues, and the pool's dependency is still loaded by it (the
         English lab text: never release local resources while the work remains active)."""
         still = getattr(report.error, "worker", None)
         if not isinstance(still, threading.Thread) or not still.is_alive():
             return
-        carried = held.pop_all()
-
-        def release_when_done() -> None:
-            still.join()
-            carried.close()
-
-        threading.Thread(target=release_when_done, daemon=True,
-                         name=f"twice-hold-{self.task.name}").start()
+        if self._pool_stack is None:
+            return
+        self._pool_worker = still
         self.notes.append(
             f"attempt {number} timed out but its thread still runs: its pool slots stay held "
             "until it ends"
         )
+
+    # -- pool slots: held until the work is confirmed ended ------------------------------------
+    #
+    # An attempt takes its slots before it starts. If it ends (succeeded or failed) they are
+    # given back. If its outcome is unknown and a remote job may still run, the slots stay held:
+    # in this process while this run observes the job, and in the ledger (a LedgerPool) under a
+    # holder keyed by the unit and attempt, with no expiry, so they outlive the run and the
+    # process; a task with a ``reconcile`` function has its holding keyed by its job from the
+    # attempt's start, so a crash mid-attempt cannot lose it either. The ledger holding is
+    # released when the job is confirmed ended (``_reconciled``: succeeded, failed, not found,
+    # in this run or a later one), or once an operator resolves the attempt (``twice resolve``:
+    # the next acquisition of the pool releases holdings of closed attempts). A pool that is not
+    # shared (``shared_pools=False``) has no durable memory: it keeps the slots only while this
+    # run observes the job.
+
+    def _take_slots(self) -> UnitResult | None:
+        """Hold the task's pool slots for the next attempt (already held: keep them)."""
+        pool = self.x.pool_for(self.task)
+        if pool is None or self._pool_stack is not None:
+            return None
+        wait_limit = None if self.deadline is None else self.deadline.remaining()
+        stack = contextlib.ExitStack()
+        try:
+            lease = stack.enter_context(pool.acquire(self.task.slots, wait_limit))
+        except PoolHeldByJob as exc:
+            return self._held_by_jobs(pool, exc)
+        except PoolTimeout as exc:
+            return self._not_started(
+                f"not started: pool {pool.name!r} had no {self.task.slots} free slot(s) "
+                f"before the workflow deadline ({exc})", "pool-capacity",
+            )
+        self._pool, self._pool_stack, self._pool_lease = pool, stack, lease
+        return None
+
+    def _held_by_jobs(self, pool: SlotPool, exc: PoolHeldByJob) -> UnitResult:
+        """Refused: the pool's slots are kept for remote jobs that may still run."""
+        reason = f"not started: {exc}"
+        self.ledger.record_observation(
+            self.uow_id, "blocked", source=EXECUTOR_SOURCE,
+            detail={"reason": reason, "cause": "pool-held-by-job", "pool": pool.name,
+                    "slots": self.task.slots, "jobs": list(exc.jobs), "jobs_hold": exc.slots},
+        )
+        return self._result("blocked", reason)
+
+    def _keep_slots_for_job(self, number: int, why: str) -> None:
+        """Hand the ledger holding to attempt ``number``'s job (shared pools only)."""
+        pool, lease = self._pool, self._pool_lease
+        if not isinstance(pool, LedgerPool) or not isinstance(lease, LedgerLease):
+            return
+        if lease.handed.is_set():
+            return
+        from twice.ledger.lease import job_holder
+
+        key = job_holder(self.uow_id, number)
+        if pool.keep_for_job(lease, key):
+            self.ledger.record_observation(
+                self.uow_id, "pool-held", source=EXECUTOR_SOURCE, attempt=number,
+                detail={"pool": pool.name, "slots": lease.slots, "holder": key, "why": why,
+                        "released": "when the job is confirmed ended (reconcile) or the "
+                                    "attempt is resolved by an operator (twice resolve)"},
+            )
+
+    def _slots_after_attempt(self, report: AttemptReport, number: int) -> None:
+        """Give the slots back unless the attempt's work may go on (see the section comment)."""
+        if report.ending != "unknown":
+            self._job_ended(number)
+            return
+        remote = (
+            self.task.reconcile is not None or report.remote is not None
+            or isinstance(report.error, OutcomeUnknownError)
+            or getattr(report.error, "job_id", None) is not None
+        )
+        if remote:
+            self._keep_slots_for_job(number, "outcome unknown: the job may still run")
+            return  # held while this run observes the job
+        self._give_back_slots()  # a timed-out thread keeps them (_hold_while_running)
+
+    def _job_ended(self, number: int) -> None:
+        """Attempt ``number``'s work is confirmed ended: release what was kept for it."""
+        released = self.ledger.release_job_pool_slots(self.uow_id, number)
+        for holding in released:
+            self.ledger.record_observation(
+                self.uow_id, "pool-released", source=EXECUTOR_SOURCE, attempt=number,
+                detail={"pool": holding.pool, "slots": holding.slots,
+                        "holder": holding.holder, "basis": "the job is confirmed ended"},
+            )
+        self._give_back_slots()
+
+    def _give_back_slots(self) -> None:
+        """Leave the ``acquire`` block: local slots freed, the ledger holding too unless it was
+        handed to a job; deferred until a timed-out attempt's thread ends."""
+        stack, worker = self._pool_stack, self._pool_worker
+        self._pool, self._pool_stack, self._pool_lease, self._pool_worker = None, None, None, None
+        if stack is None:
+            return
+        if worker is None or not worker.is_alive():
+            stack.close()
+            return
+
+        def release_when_done() -> None:
+            worker.join()
+            stack.close()
+
+        threading.Thread(target=release_when_done, daemon=True,
+                         name=f"twice-hold-{self.task.name}").start()
+
+    def _leave_slots(self) -> None:
+        """The unit's run ends: slots still held stay with a job that may still run."""
+        if self._pool_stack is None:
+            return
+        try:
+            latest = self.ledger.latest_attempt(self.uow_id)
+            if latest is not None and latest.outcome in ("unknown", "running"):
+                lease = self._pool_lease
+                if isinstance(lease, LedgerLease) and not lease.handed.is_set() and (
+                    self.task.reconcile is not None
+                ):
+                    self._keep_slots_for_job(latest.number, "run ended, job not confirmed ended")
+        finally:
+            self._give_back_slots()
+
+    def _with_snapshot(self, ctx: TaskContext, number: int
+                       ) -> tuple[TaskContext, AttemptReport | None]:
+        """Attach the unit's input snapshot (taken now if it is the first attempt to need one;
+        ``twice.engine.snapshots``). Failing to take it is this attempt's error, classified by
+        the task's policy like any other: the source was not read, nothing was written."""
+        if self.task.snapshot is None:
+            return ctx, None
+        from twice.engine import snapshots
+        from twice.engine.attempt import classify
+
+        try:
+            view = snapshots.ensure(self.ledger, self.task, self.x.pipeline.name,
+                                    self.unit.interval, root=self.x.snapshot_root)
+        except Exception as exc:
+            ending = classify(exc, self.task.retry, timeout_is_failure=True)
+            return ctx, AttemptReport(ending=ending, error=exc)
+        self.ledger.record_observation(
+            self.uow_id, "snapshot-read", source=EXECUTOR_SOURCE, attempt=number,
+            detail=view.to_detail(),
+        )
+        return replace(ctx, snapshot=view), None
 
     def _inputs_changed(self) -> UnitResult | None:
         """Input versions are recomputed before every attempt: if the unit's inputs changed
@@ -1391,6 +1605,7 @@ class _UnitRun:
         )
 
     def _reconciled(self, attempt: AttemptRecord, state: str, basis: str) -> None:
+        self._job_ended(attempt.number)  # confirmed ended: its pool slots are released
         self.x.emit(Reconciled(self.uow_id, self.task.name, self.unit.interval, attempt.number,
                                state, basis, attempt.job_id))
 
@@ -1424,6 +1639,7 @@ class _UnitRun:
                     self.nonfatal,
                 )
             except Exception as exc:  # the destination cannot be read: not verified
+                _mask_error(exc)
                 detail["acceptance"] = {"passed": False, "checks": [], "error": str(exc)}
                 return exc
             self.acceptance = verdict.checks if verdict.passed else verdict.reasons
@@ -1447,6 +1663,7 @@ class _UnitRun:
                 accept_schema_change=self.x.accept_schema_change, commit=commit,
             )
         except Exception as exc:
+            _mask_error(exc)
             detail["output_check"] = f"{type(exc).__name__}: {exc}"
             self.x.emit(OutputRejected(self.uow_id, self.task.name, self.unit.interval, number,
                                        str(exc), schema_change=isinstance(exc, SchemaChangeError)))

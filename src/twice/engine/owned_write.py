@@ -51,7 +51,7 @@ def land(task: Task, ctx: TaskContext, value: Any) -> WriteResult:
             f"task {task.name!r}: write={task.write!r} but the task returned None; return the "
             "interval's rows (an empty table replaces the slice with nothing)"
         )
-    rows = _rows(value)
+    rows = rows_of(value)
     with open_destination(task.destination) as dest:
         partition = ctx.interval if dest.partition_column else None
         if task.write == "replace":
@@ -66,7 +66,7 @@ def land(task: Task, ctx: TaskContext, value: Any) -> WriteResult:
         return dest.append(rows, partition=partition)
 
 
-def _rows(value: Any) -> Any:
+def rows_of(value: Any) -> Any:
     """Accept what ``twice.destinations.rows.to_arrow`` accepts, plus batches and relations."""
     import pyarrow as pa
 

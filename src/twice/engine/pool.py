@@ -13,6 +13,15 @@ sits idle) and buys the guarantee that a heavy task is never starved by a stream
 
 ``LedgerPool`` shares capacity across processes through the ledger; ``PoolRegistry`` holds the
 pools of one run by name.
+
+Work that continues after its caller stopped waiting keeps its slots (the lab text: releasing
+local resources while an external job remains active admits more work against the same
+dependency). ``LedgerPool.keep_for_job`` hands a lease's ledger holding to the remote job it
+started, keyed by unit and attempt, with no expiry: it survives the process and the run, and is
+released only when the job is confirmed ended (a reconcile observed it succeeded, failed or not
+found) or an operator resolved its attempt (``twice resolve``). A request blocked by such
+holdings waits at most ``job_wait`` seconds for one to be released, then raises
+``PoolHeldByJob`` naming them, so a run never waits for ever on a job nobody observes.
 """
 
 from __future__ import annotations
@@ -31,6 +40,9 @@ from typing import Protocol, runtime_checkable
 
 from twice.errors import InputError, TwiceError
 
+#: Holders of slots kept for a remote job (``twice.ledger.lease.job_holder`` makes them).
+JOB_HOLDER_PREFIX = "job:"
+
 
 class PoolError(InputError):
     """A pool or slot request is malformed (unknown pool, slots out of range)."""
@@ -38,6 +50,16 @@ class PoolError(InputError):
 
 class PoolTimeout(TwiceError, TimeoutError):
     """The slots were not granted within the timeout; the task did not start."""
+
+
+class PoolHeldByJob(PoolTimeout):
+    """The slots are held for remote jobs that may still run (``jobs``: their holder keys,
+    ``slots``: how many they hold) and none was released within ``job_wait``."""
+
+    def __init__(self, message: str, jobs: tuple[str, ...], slots: int) -> None:
+        super().__init__(message)
+        self.jobs = jobs
+        self.slots = slots
 
 
 @dataclass(frozen=True)
@@ -54,6 +76,12 @@ class LedgerLease(PoolLease):
     """A lease held in the ledger; ``lost`` is set if a renewal was refused."""
 
     lost: threading.Event = field(default_factory=threading.Event, compare=False, repr=False)
+    #: Set once the holding was handed to a remote job (``LedgerPool.keep_for_job``): leaving
+    #: the ``acquire`` block then does not release it.
+    handed: threading.Event = field(default_factory=threading.Event, compare=False, repr=False)
+    renewal_done: threading.Event = field(
+        default_factory=threading.Event, compare=False, repr=False
+    )
 
 
 @runtime_checkable
@@ -209,6 +237,10 @@ class LedgerPool:
     loses them ``ttl`` seconds after its last renewal. If a renewal is refused (the holding
     expired and others took the slots) the lease's ``lost`` event is set: the task cannot be
     stopped from here, so the caller should treat the dependency as over capacity.
+
+    ``keep_for_job`` hands a lease's holding to the remote job it started (see the module
+    docstring); ``job_wait`` (seconds, None: no limit) bounds how long a request waits while
+    holdings kept for jobs block it before ``PoolHeldByJob`` is raised.
     """
 
     def __init__(
@@ -219,8 +251,10 @@ class LedgerPool:
         *,
         ttl: float = 60.0,
         poll_interval: float = 0.5,
+        job_wait: float | None = None,
     ) -> None:
         _check_capacity(name, capacity)
+        _check_timeout(job_wait)
         for setting, value in (("ttl", ttl), ("poll_interval", poll_interval)):
             if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
                 raise PoolError(f"pool {name!r}: {setting} must be > 0 seconds, got {value!r}")
@@ -228,6 +262,9 @@ class LedgerPool:
         self._ledger = ledger
         self._ttl = ttl
         self._poll_interval = poll_interval
+        self._job_wait = job_wait
+        self._renewers: dict[str, threading.Thread] = {}
+        self._renewers_lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"LedgerPool({self.name!r}, capacity={self.capacity}, ttl={self._ttl})"
@@ -249,7 +286,9 @@ class LedgerPool:
         ends = None if timeout is None else time.monotonic() + timeout
         lease = LedgerLease(self.name, slots, holder or new_holder())
         with self._local.acquire(slots, timeout):
+            blocked_by_jobs: float | None = None  # since when job holdings block us
             while not self._grant(lease):
+                blocked_by_jobs = self._check_jobs(slots, blocked_by_jobs)
                 left = None if ends is None else ends - time.monotonic()
                 if left is not None and left <= 0:
                     raise PoolTimeout(
@@ -257,18 +296,70 @@ class LedgerPool:
                         f"within {timeout:g} s"
                     )
                 time.sleep(self._poll_interval if left is None else min(self._poll_interval, left))
-            done = threading.Event()
+            done = lease.renewal_done
             renewer = threading.Thread(
                 target=self._renew, args=(lease, done), name=f"twice-pool-{self.name}",
                 daemon=True,
             )
+            with self._renewers_lock:
+                self._renewers[lease.holder] = renewer
             renewer.start()
             try:
                 yield lease
             finally:
-                done.set()
-                renewer.join()
-                self._ledger.release_pool_slots(self.name, lease.holder)
+                self._stop_renewal(lease)
+                if not lease.handed.is_set():
+                    self._ledger.release_pool_slots(self.name, lease.holder)
+
+    def keep_for_job(self, lease: PoolLease, job: str) -> int:
+        """Hand ``lease``'s ledger holding to ``job`` (``twice.ledger.lease.job_holder``): it is
+        no longer renewed and no longer released when the ``acquire`` block exits, and stays
+        until the job is confirmed ended. Returns the slots handed over (0: the holding had
+        been lost already). Idempotent for one lease."""
+        if not isinstance(lease, LedgerLease) or lease.pool != self.name:
+            raise PoolError(f"pool {self.name!r}: {lease!r} is not a lease of this pool")
+        if lease.handed.is_set():
+            return lease.slots
+        self._stop_renewal(lease)  # a renewal after the hand-over would re-take the slots
+        hand = getattr(self._ledger, "hand_pool_slots_to_job", None)
+        if hand is None:
+            raise PoolError(f"pool {self.name!r}: its ledger cannot keep slots for a job")
+        handed = int(hand(self.name, lease.holder, job))
+        if handed:
+            lease.handed.set()
+        return handed
+
+    def _stop_renewal(self, lease: LedgerLease) -> None:
+        lease.renewal_done.set()
+        with self._renewers_lock:
+            renewer = self._renewers.pop(lease.holder, None)
+        if renewer is not None and renewer is not threading.current_thread():
+            renewer.join()
+
+    def _check_jobs(self, slots: int, since: float | None) -> float | None:
+        """While holdings kept for remote jobs block the request, raise ``PoolHeldByJob`` once
+        ``job_wait`` has passed; returns since when they block (None: they do not)."""
+        listing = getattr(self._ledger, "pool_holdings", None)
+        if self._job_wait is None or listing is None:
+            return None
+        active = list(listing(self.name))
+        jobs = [h for h in active if str(h.holder).startswith(JOB_HOLDER_PREFIX)]
+        others = sum(h.slots for h in active if h not in jobs)
+        if not jobs or others + slots > self.capacity:
+            return None  # live holders alone keep it waiting: they renew or release
+        now = time.monotonic()
+        since = now if since is None else since
+        if now - since >= self._job_wait:
+            held = sum(h.slots for h in jobs)
+            names = tuple(str(h.holder) for h in jobs)
+            raise PoolHeldByJob(
+                f"pool {self.name!r}: {held} of its {self.capacity} slot(s) are kept for remote "
+                f"job(s) that may still run ({', '.join(names)}); none was released within "
+                f"{self._job_wait:g} s. They are released when a run of that task observes "
+                "the job ended, or when an operator resolves its attempt (twice resolve)",
+                names, held,
+            )
+        return since
 
     def _grant(self, lease: LedgerLease) -> bool:
         return self._ledger.acquire_pool_slots(

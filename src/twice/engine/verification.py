@@ -172,8 +172,7 @@ class Drift:
 
 def as_fingerprint(record: FingerprintRecord) -> Fingerprint:
     """A ledger fingerprint record as the :class:`~twice.destinations.fingerprint.Fingerprint` it
-    states
-    (a record without an algorithm predates ``twice-fp-v2``)."""
+    states (a record without an algorithm predates ``twice-fp-v2``)."""
     from twice.destinations.fingerprint import ALGORITHM_V1, Fingerprint
 
     return Fingerprint(record.row_count, record.checksum, tuple(record.columns or ()),

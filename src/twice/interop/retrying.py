@@ -110,7 +110,14 @@ def _check_seconds(value: object, name: str) -> float:
 
 
 class Retrying:
-    """A configured retry loop; build it with :func:`retry`. Reusable and cheap to create."""
+    """A retry loop for ``policy`` (``twice.retry``): use it as a decorator, ``.call(fn, ...)``
+    or ``for/with``. Reusable and cheap to create.
+
+    ``on`` adds transient errors to the policy's (classes, or a predicate on the error).
+    ``deadline`` is seconds per call (from its start, on ``clock``) or a shared
+    :class:`twice.engine.timeouts.Deadline`; it needs ``attempt_duration`` (default: the policy's
+    ``attempt_timeout``), the time an attempt is expected to take at most.
+    """
 
     __slots__ = ("_budget", "_clock", "_deadline", "_duration", "_log", "_on_types",
                  "_predicate", "_rng", "_sleep", "last_attempts", "policy")
@@ -367,26 +374,8 @@ class _Run:
         self.waited = delay
 
 
-def retry(
-    policy: RetryPolicy,
-    *,
-    on: Transient | None = None,
-    deadline: float | DeadlineLike | None = None,
-    attempt_duration: float | None = None,
-    sleep: Callable[[float], None] = time.sleep,
-    clock: Callable[[], float] = time.monotonic,
-    rng: random.Random | None = None,
-    log: list[RetryAttempt] | None = None,
-) -> Retrying:
-    """A retry loop for ``policy``: use it as a decorator, ``.call(fn, ...)`` or ``for/with``.
-
-    ``on`` adds transient errors to the policy's (classes, or a predicate on the error).
-    ``deadline`` is seconds per call (from its start, on ``clock``) or a shared
-    :class:`twice.engine.timeouts.Deadline`; it needs ``attempt_duration`` (default: the policy's
-    ``attempt_timeout``), the time an attempt is expected to take at most.
-    """
-    return Retrying(policy, on=on, deadline=deadline, attempt_duration=attempt_duration,
-                    sleep=sleep, clock=clock, rng=rng, log=log)
+#: ``retry(policy, ...)`` builds the loop; the name users call (``twice.retry``).
+retry = Retrying
 
 
 __all__ = ["AttemptContext", "RetryAttempt", "RetryDeadlineExceeded", "Retrying", "retry"]

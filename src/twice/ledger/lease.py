@@ -10,6 +10,15 @@ holdings never exceeds the capacity, whatever the number of free workers. Holdin
 after release (``released_at``) as evidence of who held which slots when; a holding that
 expired without release is what a crashed or cancelled run leaves behind.
 
+A holding can be handed over to a remote job (``hand_pool_slots_to_job``) when the attempt that
+took the slots ends while its job may still run (a timeout, a lost acknowledgement, a job still
+RUNNING): the dependency is still loaded by that job, so the slots stay held under a holder keyed
+by the unit and attempt (``job_holder``), with no expiry, whatever happens to the process that
+took them. Such a holding ends only on a confirmed end: ``release_job_pool_slots`` when a
+reconcile observes the job succeeded, failed or not found, or, at any later acquisition of the
+pool, once the ledger shows the attempt closed (settled by reconcile or resolved by an operator
+with ``twice resolve``).
+
 A lease's ``token`` is a fencing token. Units of work that write the same destination slot
 (a rerun, a backfill with a new transform version) compare tokens, so they come from one
 ledger-wide sequence (``next_fencing_token``): every acquisition that is not a renewal by the
@@ -28,7 +37,7 @@ with ``BEGIN IMMEDIATE`` (one writer at a time), on PostgreSQL they lock the row
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from sqlalchemy import ColumnElement, func, select, text, update
@@ -267,6 +276,122 @@ def _active(pool: str, now: datetime) -> tuple[ColumnElement[bool], ...]:
     )
 
 
+#: Holders of slots kept for a remote job start with this; see ``job_holder``.
+JOB_HOLDER_PREFIX = "job:"
+#: A job's holding never expires by time: it ends on a confirmed end of the job (or an operator's
+#: resolution of its attempt), never because nobody renewed it.
+JOB_HOLDING_EXPIRES = datetime(9999, 1, 1, tzinfo=UTC)
+_JOB_ATTEMPT_SEPARATOR = "#attempt-"
+#: Attempt outcomes under which a job may still be running: its holding stays.
+_JOB_MAY_RUN = ("running", "unknown")
+
+
+def job_holder(uow_id: str, attempt: int) -> str:
+    """The holder key of slots kept for the job of ``uow_id``'s attempt ``attempt``."""
+    return f"{JOB_HOLDER_PREFIX}{uow_id}{_JOB_ATTEMPT_SEPARATOR}{attempt}"
+
+
+def job_of_holder(holder: str) -> tuple[str, int] | None:
+    """``(uow_id, attempt)`` of a holder made by ``job_holder``; None for any other holder."""
+    if not holder.startswith(JOB_HOLDER_PREFIX):
+        return None
+    uow_id, separator, number = holder[len(JOB_HOLDER_PREFIX):].rpartition(
+        _JOB_ATTEMPT_SEPARATOR
+    )
+    if not separator or not uow_id or not number.isdigit():
+        return None
+    return uow_id, int(number)
+
+
+def _release_ended_jobs(conn: Connection, pool: str, now: datetime) -> None:
+    """Release job holdings of ``pool`` whose attempt the ledger shows closed (reconciled, or
+    resolved by an operator): the job is no longer running, by evidence or assertion."""
+    rows = conn.execute(
+        select(pool_holdings.c.id, pool_holdings.c.holder).where(
+            *_active(pool, now), pool_holdings.c.holder.startswith(JOB_HOLDER_PREFIX)
+        )
+    ).all()
+    ended = []
+    for row in rows:
+        job = job_of_holder(row.holder)
+        if job is None:
+            continue
+        outcome = conn.execute(
+            select(attempts.c.outcome).where(
+                attempts.c.uow_id == job[0], attempts.c.number == job[1]
+            )
+        ).scalar_one_or_none()
+        if outcome is not None and outcome not in _JOB_MAY_RUN:
+            ended.append(row.id)
+    if ended:
+        conn.execute(
+            update(pool_holdings).where(pool_holdings.c.id.in_(ended)).values(released_at=now)
+        )
+
+
+def hand_pool_slots_to_job(
+    conn: Connection, *, pool: str, holder: str, job: str, clock: Clock
+) -> int:
+    """Give ``holder``'s unexpired holding of ``pool`` to ``job`` (a ``job_holder`` key), with
+    no expiry; returns the slots handed over (0 if the holding had expired or was released)."""
+    holder, job = _holder(holder), _holder(job)
+    if job_of_holder(job) is None:
+        raise LedgerError(f"{job!r} is not a job holder (see job_holder)")
+    lock_key(conn, "pool", pool)
+    now = clock()
+    mine = conn.execute(
+        select(pool_holdings.c.id, pool_holdings.c.slots).where(
+            *_active(pool, now), pool_holdings.c.holder == holder
+        )
+    ).all()
+    if not mine:
+        return 0
+    conn.execute(
+        update(pool_holdings)
+        .where(pool_holdings.c.id.in_([row.id for row in mine]))
+        .values(holder=job, expires_at=JOB_HOLDING_EXPIRES)
+    )
+    return int(sum(row.slots for row in mine))
+
+
+def release_job_pool_slots(
+    conn: Connection, *, uow_id: str, clock: Clock, attempt: int | None = None
+) -> list[PoolHolding]:
+    """Release the holdings kept for the jobs of ``uow_id`` (of ``attempt`` only, if given),
+    in every pool: the job is confirmed ended. Returns the holdings released."""
+    now = clock()
+    query = select(pool_holdings).where(
+        pool_holdings.c.released_at.is_(None),
+        pool_holdings.c.holder.startswith(f"{JOB_HOLDER_PREFIX}{uow_id}{_JOB_ATTEMPT_SEPARATOR}"),
+    )
+    candidates = [HOLDING(row) for row in conn.execute(query).mappings().all()]
+    held = [
+        holding for holding in candidates
+        if (job := job_of_holder(holding.holder)) is not None and job[0] == uow_id
+        and attempt in (None, job[1])
+    ]
+    for pool in sorted({holding.pool for holding in held}):
+        lock_key(conn, "pool", pool)
+    if held:
+        conn.execute(
+            update(pool_holdings)
+            .where(pool_holdings.c.id.in_([holding.id for holding in held]))
+            .values(released_at=now)
+        )
+    return held
+
+
+def list_job_pool_holdings(conn: Connection, *, uow_id: str, now: datetime) -> list[PoolHolding]:
+    """Unreleased holdings kept for the jobs of ``uow_id`` (any pool, any attempt)."""
+    query = select(pool_holdings).where(
+        pool_holdings.c.released_at.is_(None), pool_holdings.c.expires_at > now,
+        pool_holdings.c.holder.startswith(f"{JOB_HOLDER_PREFIX}{uow_id}{_JOB_ATTEMPT_SEPARATOR}"),
+    )
+    rows = conn.execute(query.order_by(pool_holdings.c.id)).mappings().all()
+    found = [HOLDING(row) for row in rows]
+    return [h for h in found if (job := job_of_holder(h.holder)) and job[0] == uow_id]
+
+
 def acquire_pool_slots(
     conn: Connection,
     *,
@@ -279,7 +404,8 @@ def acquire_pool_slots(
 ) -> bool:
     """Hold ``slots`` of ``pool`` if they fit beside everyone else's unexpired holdings.
 
-    A holder that already holds slots of the pool has its holding resized and extended.
+    A holder that already holds slots of the pool has its holding resized and extended. Job
+    holdings whose attempt the ledger shows closed are released first (``_release_ended_jobs``).
     """
     holder = _holder(holder)
     if not isinstance(pool, str) or not pool:
@@ -293,6 +419,7 @@ def acquire_pool_slots(
     lock_key(conn, "pool", pool)
     now = clock()  # after the lock: expiry is judged when no other acquirer can interleave
     expires_at = now + ttl
+    _release_ended_jobs(conn, pool, now)
     rows = conn.execute(select(pool_holdings).where(*_active(pool, now))).mappings().all()
     active = [HOLDING(row) for row in rows]
     capacities = {holding.capacity for holding in active}
@@ -383,6 +510,16 @@ class LeaseStore:
 
     def release_slots(self, pool: str, holder: str) -> int:
         return self._clocked(release_pool_slots, pool=pool, holder=holder)
+
+    def hand_slots_to_job(self, pool: str, holder: str, job: str) -> int:
+        return self._clocked(hand_pool_slots_to_job, pool=pool, holder=holder, job=job)
+
+    def release_job_slots(self, uow_id: str, attempt: int | None = None) -> list[PoolHolding]:
+        return self._clocked(release_job_pool_slots, uow_id=uow_id, attempt=attempt)
+
+    def job_holdings(self, uow_id: str) -> list[PoolHolding]:
+        with self._session.read() as conn:
+            return list_job_pool_holdings(conn, uow_id=uow_id, now=self._session.now())
 
     def holdings(self, pool: str, *, active_only: bool) -> list[PoolHolding]:
         with self._session.read() as conn:

@@ -686,6 +686,22 @@ class Ledger:
         """Holdings of ``pool``: unexpired unreleased ones, or the full history."""
         return self._leases.holdings(pool, active_only=active_only)
 
+    def hand_pool_slots_to_job(self, pool: str, holder: str, job: str) -> int:
+        """Keep ``holder``'s slots of ``pool`` for a remote job that may still run (``job`` from
+        ``twice.ledger.lease.job_holder``): no expiry, released only on a confirmed end of the
+        job or an operator's resolution of its attempt. Returns the slots handed over."""
+        return self._leases.hand_slots_to_job(pool, holder, job)
+
+    def release_job_pool_slots(
+        self, uow_id: str, attempt: int | None = None
+    ) -> list[PoolHolding]:
+        """Release the slots kept for ``uow_id``'s jobs (the job is confirmed ended)."""
+        return self._leases.release_job_slots(uow_id, attempt)
+
+    def job_pool_holdings(self, uow_id: str) -> list[PoolHolding]:
+        """Slots still kept for ``uow_id``'s remote jobs, in any pool."""
+        return self._leases.job_holdings(uow_id)
+
     # -- materialized intermediates ---------------------------------------------------------
 
     def record_intermediate(

@@ -16,9 +16,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
-from twice.engine.evidence import EXECUTOR_SOURCE, RUN_STARTED, aware_instant
+from twice.engine.evidence import (
+    DEFAULT_MAX_OBSERVATION_AGE,
+    EXECUTOR_SOURCE,
+    RUN_STARTED,
+    aware_instant,
+)
 from twice.errors import InputError
 from twice.ledger.records import (
     LEASE_SOURCE,
@@ -37,6 +42,7 @@ from twice.ledger.records import (
 )
 from twice.reports import wording
 from twice.reports.health import (
+    IN_PROGRESS,
     NEEDS_ATTENTION,
     NEEDS_FRESH_EVIDENCE,
     Basis,
@@ -243,6 +249,26 @@ class RecordedDecision:
 
 
 @dataclass(frozen=True)
+class PlannedDecision:
+    """The planner's decision over the ledger's evidence as of the report's ``as_of``, for a
+    unit that needs an action but has no current *recorded* decision (evidence came after the
+    last one, or none was recorded). Decided by the report, recorded nowhere, executes nothing.
+
+    ``settings`` says what the planner planned with: ``recorded`` (the latest run's plan
+    settings) or ``default`` (none recorded: the engine's defaults, used only for a running or
+    unknown attempt, whose next step does not depend on the retry policy).
+    """
+
+    decision: str
+    reason: str
+    as_of: datetime
+    settings: Literal["recorded", "default"]
+    earliest_start: datetime | None = None
+    estimated_finish: datetime | None = None
+    basis: Basis = "decided"
+
+
+@dataclass(frozen=True)
 class Generation:
     """A remote job id taken for the unit, and what the ledger says became of it."""
 
@@ -290,6 +316,11 @@ class UnitReport:
     left_out: int = 0
     settings: Mapping[str, Any] = field(default_factory=dict)
     recorded_seq: int = 0  # when the engine first recorded the unit, in ledger order
+    #: Where ``max_observation_age`` comes from: ``recorded`` (the run's plan settings or a
+    #: decision), ``given`` (the caller), ``default`` (the engine's default, 600 s).
+    max_age_origin: Literal["recorded", "given", "default"] = "default"
+    #: The planner's decision as of the report's as_of when no recorded one is current.
+    planned: PlannedDecision | None = None
 
     @property
     def uow_id(self) -> str:
@@ -430,8 +461,8 @@ def gather(
     timelines = {unit.uow_id: ledger.timeline(unit.uow_id) for unit in units}
     replaced = _superseded(units, timelines, moment)
     reports = [
-        _unit_report(unit, timelines[unit.uow_id], moment, deadline, max_observation_age,
-                     replaced.get(unit.uow_id))
+        _with_plan(ledger, moment, _unit_report(unit, timelines[unit.uow_id], moment, deadline,
+                                                max_observation_age, replaced.get(unit.uow_id)))
         for unit in units
     ]
     partitions, later_versions = _partitions(ledger, moment, pipeline, units)
@@ -548,7 +579,10 @@ def _unit_report(
     settings = _run_settings(observations)
     recorded_max_age = (_latest_detail_span(decisions, MAX_AGE_KEYS)
                         or detail_span(settings, MAX_AGE_KEYS))
-    age_limit = recorded_max_age or max_age
+    age_limit = recorded_max_age or max_age or timedelta(seconds=DEFAULT_MAX_OBSERVATION_AGE)
+    age_origin: Literal["recorded", "given", "default"] = (
+        "recorded" if recorded_max_age is not None
+        else "given" if max_age is not None else "default")
     seen = tuple(_observation(o, attempts, as_of, age_limit) for o in observations)
     decided = tuple(_decision(d, last_evidence) for d in decisions)
     policy = _latest_policy(decisions) or _settings_policy(settings)
@@ -570,7 +604,48 @@ def _unit_report(
         left_out=len(timeline) - len(known),
         settings=settings,
         recorded_seq=next((e.seq for e in known if e.kind == "unit-recorded"), 0),
+        max_age_origin=age_origin,
     )
+
+
+def _with_plan(ledger: LedgerReader, as_of: datetime, unit: UnitReport) -> UnitReport:
+    """Add the planner's decision as of ``as_of`` to a unit that needs an action and has no
+    current recorded decision (the planner's view of evidence, ``twice.engine.evidence``, as
+    ``twice status`` shows it): what to do next is never left unsaid while something runs."""
+    from dataclasses import replace
+
+    from twice.core.policy import RetryPolicy
+    from twice.core.timescale import micros_to_instant
+    from twice.engine.evidence import PlanSettings, gather_evidence, plan_unit
+
+    state = unit.status.state
+    if unit.current_decision is not None or not (state in NEEDS_ATTENTION
+                                                 or state in IN_PROGRESS):
+        return unit
+    evidence = gather_evidence(ledger, unit.uow_id, as_of=as_of)
+    origin: Literal["recorded", "default"] = "recorded"
+    if evidence.settings is None:
+        if state not in NEEDS_FRESH_EVIDENCE:
+            return unit  # a retry's timing needs the policy: not invented here
+        # A running or unknown attempt's next step (refresh, observe, reconcile) does not
+        # depend on the retry policy, only on the observation age limit.
+        age = (unit.max_observation_age or timedelta(seconds=DEFAULT_MAX_OBSERVATION_AGE))
+        settings = PlanSettings(policy=RetryPolicy(), max_observation_age=age.total_seconds())
+        evidence = gather_evidence(ledger, unit.uow_id, as_of=as_of, settings=settings)
+        origin = "default"
+    result = plan_unit(evidence)
+    if result is None:
+        return unit
+
+    def instant(value: int | float | None) -> datetime | None:
+        return None if value is None else micros_to_instant(int(value))
+
+    planned = PlannedDecision(
+        decision=result.decision.value, reason=result.reason, as_of=as_of, settings=origin,
+        earliest_start=instant(result.earliest_start),
+        estimated_finish=instant(result.estimated_finish),
+    )
+    return replace(unit, planned=planned)
 
 
 def _run_settings(observations: list[ObservationRecord]) -> Mapping[str, Any]:

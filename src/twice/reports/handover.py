@@ -32,6 +32,7 @@ from twice.reports.health import (
     IN_PROGRESS,
     NEEDS_ATTENTION,
     NEEDS_FRESH_EVIDENCE,
+    is_job_failure,
     ordered,
     scope,
 )
@@ -329,14 +330,31 @@ def _duplicate_example(unit: UnitReport) -> str | None:
 
 
 def _done_error_example(unit: UnitReport) -> str | None:
+    """A remote job that ended DONE with an error, from whatever the engine recorded on the way
+    it was run: an observation of the failed job (a returned ``JobStatus``, reconcile, a
+    service's own record), the error it recorded by class (``JobFailed`` from ``run_job`` or a
+    returned status, ``RemoteJobFailed`` from reconcile) and the generation it marked
+    ``confirmed-failed``."""
     found = [o for o in unit.observations if "done-with-error" in o.kinds]
-    if not found:
+    failures = [e for e in unit.errors if is_job_failure(e.error_class)]
+    failed = [g for g in unit.generations if g.state == "confirmed-failed"]
+    if not (found or failures or failed):
         return None
     items = []
     for observation in found:
         error = detail_value(observation.record.detail, ("errorResult", "error_result"))
         shown = f" with errorResult {_code(error)}" if error else ""
         items.append(_describe_observation(observation) + shown)
+    for record in failures:
+        attempt = f" (attempt {record.attempt})" if record.attempt is not None else ""
+        job = detail_value(record.detail, ("job_id",))
+        on = f" for job {_code(job)}" if job else ""
+        result = detail_value(record.detail, ("errorResult", "error_result"))
+        shown = f" with errorResult {_code(result)}" if result else ""
+        items.append(f"{wording.instant(record.recorded_at)} recorded {record.classification} "
+                     f"{_code(record.error_class)}{on}{attempt}: {_code(record.message)}{shown}")
+    items.extend(f"generation {g.generation} {_code(g.job_id)} confirmed-failed (marked "
+                 f"{wording.instant(g.state_at)})" for g in failed)
     latest = unit.attempts[-1] if unit.attempts else None
     outcome = ""
     if latest is not None:
@@ -347,7 +365,7 @@ def _done_error_example(unit: UnitReport) -> str | None:
     errors = f" Errors: {classes}." if classes else ""
     return (f"- **{unit.label}** ({_code(unit.uow_id)}): " + "; ".join(items) + "." + outcome
             + errors + " DONE only means the job is no longer running; the error result "
-            "says it failed.")
+            "says it failed, so only a new generation (a new job id) may run it again.")
 
 
 def _deadline_example(unit: UnitReport) -> str | None:

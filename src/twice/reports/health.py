@@ -156,6 +156,20 @@ REFUSAL_ERRORS = frozenset({"AcceptanceFailed", "SchemaChangeError", "SchemaErro
 def is_refusal(error_class: str) -> bool:
     """Whether a recorded error class (``module.Name``) is one of the engine's refusals."""
     return error_class.rsplit(".", 1)[-1] in REFUSAL_ERRORS
+
+
+#: Errors the engine records for a remote job that ended DONE with an ``errorResult``, by class
+#: name: ``JobFailed`` (``twice.remote.jobs``: raised by ``run_job`` in task code, or made by the
+#: executor from a returned ``JobStatus``) and ``RemoteJobFailed`` (``twice.engine.reconcile``:
+#: reconcile found the job failed). Recorded with the error, never parsed out of a message.
+JOB_FAILED_ERRORS = frozenset({"JobFailed", "RemoteJobFailed"})
+
+
+def is_job_failure(error_class: str) -> bool:
+    """Whether a recorded error class says a remote job ended DONE with an error."""
+    return error_class.rsplit(".", 1)[-1] in JOB_FAILED_ERRORS
+
+
 #: Decisions after a transient failure that leave no retry.
 NO_RETRY_DECISIONS = frozenset({"attempts-exhausted", "repair-cause", "reconcile-effects"})
 #: Observation states the engine records about a unit it did not run (``twice.engine.executor``).

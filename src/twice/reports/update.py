@@ -7,11 +7,19 @@ evidence, unverified, blocked), what is confirmed, what is in progress, the plan
 action and when the next piece of evidence is due. Plain sentences, UTC times, short unit names
 (the shared pipeline and interval are said once, in the header), and nothing the ledger has no
 evidence for.
+
+The next action is the current recorded planner decision; a unit that needs one but has none
+(evidence came after it) gets the planner's decision over the ledger as of the update, marked
+"decided as of this update". While an attempt is running or its outcome unknown, the next
+evidence is never "none scheduled": reconcile (look the job up by its id) now, refresh evidence
+older than the unit's maximum observation age (the run's plan settings; default 600 s), or
+observe again before it goes stale.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 
 from twice.reports import wording
@@ -81,6 +89,20 @@ def _age(unit: UnitReport, as_of: datetime) -> str:
     return "no observation recorded"
 
 
+def _evidence_age(unit: UnitReport, as_of: datetime) -> str:
+    """``, last evidence 15 min old via reconcile, over the 10 min limit`` for an attempt whose
+    next decision rests on fresh evidence; empty when nothing dates it."""
+    status = unit.status
+    if status.at is None:
+        return ""
+    via = f" via {status.source}" if status.source else ""
+    text = f", last evidence {wording.span(as_of - status.at)} old{via}"
+    limit = unit.max_observation_age
+    if status.stale_at is not None and status.stale_at < as_of and limit is not None:
+        text += f", over the {wording.span(limit)} limit"
+    return text
+
+
 def _job(unit: UnitReport) -> str:
     latest = unit.attempts[-1] if unit.attempts else None
     return f"job {latest.job_id}" if latest is not None and latest.job_id else ""
@@ -126,7 +148,8 @@ def _item(unit: UnitReport, as_of: datetime, name: Namer) -> str:
         since = latest.unknown_since or latest.started_at
         job = f" ({_job(unit)})" if _job(unit) else ""
         return (f"{name(unit)} attempt {number}{job} unknown since "
-                f"{wording.clock_time(since)}, do not retry before settling it")
+                f"{wording.clock_time(since)}{_evidence_age(unit, as_of)}, do not retry before "
+                "settling it")
     if state in (Health.RUNNING, Health.STALE_EVIDENCE) and latest is not None:
         at = unit.status.at
         last = "never observed" if at is None else f"last evidence {wording.span(as_of - at)} old"
@@ -177,15 +200,48 @@ def _confirmed(evidence: Evidence, name: Namer) -> str:
     return line
 
 
-def _action_note(unit: UnitReport) -> str:
+#: The planner's words for "look at the job by its id" (the job id goes with them).
+BY_JOB_ID = frozenset({"reconcile-remote", "observe-running", "refresh-observation"})
+
+
+@dataclass(frozen=True)
+class _Next:
+    """The decision the update reads out for a unit: the current recorded one, else the
+    planner's as of the update (``planned``: decided now, recorded nowhere)."""
+
+    kind: str
+    earliest_start: datetime | None
+    estimated_finish: datetime | None
+    not_started: bool
+    planned: bool
+
+
+def _next_of(unit: UnitReport) -> _Next | None:
     decision = unit.current_decision
-    assert decision is not None
-    kind = decision.record.decision
-    if kind == "wait-backoff" and decision.earliest_start is not None:
-        return f" until {wording.clock_time(decision.earliest_start)}"
-    if kind == "reconcile-remote" and _job(unit):
-        return f" ({_job(unit)})"
-    return ""
+    if decision is not None:
+        return _Next(decision.record.decision, decision.earliest_start,
+                     decision.estimated_finish, decision.record.not_started, planned=False)
+    planned = unit.planned
+    if planned is not None:
+        return _Next(planned.decision, planned.earliest_start, planned.estimated_finish,
+                     not_started=False, planned=True)
+    return None
+
+
+def _action_note(unit: UnitReport, chosen: _Next) -> str:
+    notes = []
+    if chosen.kind == "wait-backoff" and chosen.earliest_start is not None:
+        notes.append(f"until {wording.clock_time(chosen.earliest_start)}")
+    if chosen.kind in BY_JOB_ID and _job(unit):
+        notes.append(_job(unit))
+    if chosen.planned:
+        notes.append("decided as of this update")
+    if not notes:
+        return ""
+    if notes[0].startswith("until "):
+        head, rest = f" {notes[0]}", notes[1:]
+        return head + (f" ({'; '.join(rest)})" if rest else "")
+    return f" ({'; '.join(notes)})"
 
 
 def _needs_action(unit: UnitReport) -> bool:
@@ -198,11 +254,11 @@ def _next_action(evidence: Evidence, name: Namer) -> str:
     for unit in evidence.units:
         if not _needs_action(unit):
             continue  # settled or superseded: nothing for the planner to do
-        decision = unit.current_decision
-        if decision is None:
+        chosen = _next_of(unit)
+        if chosen is None:
             missing.append(name(unit))
             continue
-        grouped.setdefault(decision.record.decision, []).append(name(unit) + _action_note(unit))
+        grouped.setdefault(chosen.kind, []).append(name(unit) + _action_note(unit, chosen))
     items = [f"{kind} for {', '.join(grouped[kind])}" for kind in URGENCY if kind in grouped]
     if "deadline-infeasible" in grouped:
         items[0] += " (do not start; communicate the impact and an alternative)"
@@ -217,31 +273,38 @@ def _due(unit: UnitReport, as_of: datetime, name: Namer) -> list[tuple[datetime,
     due: list[tuple[datetime, str]] = []
     if not _needs_action(unit):
         return due  # a verified, settled unit needs no fresh evidence
-    decision = unit.current_decision
-    if decision is not None:
-        kind = decision.record.decision
-        start = decision.earliest_start
-        if start is not None and start > as_of and not decision.record.not_started:
+    chosen = _next_of(unit)
+    state = unit.status.state
+    job = _job(unit)
+    look = f" (look {job} up by its id)" if job else ""
+    stale_at = unit.status.stale_at
+    if chosen is not None:
+        start = chosen.earliest_start
+        if start is not None and start > as_of and not chosen.not_started:
             text = f"{name(unit)} backoff ends, attempt {_next_number(unit)} may start"
-            if decision.estimated_finish is not None:
-                text += f" (estimated finish {wording.clock_time(decision.estimated_finish)}"
+            if chosen.estimated_finish is not None:
+                text += f" (estimated finish {wording.clock_time(chosen.estimated_finish)}"
                 if unit.deadline is not None:
                     text += f", deadline {wording.clock_time(unit.deadline.at)}"
                 text += ")"
             due.append((start, text))
-        elif kind == "reconcile-remote":
-            due.append((as_of, f"reconcile {name(unit)} with the remote service"))
-    if unit.status.state == Health.UNVERIFIED:
+        elif chosen.kind == "reconcile-remote":
+            due.append((as_of, f"reconcile {name(unit)}{look or ' with the remote service'}"))
+    elif state == Health.UNKNOWN:  # no decision at all: an unknown outcome is settled first
+        due.append((as_of, f"reconcile {name(unit)}{look}"))
+    if state == Health.UNVERIFIED:
         due.append((as_of, f"validate {name(unit)}'s output"))
-    stale_at = unit.status.stale_at
-    if stale_at is None or unit.status.state not in NEEDS_FRESH_EVIDENCE:
+    if state not in NEEDS_FRESH_EVIDENCE:
         return due
     source = unit.status.source or "the attempt record"
-    if stale_at <= as_of:
-        due.append((as_of, f"refresh {name(unit)}: its evidence via {source} went stale at "
-                           f"{wording.clock_time(stale_at)}"))
-    else:
-        due.append((stale_at, f"refresh {name(unit)} (its evidence goes stale)"))
+    if stale_at is None:  # nothing dates the evidence: it is wanted now
+        if not due:
+            due.append((as_of, f"observe {name(unit)}{look}"))
+    elif stale_at <= as_of:
+        due.append((as_of, f"refresh {name(unit)}{look}: its evidence via {source} went stale "
+                           f"at {wording.clock_time(stale_at)}"))
+    elif not due:  # running with fresh evidence: observe again before it goes stale
+        due.append((stale_at, f"observe {name(unit)}{look}, before its evidence goes stale"))
     return due
 
 

@@ -282,19 +282,25 @@ class FakeBigQuery:
                 raise DuplicateJob(job_id)
             return self._jobs[job_id].status(now, self._name)
 
+    def _existing(self, method: Method, job_id: str, now: datetime) -> FakeJob:
+        """What ``get`` and ``cancel`` do first: deliver what is due, answer an injected fault
+        with a backend error, and a missing job with 404 (each logged as the API answered)."""
+        self._deliver(now)
+        fault = self._take_fault(method)
+        if fault is not None:
+            self._log(method, job_id, f"{fault.status} backendError", now)
+            raise BackendError(job_id=job_id, status=fault.status)
+        job = self._jobs.get(job_id)
+        if job is None:
+            self._log(method, job_id, "404 notFound", now)
+            raise JobNotFound(job_id)
+        return job
+
     def get(self, job_id: str) -> JobStatus:
         """jobs.get: the status now, ``JobNotFound`` if there is no such job."""
         with self._lock:
             now = self._clock()
-            self._deliver(now)
-            fault = self._take_fault("get")
-            if fault is not None:
-                self._log("get", job_id, f"{fault.status} backendError", now)
-                raise BackendError(job_id=job_id, status=fault.status)
-            job = self._jobs.get(job_id)
-            if job is None:
-                self._log("get", job_id, "404 notFound", now)
-                raise JobNotFound(job_id)
+            job = self._existing("get", job_id, now)
             status = job.status(now, self._name)
             self._log("get", job_id, status.state.value, now)
             return status
@@ -304,15 +310,7 @@ class FakeBigQuery:
         finishes first. Poll ``get`` to learn which."""
         with self._lock:
             now = self._clock()
-            self._deliver(now)
-            fault = self._take_fault("cancel")
-            if fault is not None:
-                self._log("cancel", job_id, f"{fault.status} backendError", now)
-                raise BackendError(job_id=job_id, status=fault.status)
-            job = self._jobs.get(job_id)
-            if job is None:
-                self._log("cancel", job_id, "404 notFound", now)
-                raise JobNotFound(job_id)
+            job = self._existing("cancel", job_id, now)
             if job.cancel_requested_at is None:
                 job.cancel_requested_at = now
                 job.cancelled_at = now + timedelta(seconds=self._cancel_delay)

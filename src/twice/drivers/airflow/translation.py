@@ -2,10 +2,9 @@
 
 Pure: no Airflow import, so ``twice airflow describe`` and the tests run without Airflow. The
 retry numbers come from ``twice.interop.translations.to_airflow`` (one translation of the policy,
-not
-two); this module spells them the way Airflow 3.3 takes them and adds what changes when twice
-runs *inside* an Airflow task: Airflow owns the retry loop (one twice attempt per Airflow try)
-while twice keeps the ledger, the transient-error list, the deadline and reconciliation.
+not two); this module spells them the way Airflow 3.3 takes them and adds what changes when twice
+runs *inside* an Airflow task: Airflow owns the retry loop (one twice attempt per Airflow try) while
+twice keeps the ledger, the transient-error list, the deadline and reconciliation.
 """
 
 from __future__ import annotations

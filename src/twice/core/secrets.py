@@ -1,0 +1,153 @@
+"""Secrets in destination specs: the public identity twice keeps, and the credentials it uses.
+
+A destination spec may carry a password (``postgresql://etl:s3cret@db/warehouse#public.t`` or
+``...?password=s3cret``). twice must never store or print it, yet must open the destination
+with it. So a spec has two forms:
+
+- its **public identity**, :func:`public_spec`: the same string with the password removed
+  (``postgresql://etl@db/warehouse#public.t``; secret query parameters such as ``password=``
+  dropped), everything else kept byte for byte. This is what a task's ``destination``, a unit
+  of work (hence its ``uow_id`` and job ids), fingerprints' keys, leases, commit records,
+  events, reports and messages carry. A spec without a password is its own public identity,
+  so ledgers written before this existed keep their keys. The function is idempotent.
+- its **connection spec**: the spec as the user wrote it. A task declaring a spec with a
+  password registers it (:func:`remember`); ``twice.destinations.open_destination`` turns a
+  public identity back into it (:func:`with_credentials`) and only the engine's connect call
+  ever sees it. The registry lives in the process that loaded the pipeline (a spawned attempt
+  loads the pipeline file again, so it registers the same specs). A public identity nobody
+  registered opens as written: the engine's own sources (``PGPASSWORD``, ``~/.pgpass``) apply.
+
+:func:`redact` masks passwords in free text (a driver's error message can echo the connection
+string it was given): URL passwords, ``password=`` pairs, and every password registered here.
+
+Standard library only, like the rest of ``twice.core``.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from urllib.parse import unquote
+
+MASK = "***"
+
+#: Query parameters whose value is a secret (libpq's ``password`` and ``sslpassword``, and the
+#: usual names of tokens and keys). Compared case-insensitively.
+SECRET_PARAMETERS = frozenset({
+    "password", "sslpassword", "passwd", "pwd", "secret", "token", "access_token", "api_key",
+    "apikey",
+})
+
+_lock = threading.Lock()
+_registered: dict[str, str] = {}  # public identity -> the spec as written (with its password)
+_secrets: set[str] = set()  # every password registered, as written and percent-decoded
+
+_URL_PASSWORD = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.-]*://[^:/?#@\s]*:)[^@/\s]+@")
+_PAIR_NAMES = "|".join(sorted(SECRET_PARAMETERS, key=len, reverse=True))
+_PASSWORD_PAIR = re.compile(
+    rf"(?P<head>\b(?:{_PAIR_NAMES})\s*=\s*)(?:'(?:[^'\\]|\\.)*'|\"[^\"]*\"|[^\s&;,'\"#]+)",
+    re.IGNORECASE,
+)
+
+
+def _split(spec: str) -> tuple[str, str, str, str, str] | None:
+    """``(scheme+':', authority, path, query, fragment)`` of ``scheme://authority...``, or
+    None when ``spec`` has no authority (``sqlite:rel/path``, ``bq:project.dataset.table``)."""
+    scheme, colon, rest = spec.partition(":")
+    if not colon or not rest.startswith("//"):
+        return None
+    rest = rest[2:]
+    rest, hash_, fragment = rest.partition("#")
+    rest, mark, query = rest.partition("?")
+    slash = rest.find("/")
+    authority, path = (rest, "") if slash < 0 else (rest[:slash], rest[slash:])
+    return scheme + ":", authority, path, mark + query, hash_ + fragment
+
+
+def _secret_pairs(query: str) -> list[tuple[int, str]]:
+    """Indexes and values of the secret parameters among ``query``'s ``&``-separated pairs."""
+    found = []
+    for index, pair in enumerate(query.split("&")):
+        name, eq, value = pair.partition("=")
+        if eq and unquote(name).strip().lower() in SECRET_PARAMETERS:
+            found.append((index, value))
+    return found
+
+
+def secrets_of(spec: str) -> tuple[str, ...]:
+    """The non-empty secrets ``spec`` carries (as written; percent-decoded too if different)."""
+    parts = _split(spec) if isinstance(spec, str) else None
+    if parts is None:
+        return ()
+    _, authority, _, query, _ = parts
+    values = []
+    userinfo, at, _ = authority.rpartition("@")
+    if at and ":" in userinfo:
+        values.append(userinfo.partition(":")[2])
+    values.extend(value for _, value in _secret_pairs(query[1:]))
+    found: list[str] = []
+    for value in values:
+        for form in (value, unquote(value)):
+            if form and form not in found:
+                found.append(form)
+    return tuple(found)
+
+
+def public_spec(spec: str) -> str:
+    """``spec`` without its secrets: the identity twice stores and shows (see the module doc).
+
+    The password of ``scheme://user:password@host`` is removed (``user@host``) and secret
+    query parameters are dropped; the rest is kept as written. Idempotent, and a spec with no
+    secret is returned unchanged.
+    """
+    parts = _split(spec) if isinstance(spec, str) else None
+    if parts is None:
+        return spec
+    scheme, authority, path, query, fragment = parts
+    userinfo, at, hostport = authority.rpartition("@")
+    if at:
+        user, colon, password = userinfo.partition(":")
+        if colon and password:
+            authority = f"{user}@{hostport}" if user else hostport
+    pairs = query[1:].split("&") if query else []
+    secret = {index for index, _ in _secret_pairs(query[1:])}
+    if secret:
+        kept = [pair for index, pair in enumerate(pairs) if index not in secret]
+        query = "?" + "&".join(kept) if kept else ""
+    return f"{scheme}//{authority}{path}{query}{fragment}"
+
+
+def remember(spec: str) -> str:
+    """Register ``spec``'s credentials under its public identity; return that identity.
+
+    Later ``with_credentials(public)`` gives ``spec`` back (the last registration of one
+    identity wins), and :func:`redact` masks its secrets wherever they appear.
+    """
+    public = public_spec(spec)
+    if public != spec:
+        with _lock:
+            _registered[public] = spec
+            _secrets.update(secrets_of(spec))
+    return public
+
+
+def with_credentials(spec: str) -> str:
+    """The spec to connect with: the registered spec behind a public identity, else ``spec``."""
+    if not isinstance(spec, str):
+        return spec
+    with _lock:
+        return _registered.get(spec, spec)
+
+
+def redact(text: str) -> str:
+    """``text`` with every password it may hold replaced by ``***``: in URLs
+    (``user:***@host``), in ``password=`` pairs, and every password registered here."""
+    if not isinstance(text, str) or not text:
+        return text
+    text = _URL_PASSWORD.sub(rf"\g<head>{MASK}@", text)
+    text = _PASSWORD_PAIR.sub(rf"\g<head>{MASK}", text)
+    with _lock:
+        known = sorted(_secrets, key=len, reverse=True)
+    for secret in known:
+        text = text.replace(secret, MASK)
+    return text

@@ -1,0 +1,117 @@
+"""The public identity of a destination spec (``twice.core.secrets``): no password, idempotent,
+unchanged for specs without one; and the registry that connects with the real credentials."""
+
+from __future__ import annotations
+
+import string
+from datetime import UTC, datetime
+from urllib.parse import quote
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from twice.core import secrets
+from twice.core.secrets import public_spec, redact, remember, secrets_of, with_credentials
+
+# Passwords as people type them: any printable character, percent-encoded into the URL.
+PASSWORDS = st.text(string.ascii_letters + string.digits + string.punctuation + " é", min_size=1,
+                    max_size=24)
+WORDS = st.text(string.ascii_lowercase + string.digits + "_", min_size=1, max_size=10)
+QUERIES = st.lists(st.sampled_from(["partition_column=day", "key_columns=a,b",
+                                    "sslmode=require", "connect_timeout=5"]), max_size=3)
+
+
+@st.composite
+def specs(draw: st.DrawFn) -> tuple[str, str]:
+    """A PostgreSQL destination spec with a password, and that password as typed."""
+    password = "Z" + draw(PASSWORDS)  # upper-case Z appears nowhere else in these specs
+    user, db, table = draw(WORDS), draw(WORDS), draw(WORDS)
+    port = draw(st.sampled_from(["", ":5432"]))
+    query = draw(QUERIES)
+    in_query = draw(st.booleans())
+    encoded = quote(password, safe="")
+    userinfo = user if in_query else f"{user}:{encoded}"
+    if in_query:
+        query = [*query, f"password={encoded}"]
+    text = "&".join(query)
+    spec = f"postgresql://{userinfo}@db.example{port}/{db}{'?' + text if text else ''}#{table}"
+    return spec, password
+
+
+@given(specs())
+def test_public_spec_never_holds_the_password_and_is_idempotent(case: tuple[str, str]) -> None:
+    spec, password = case
+    public = public_spec(spec)
+    assert quote(password, safe="") not in public and password not in public
+    assert "Z" not in public and "password=" not in public
+    assert public_spec(public) == public
+    assert public.endswith(spec.rpartition("#")[2])  # the table is kept
+    assert secrets_of(public) == ()
+    assert password in secrets_of(spec)
+
+
+@given(WORDS, WORDS, QUERIES)
+def test_a_spec_without_a_password_is_its_own_identity(user: str, db: str, query: list[str]
+                                                       ) -> None:
+    text = "&".join(query)
+    spec = f"postgresql://{user}@host:5432/{db}{'?' + text if text else ''}#public.t"
+    assert public_spec(spec) == spec  # existing ledgers keep their keys
+
+
+@pytest.mark.parametrize("spec", [
+    "sqlite:///data/out.db?partition_column=day#positions", "sqlite:rel/out.db#t",
+    "duckdb:///w.duckdb#s.t", "parquet:///data/positions?overwrite=dynamic",
+    "bq:project.dataset.table", "postgresql://host/db#t", "postgresql://etl@host/db#t", "",
+    "postgresql://etl:@host/db#t",  # an empty password is no secret
+])
+def test_specs_without_secrets_are_unchanged(spec: str) -> None:
+    assert public_spec(spec) == spec
+
+
+@pytest.mark.parametrize(("spec", "public"), [
+    ("postgresql://etl:s3cret@db:5432/wh?partition_column=day#public.t",
+     "postgresql://etl@db:5432/wh?partition_column=day#public.t"),
+    ("postgres://:s3cret@db/wh#t", "postgres://db/wh#t"),
+    ("postgresql://etl@db/wh?sslmode=require&password=s3cret&partition_column=day#t",
+     "postgresql://etl@db/wh?sslmode=require&partition_column=day#t"),
+    ("postgresql://etl:p%40ss@db/wh?PASSWORD=x#t", "postgresql://etl@db/wh#t"),
+])
+def test_public_spec_examples(spec: str, public: str) -> None:
+    assert public_spec(spec) == public
+
+
+def test_a_task_keeps_the_public_identity_and_connects_with_the_password() -> None:
+    from twice import Pipeline, Schedule, TaskContext
+    from twice.core.interval import Interval
+
+    spec = "postgresql://etl:Reg1stered-pw@db.example/wh?partition_column=day#public.t"
+    pipeline = Pipeline("p", schedule=Schedule.daily("UTC"))
+
+    @pipeline.task(destination=spec)
+    def load(ctx: TaskContext) -> None:
+        return None
+
+    task = pipeline.get_task("load")
+    public = "postgresql://etl@db.example/wh?partition_column=day#public.t"
+    assert task.destination == public and "Reg1stered-pw" not in repr(task)
+    day = datetime(2026, 11, 30, tzinfo=UTC)
+    unit = pipeline.unit_of_work("load", Interval(day, day.replace(day=1, month=12)))
+    assert unit.destination == public and "Reg1stered-pw" not in repr(unit.identity())
+    assert with_credentials(public) == spec  # what open_destination connects with
+    assert with_credentials("postgresql://other@db/wh#t") == "postgresql://other@db/wh#t"
+    assert redact("FATAL: bad token near 'Reg1stered-pw'") == "FATAL: bad token near '***'"
+
+
+def test_redact_masks_urls_and_pairs_it_was_never_told_about() -> None:
+    assert redact("cannot open postgresql+psycopg://u:hunter2@h/db: timeout") == (
+        "cannot open postgresql+psycopg://u:***@h/db: timeout")
+    assert redact("host=h password=hunter2 dbname=x") == "host=h password=*** dbname=x"
+    assert redact("password='two words' x") == "password=*** x"
+    assert redact("no secret at https://example.com/a:b@c") != ""
+
+
+def test_remember_of_a_public_spec_registers_nothing() -> None:
+    before = dict(secrets._registered)
+    assert remember("postgresql://etl@db/wh#t") == "postgresql://etl@db/wh#t"
+    assert secrets._registered == before
