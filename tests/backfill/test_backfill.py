@@ -136,7 +136,8 @@ def test_faults_are_retried_and_reconciled_without_duplicates(setup) -> None:
     assert len(load.attempts) == 1 and helpers.duplicates(root) == 0
 
 
-def test_migrated_schema_needs_accept_and_then_rewrites_every_interval(setup) -> None:
+def _backfilled_then_migrated(setup):
+    """Three days backfilled, then both tables migrated (a new column) behind twice's back."""
     import duckdb
 
     root, ledger, pipeline = setup
@@ -146,6 +147,11 @@ def test_migrated_schema_needs_accept_and_then_rewrites_every_interval(setup) ->
     for table in ("positions_stage", "positions"):
         con.execute(f"ALTER TABLE {table} ADD COLUMN currency VARCHAR")
     con.close()
+    return root, ledger, spans
+
+
+def test_migrated_schema_needs_accept_and_then_rewrites_every_interval(setup) -> None:
+    root, ledger, spans = _backfilled_then_migrated(setup)
     v2 = helpers.example().build_pipeline(root, transform_version="2")
     refused = run_backfill(v2, ledger, spans[1:])
     assert not refused.ok and "schema differs across the backfill range" in str(refused.refusal)
@@ -161,15 +167,7 @@ def test_migrated_schema_needs_accept_and_then_rewrites_every_interval(setup) ->
 def test_accepting_a_schema_change_over_part_of_the_destination_is_refused(setup) -> None:
     """A schema change applies to the whole destination or not at all: accepting it over part
     of what the destination holds would leave the rest on the old schema, silently."""
-    import duckdb
-
-    root, ledger, pipeline = setup
-    spans = helpers.intervals(3)
-    run_backfill(pipeline, ledger, spans)
-    con = duckdb.connect(str(root / "warehouse.duckdb"))
-    for table in ("positions_stage", "positions"):
-        con.execute(f"ALTER TABLE {table} ADD COLUMN currency VARCHAR")
-    con.close()
+    root, ledger, spans = _backfilled_then_migrated(setup)
     before = helpers.contents(root)
     v2 = helpers.example().build_pipeline(root, transform_version="2")
     partial = run_backfill(v2, ledger, spans[1:], accept_schema_change=True)

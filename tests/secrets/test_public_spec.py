@@ -115,3 +115,17 @@ def test_remember_of_a_public_spec_registers_nothing() -> None:
     before = dict(secrets._registered)
     assert remember("postgresql://etl@db/wh#t") == "postgresql://etl@db/wh#t"
     assert secrets._registered == before
+
+
+@pytest.mark.parametrize("command", ["status", "update", "handover", "report --json"])
+def test_an_unreachable_ledger_is_named_without_its_password(command: str) -> None:
+    """The error for a ledger that cannot be opened names it, never with its password."""
+    import subprocess
+    import sys
+
+    url = "postgresql://bob:s3cretpw@127.0.0.1:9/none"
+    done = subprocess.run([sys.executable, "-m", "twice", *command.split(), "--ledger", url],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0
+    assert "s3cretpw" not in done.stdout + done.stderr
+    assert "127.0.0.1:9" in done.stdout + done.stderr

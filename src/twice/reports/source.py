@@ -23,12 +23,15 @@ LEDGER_TABLE = "twice_schema"
 
 
 def describe(url: str | None) -> str:
-    """Name the ledger as the user would recognise it, including where the name came from."""
+    """Name the ledger as the user would recognise it, including where the name came from
+    (never with its password: ``twice.core.secrets``)."""
+    from twice.core.secrets import public_spec
+
     if url is not None:
-        return url
+        return public_spec(url)
     from_env = os.environ.get("TWICE_LEDGER")
     if from_env:
-        return f"{from_env} (from $TWICE_LEDGER)"
+        return f"{public_spec(from_env)} (from $TWICE_LEDGER)"
     return "twice-ledger.db (the default; set --ledger or $TWICE_LEDGER)"
 
 
