@@ -25,3 +25,27 @@ def test_demo_refuses_a_foreign_workdir(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "not empty" in proc.stderr
     assert (tmp_path / "mine.txt").read_text() == "keep me"
+
+
+def test_demo_ends_with_its_ledger_warehouse_and_three_commands_that_run(tmp_path: Path) -> None:
+    """The demo says where its ledger and warehouse are and what to run next; each printed
+    command runs as printed, on the demo's own ledger."""
+    import shlex
+
+    workdir = tmp_path / "a demo"  # a space: the printed commands must quote it
+    proc = subprocess.run(
+        [sys.executable, "-m", "twice", "demo", "--workdir", str(workdir), "--days", "2"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    tail = proc.stdout[proc.stdout.index("fingerprints:"):]
+    assert f"ledger: {workdir / 'run' / 'ledger.db'}" in tail
+    assert f"warehouse: {workdir / 'run' / 'warehouse.duckdb'}" in tail
+    commands = [line.strip() for line in tail.splitlines() if line.strip().startswith("twice ")]
+    assert len(commands) == 3
+    for command in commands:
+        args = shlex.split(command)
+        done = subprocess.run([sys.executable, "-m", "twice", *args[1:]], capture_output=True,
+                              text=True, timeout=120)
+        assert done.returncode == 0, (command, done.stdout + done.stderr)
+    assert (workdir / "run" / "report.html").is_file()

@@ -227,4 +227,26 @@ def demo(workdir: str | None, days: int) -> None:
     ok &= equal == len(rows) and duplicates == 0
     console.print(f"fingerprints: {equal}/{len(rows)} equal to a clean run; "
                   f"duplicate rows: {duplicates}")
+    _next_steps(console, run_dir)
     finish(ok)
+
+
+def next_commands(run_dir: Path) -> list[str]:
+    """Three commands to try on the demo's ledger, runnable as printed (shell-quoted)."""
+    import shlex
+
+    ledger = shlex.quote(f"sqlite:///{run_dir / 'ledger.db'}")
+    return [
+        f"twice status --ledger {ledger}",
+        f"twice update --ledger {ledger}",
+        f"twice report --ledger {ledger} --html {shlex.quote(str(run_dir / 'report.html'))}",
+    ]
+
+
+def _next_steps(console: Any, run_dir: Path) -> None:
+    """Where the demo left its ledger and warehouse, and what to run next."""
+    console.print(f"\nledger: {run_dir / 'ledger.db'}", highlight=False, soft_wrap=True)
+    console.print(f"warehouse: {run_dir / 'warehouse.duckdb'}", highlight=False, soft_wrap=True)
+    console.print("next, try:", highlight=False)
+    for command in next_commands(run_dir):
+        console.print(f"  {command}", highlight=False, soft_wrap=True)
