@@ -7,7 +7,6 @@ Drives ``twice.drivers.airflow.run_try`` the way Airflow's retry loop would (try
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -32,39 +31,20 @@ from twice.drivers.airflow import (
 from twice.engine.evidence import RUN_STARTED
 from twice.engine.executor import Executor
 from twice.ledger import Ledger
+from twice.testing import ManualClock
 
 DAY = Interval(datetime(2026, 11, 4, tzinfo=UTC), datetime(2026, 11, 5, tzinfo=UTC))
 START = datetime(2026, 12, 1, 5, 0, tzinfo=UTC)
 
 
-class Clock:
-    """Time that moves only when slept on or advanced (shared by ledger and executor)."""
-
-    def __init__(self) -> None:
-        self.now = START
-        self.sleeps: list[float] = []
-        self._lock = threading.Lock()
-
-    def __call__(self) -> datetime:
-        with self._lock:
-            return self.now
-
-    def advance(self, seconds: float) -> None:
-        with self._lock:
-            self.now += timedelta(seconds=seconds)
-
-    def sleep(self, seconds: float) -> None:
-        self.sleeps.append(seconds)
-        self.advance(seconds)
+@pytest.fixture
+def clock() -> ManualClock:
+    """Time shared by the ledger and the executor; moves only when slept on or advanced."""
+    return ManualClock(START)
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-def ledger(tmp_path: Path, clock: Clock) -> Iterator[Ledger]:
+def ledger(tmp_path: Path, clock: ManualClock) -> Iterator[Ledger]:
     with Ledger.open(f"sqlite:///{tmp_path / 'ledger.db'}", clock=clock) as opened:
         yield opened
 
@@ -72,7 +52,7 @@ def ledger(tmp_path: Path, clock: Clock) -> Iterator[Ledger]:
 class Airflow:
     """Airflow's bookkeeping for one task instance: try_number and max_tries (clear-aware)."""
 
-    def __init__(self, pipeline: Pipeline, task: str, ledger: Ledger, clock: Clock) -> None:
+    def __init__(self, pipeline: Pipeline, task: str, ledger: Ledger, clock: ManualClock) -> None:
         self.pipeline, self.task, self.ledger, self.clock = pipeline, task, ledger, clock
         self.retries = pipeline.get_task(task).retry.max_attempts - 1
         self.try_number = 0
@@ -123,7 +103,9 @@ def _runs(ledger: Ledger, outcome: TryOutcome) -> int:
     return sum(o.state == RUN_STARTED for o in ledger.observations(uow))
 
 
-def test_transient_then_success_is_one_run_across_two_tries(ledger: Ledger, clock: Clock) -> None:
+def test_transient_then_success_is_one_run_across_two_tries(
+    ledger: Ledger, clock: ManualClock
+) -> None:
     def flaky(ctx: TaskContext) -> None:
         if ctx.attempt == 1:
             raise ConnectionError("reset")
@@ -140,7 +122,7 @@ def test_transient_then_success_is_one_run_across_two_tries(ledger: Ledger, cloc
     assert clock.sleeps == []  # Airflow already waited the policy delay: twice adds nothing
 
 
-def test_twice_waits_the_backoff_airflow_did_not(ledger: Ledger, clock: Clock) -> None:
+def test_twice_waits_the_backoff_airflow_did_not(ledger: Ledger, clock: ManualClock) -> None:
     def flaky(ctx: TaskContext) -> None:
         if ctx.attempt == 1:
             raise ConnectionError("reset")
@@ -150,7 +132,9 @@ def test_twice_waits_the_backoff_airflow_did_not(ledger: Ledger, clock: Clock) -
     assert clock.sleeps == [pytest.approx(6.0)]  # the rest of the 10 s policy delay
 
 
-def test_budget_spans_tries_and_a_clear_opens_a_fresh_one(ledger: Ledger, clock: Clock) -> None:
+def test_budget_spans_tries_and_a_clear_opens_a_fresh_one(
+    ledger: Ledger, clock: ManualClock
+) -> None:
     def broken(ctx: TaskContext) -> None:
         raise ConnectionError("still down")
 
@@ -169,7 +153,7 @@ def test_budget_spans_tries_and_a_clear_opens_a_fresh_one(ledger: Ledger, clock:
 
 
 def test_without_continue_run_every_try_gets_a_fresh_budget(ledger: Ledger,
-                                                            clock: Clock) -> None:
+                                                            clock: ManualClock) -> None:
     """Why continue_run exists: one run per call would never exhaust the budget."""
     def broken(ctx: TaskContext) -> None:
         raise ConnectionError("still down")
@@ -185,7 +169,7 @@ def test_without_continue_run_every_try_gets_a_fresh_budget(ledger: Ledger,
     assert _runs(ledger, outcome) == 4
 
 
-def test_permanent_error_fails_without_retry(ledger: Ledger, clock: Clock) -> None:
+def test_permanent_error_fails_without_retry(ledger: Ledger, clock: ManualClock) -> None:
     def wrong(ctx: TaskContext) -> None:
         raise KeyError("column amount")
 
@@ -197,7 +181,7 @@ def test_permanent_error_fails_without_retry(ledger: Ledger, clock: Clock) -> No
     assert _outcomes(ledger, outcome) == ["failed-permanent"]
 
 
-def test_unsafe_repeat_stops_after_a_failed_attempt(ledger: Ledger, clock: Clock) -> None:
+def test_unsafe_repeat_stops_after_a_failed_attempt(ledger: Ledger, clock: ManualClock) -> None:
     def flaky(ctx: TaskContext) -> None:
         if ctx.attempt == 1:
             raise ConnectionError("reset")
@@ -210,7 +194,7 @@ def test_unsafe_repeat_stops_after_a_failed_attempt(ledger: Ledger, clock: Clock
 
 
 def test_rerun_after_success_rewrites_nothing(
-    ledger: Ledger, clock: Clock, tmp_path: Path
+    ledger: Ledger, clock: ManualClock, tmp_path: Path
 ) -> None:
     spec = f"sqlite:///{tmp_path / 'wh.db'}?partition_column=day&key_columns=id#positions"
     calls: list[int] = []
@@ -247,7 +231,7 @@ def test_attempts_per_call_is_validated(ledger: Ledger) -> None:
 
 
 def test_attempts_per_call_two_makes_two_attempts_per_call(ledger: Ledger,
-                                                           clock: Clock) -> None:
+                                                           clock: ManualClock) -> None:
     def broken(ctx: TaskContext) -> None:
         raise ConnectionError("down")
 
