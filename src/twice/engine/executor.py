@@ -65,7 +65,8 @@ from twice.core.unit import UnitOfWork
 from twice.define.pipeline import NonFatal, Pipeline, Task, TaskContext
 from twice.define.schedule import refuse_open_intervals
 from twice.destinations.commits import CommitRecord, WriteStamp
-from twice.engine.attempt import AttemptReport, Isolation, call_attempt
+from twice.engine import snapshots
+from twice.engine.attempt import AttemptReport, Isolation, call_attempt, classify
 from twice.engine.events import (
     AttemptFinished,
     AttemptStarted,
@@ -398,8 +399,6 @@ class Executor:
         if self.refresh_snapshots and task.snapshot is not None:
             with self._refresh_lock:
                 if (task_name, interval) not in self._refreshed:
-                    from twice.engine import snapshots
-
                     snapshots.ensure(self.ledger, task, self.pipeline.name, interval,
                                      refresh=True, root=self.snapshot_root)
                     self._refreshed.add((task_name, interval))
@@ -662,9 +661,7 @@ def identify_unit(
         digest = hashlib.sha256(json.dumps(versions, sort_keys=True).encode()).hexdigest()[:16]
         version = f"{version}+up:{digest}" if version else f"up:{digest}"
     if task.snapshot is not None:
-        from twice.engine.snapshots import input_version_suffix
-
-        suffix = input_version_suffix(ledger, pipeline.name, task_name, base.interval)
+        suffix = snapshots.input_version_suffix(ledger, pipeline.name, task_name, base.interval)
         version = f"{version}{suffix}" if version or not suffix else suffix[1:]
     if version == base.input_version:
         return base
@@ -1299,9 +1296,6 @@ class _UnitRun:
         the task's policy like any other: the source was not read, nothing was written."""
         if self.task.snapshot is None:
             return ctx, None
-        from twice.engine import snapshots
-        from twice.engine.attempt import classify
-
         try:
             view = snapshots.ensure(self.ledger, self.task, self.x.pipeline.name,
                                     self.unit.interval, root=self.x.snapshot_root)

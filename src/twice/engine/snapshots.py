@@ -128,6 +128,7 @@ def take(ledger: Ledger, task: Task, pipeline: str, interval: Interval, *,
          previous: SnapshotView | None = None) -> SnapshotView:
     """Read the source for ``interval`` once, store it, record its fingerprint."""
     from twice.destinations.columns import schema_of
+    from twice.destinations.fingerprint import ALGORITHM
     from twice.destinations.rows import to_arrow
     from twice.engine.owned_write import rows_of
     from twice.engine.verification import schema_signature
@@ -146,7 +147,7 @@ def take(ledger: Ledger, task: Task, pipeline: str, interval: Interval, *,
     _write(table, _path(base, pipeline, task.name, interval, version))
     record = ledger.record_fingerprint(
         store, interval.label, rows, checksum, columns=tuple(table.column_names),
-        algorithm=_algorithm(), schema=schema_signature(schema_of(table)),
+        algorithm=ALGORITHM, schema=schema_signature(schema_of(table)),
     )
     path = _path(base, pipeline, task.name, interval, record.version)
     if record.version != version:  # another process recorded a version meanwhile
@@ -161,12 +162,6 @@ def _fingerprint(table: pa.Table) -> tuple[int, str]:
 
     rows, high, low = arrow_sums(table, list(schema_of(table).items()))
     return rows, checksum_from_sums(high, low)
-
-
-def _algorithm() -> str:
-    from twice.destinations.fingerprint import ALGORITHM
-
-    return ALGORITHM
 
 
 def _safe(text: str) -> str:
