@@ -23,7 +23,7 @@ from urllib.parse import unquote
 import pyarrow as pa
 
 from twice.core.identifiers import validate_path_value
-from twice.destinations.base import BaseDestination, WriteResult
+from twice.destinations.base import BaseDestination, DestinationSpec, WriteResult
 from twice.destinations.columns import ColumnType, Schema, SchemaError, schema_of
 from twice.destinations.commits import ACTIVE, StampArg
 from twice.destinations.errors import DestinationError
@@ -39,6 +39,15 @@ def check_mode(mode: str) -> str:
     if mode not in MODES:
         raise DestinationError(f"overwrite must be 'static' or 'dynamic', got {mode!r}")
     return mode
+
+
+def canonical_query(spec: DestinationSpec, overwrite: str) -> str:
+    """The query part of a Hive destination's canonical spec: twice's options, plus the
+    overwrite mode unless it is the default (``static``)."""
+    query = spec.twice_query()
+    if overwrite == "static":
+        return query
+    return f"{query}&overwrite={overwrite}" if query else f"?overwrite={overwrite}"
 
 
 def dir_name(column: str, value: Any) -> str:

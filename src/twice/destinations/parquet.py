@@ -86,6 +86,7 @@ from twice.destinations.errors import DestinationError
 from twice.destinations.hive import (
     HiveDestination,
     Incoming,
+    canonical_query,
     check_mode,
     dir_name,
     fsync_dir,
@@ -489,14 +490,20 @@ class ParquetDestination(HiveDestination):
 
     # -- reads ------------------------------------------------------------------------------
 
-    def read_partition(
-        self, partition: PartitionSpec = None, columns: Sequence[str] | None = None
-    ) -> pa.Table:
-        """Rows of the matching partitions (all when ``partition`` is None), schema order."""
+    def _schema_to_read(self) -> pa.Schema:
+        """The dataset's Arrow schema, once a crashed write's leftovers are recovered; a read of
+        a directory without one is refused (it holds no twice dataset)."""
         self._recover_before_read()
         arrow_schema = self._arrow_schema()
         if arrow_schema is None:
             raise DestinationError(f"{self.spec}: no twice dataset here ({SCHEMA_FILE} missing)")
+        return arrow_schema
+
+    def read_partition(
+        self, partition: PartitionSpec = None, columns: Sequence[str] | None = None
+    ) -> pa.Table:
+        """Rows of the matching partitions (all when ``partition`` is None), schema order."""
+        arrow_schema = self._schema_to_read()
         schema = schema_of(arrow_schema.empty_table())
         column = self._require_partition_column(schema)
         names = list(schema) if columns is None else list(columns)
@@ -536,10 +543,7 @@ class ParquetDestination(HiveDestination):
 
     def row_count(self, partition: PartitionSpec = None) -> int:
         """From Parquet footers only: as cheap as ``count(*)`` gets."""
-        self._recover_before_read()
-        schema = self.schema()
-        if schema is None:
-            raise DestinationError(f"{self.spec}: no twice dataset here ({SCHEMA_FILE} missing)")
+        schema = schema_of(self._schema_to_read().empty_table())
         column = self._require_partition_column(schema)
         slc = None if partition is None else Slice.of(column, schema[column], partition)
         return sum(_count_rows(self.root / name) for name in self._partitions(slc, schema[column]))
@@ -650,10 +654,8 @@ def open_destination(spec: DestinationSpec) -> ParquetDestination:
     if spec.fragment:
         raise DestinationError("parquet destinations name a directory; drop the '#...' part")
     root = Path(spec.file_path()).expanduser().absolute()
-    query = spec.twice_query()
-    if overwrite != "static":
-        query = f"{query}&overwrite={overwrite}" if query else f"?overwrite={overwrite}"
     return ParquetDestination(
-        root, spec=f"parquet://{root}{query}", partition_column=spec.partition_column,
+        root, spec=f"parquet://{root}{canonical_query(spec, overwrite)}",
+        partition_column=spec.partition_column,
         key_columns=spec.key_columns, overwrite=overwrite,
     )

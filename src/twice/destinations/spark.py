@@ -79,6 +79,7 @@ from twice.destinations.errors import DestinationError, DestinationUnavailableEr
 from twice.destinations.hive import (
     HiveDestination,
     Incoming,
+    canonical_query,
     check_mode,
     dir_name,
     replace_durably,
@@ -657,11 +658,8 @@ def open_destination(spec: DestinationSpec) -> SparkDestination:
     validate_identifier(table, "table name")
     check_mode(overwrite)
     warehouse = Path(spec.file_path()).expanduser().absolute()
-    query = spec.twice_query()
-    if overwrite != "static":
-        query = f"{query}&overwrite={overwrite}" if query else f"?overwrite={overwrite}"
     return SparkDestination(
-        warehouse, table, spec=f"spark://{warehouse}{query}#{table}",
+        warehouse, table, spec=f"spark://{warehouse}{canonical_query(spec, overwrite)}#{table}",
         partition_column=spec.partition_column, key_columns=spec.key_columns,
         overwrite=overwrite, master=master,
     )

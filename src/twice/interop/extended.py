@@ -34,14 +34,18 @@ from twice.core.timescale import (
 )
 from twice.interop.lab import (
     INPUT_LIMIT,
+    INVALID_FIXTURE,
     POLICY_FIELDS,
     TASK_FIELDS,
     UNCONFIRMED,
     FixtureError,
     json_type,
     parse_json,
+    refuse_fixture,
+    render_flags,
     require_fields,
     require_identity,
+    require_integer,
 )
 
 SCHEMA = "twice.decide/v1"
@@ -114,14 +118,6 @@ class _Reader:
         return amount
 
 
-def _integer(value: object, low: int, high: int, where: str) -> int:
-    if type(value) is not int:
-        raise FixtureError(f"{where} must be an integer, got {json_type(value)}")
-    if not low <= value <= high:
-        raise FixtureError(f"{where} ({value}) must be between {low} and {high}")
-    return value
-
-
 def parse_extended(payload: object) -> tuple[DecisionWindow, list[TaskEvidence], Clock]:
     """Validate an extended fixture and build the engine's model on one numeric clock."""
     if type(payload) is dict and "schema" in payload:
@@ -143,7 +139,8 @@ def parse_extended(payload: object) -> tuple[DecisionWindow, list[TaskEvidence],
     if not 1 <= multiplier <= 100:
         raise FixtureError(f"policy.multiplier ({multiplier}) must be between 1 and 100")
     policy = RetryPolicy(
-        max_attempts=_integer(raw_policy["maxAttempts"], 1, MAX_ATTEMPTS, "policy.maxAttempts"),
+        max_attempts=require_integer(raw_policy["maxAttempts"], 1, MAX_ATTEMPTS,
+                                     "policy.maxAttempts"),
         initial_delay=initial, multiplier=multiplier, max_delay=max_delay, jitter="none",
     )
     raw_tasks = top["tasks"]
@@ -162,7 +159,7 @@ def _task(raw: object, index: int, as_of: int | float, read: _Reader,
                                          seen)
     if type(task["safeRepeat"]) is not bool:
         raise FixtureError(f"{where}.safeRepeat must be a boolean")
-    attempts = _integer(task["attempts"], 1, MAX_ATTEMPTS, f"{where}.attempts")
+    attempts = require_integer(task["attempts"], 1, MAX_ATTEMPTS, f"{where}.attempts")
     observed = read.instant(task["observedAt"], f"{where}.observedAt")
     if observed > as_of:
         raise FixtureError(
@@ -212,11 +209,7 @@ def render_extended(report: DecisionReport, clock: Clock) -> dict[str, Any]:
             for result in report.tasks
         ],
         "summary": dict(sorted(Counter(r.decision.value for r in report.tasks).items())),
-        "deadlinePassed": report.deadline_passed,
-        "jobsExecuted": report.jobs_executed,
-        "idempotencyProven": report.idempotency_proven,
-        "completionGuaranteed": report.completion_guaranteed,
-        "productionApproval": report.production_approval,
+        **render_flags(report),
     }
 
 
@@ -235,10 +228,8 @@ def main(output_format: str = "json", stdin: TextIO | None = None,
         if len(raw) > EXTENDED_INPUT_LIMIT:
             raise FixtureError(f"input is larger than {EXTENDED_INPUT_LIMIT} characters")
         report, clock = decide_extended(raw)
-    except (ValueError, TypeError, RecursionError) as exc:
-        detail = str(exc) if isinstance(exc, FixtureError) else f"{type(exc).__name__}: {exc}"
-        print(f"Invalid retry fixture: {detail}", file=stderr)
-        return 2
+    except INVALID_FIXTURE as exc:
+        return refuse_fixture(exc, stderr)
     if output_format == "table":
         from twice.interop.decision_table import print_table
 

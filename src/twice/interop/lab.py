@@ -44,6 +44,17 @@ class FixtureError(InputError):
     """Invalid fixture; the message says what is wrong and where."""
 
 
+#: What reading, parsing or deciding a fixture raises when the fixture is invalid.
+INVALID_FIXTURE = (ValueError, TypeError, RecursionError)
+
+
+def refuse_fixture(error: Exception, stderr: TextIO) -> int:
+    """Say why a fixture is invalid, as the lab does; returns its exit code, 2."""
+    detail = str(error) if isinstance(error, FixtureError) else f"{type(error).__name__}: {error}"
+    print(f"Invalid retry fixture: {detail}", file=stderr)
+    return 2
+
+
 def json_type(value: object) -> str:
     """The JSON name of a parsed value's type, for error messages."""
     if value is None:
@@ -190,6 +201,13 @@ def render(report: DecisionReport) -> dict[str, Any]:
             }
             for result in report.tasks
         ],
+        **render_flags(report),
+    }
+
+
+def render_flags(report: DecisionReport) -> dict[str, bool]:
+    """The report's flags that refuse to overclaim, in the lab's names: every output has them."""
+    return {
         "deadlinePassed": report.deadline_passed,
         "jobsExecuted": report.jobs_executed,
         "idempotencyProven": report.idempotency_proven,
@@ -259,9 +277,7 @@ def main(stdin: TextIO | None = None, stdout: TextIO | None = None,
     stdin, stdout, stderr = stdin or sys.stdin, stdout or sys.stdout, stderr or sys.stderr
     try:
         line = evaluate(read_input(stdin))
-    except (ValueError, TypeError, RecursionError) as exc:
-        detail = str(exc) if isinstance(exc, FixtureError) else f"{type(exc).__name__}: {exc}"
-        print(f"Invalid retry fixture: {detail}", file=stderr)
-        return 2
+    except INVALID_FIXTURE as exc:
+        return refuse_fixture(exc, stderr)
     print(line, file=stdout)
     return 0

@@ -5,14 +5,7 @@ Operators decide from what the ledger recorded, so it refuses invalid evidence (
 observation times, unknown vocabulary, a second job generation before the first is confirmed
 failed) instead of storing it. SQLAlchemy is imported only by this package::
 
-from twice.core.outcomes import (
-    ATTEMPT_OUTCOMES,
-    ERROR_CLASSIFICATIONS,
-    FINISH_OUTCOMES,
-    AttemptOutcome,
-    ErrorClassification,
-)
-from twice.ledger import Ledger
+    from twice.ledger import Ledger
 
     with Ledger.open("sqlite:///twice-ledger.db") as ledger:
         ledger.record_unit(uow)
@@ -21,6 +14,13 @@ from twice.ledger import Ledger
 
 from __future__ import annotations
 
+from twice.core.outcomes import (
+    ATTEMPT_OUTCOMES,
+    ERROR_CLASSIFICATIONS,
+    FINISH_OUTCOMES,
+    AttemptOutcome,
+    ErrorClassification,
+)
 from twice.ledger.errors import (
     LedgerError,
     LedgerStorageError,

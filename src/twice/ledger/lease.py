@@ -152,12 +152,7 @@ def acquire_lease(
                 expires_at=current.expires_at,
                 token=current.token,
             )
-        conn.execute(
-            update(leases)
-            .where(leases.c.uow_id == uow_id)
-            .values(renewed_at=now, expires_at=expires_at)
-        )
-        return LeaseResult(acquired=True, holder=holder, expires_at=expires_at, token=current.token)
+        return _extend(conn, current, now=now, expires_at=expires_at)
 
     taken_over_from = None
     if current.released_at is None and current.holder != holder:
@@ -239,18 +234,26 @@ def renew_lease(
     if current is None:
         return LeaseResult(acquired=False, holder="", expires_at=now)
     if current.holder == holder and current.active(now):
-        conn.execute(
-            update(leases)
-            .where(leases.c.uow_id == uow_id)
-            .values(renewed_at=now, expires_at=expires_at)
-        )
-        return LeaseResult(acquired=True, holder=holder, expires_at=expires_at, token=current.token)
+        return _extend(conn, current, now=now, expires_at=expires_at)
     return LeaseResult(
         acquired=False,
         holder=current.holder if current.active(now) else "",
         expires_at=current.expires_at,
         token=current.token,
     )
+
+
+def _extend(
+    conn: Connection, current: LeaseRecord, *, now: datetime, expires_at: datetime
+) -> LeaseResult:
+    """Extend the holder's own active lease until ``expires_at``: a renewal keeps the token."""
+    conn.execute(
+        update(leases)
+        .where(leases.c.uow_id == current.uow_id)
+        .values(renewed_at=now, expires_at=expires_at)
+    )
+    return LeaseResult(acquired=True, holder=current.holder, expires_at=expires_at,
+                       token=current.token)
 
 
 def release_lease(conn: Connection, *, uow_id: str, holder: str, clock: Clock) -> bool:

@@ -22,12 +22,12 @@ given: this adapter never changes it between attempts.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 from twice.remote.jobs import (
     AcknowledgementLost,
     BackendError,
+    Clock,
     DuplicateJob,
     Estimate,
     JobError,
@@ -38,7 +38,10 @@ from twice.remote.jobs import (
     RemoteJobService,
     ResponseTimeout,
     SubmitBackendError,
+    config_bytes_limit,
+    config_query,
     run_job,
+    utc_now,
 )
 
 if TYPE_CHECKING:
@@ -55,7 +58,6 @@ CONFIG_KEYS = frozenset({
     "query", "maximum_bytes_billed", "destination", "write_disposition", "labels",
     "priority", "use_legacy_sql", "location",
 })
-Clock = Callable[[], datetime]
 
 
 def classify_reason(reason: str) -> Classification:
@@ -107,10 +109,6 @@ def run_query(
         raise failure_for(exc.status) from None
 
 
-def _utc_now() -> datetime:
-    return datetime.now(UTC)
-
-
 def _job_error(raw: Mapping[str, Any]) -> JobError:
     return JobError(str(raw.get("reason", "")), str(raw.get("message", "")), raw.get("location"))
 
@@ -135,7 +133,7 @@ class BigQueryJobs:
         self._location = location
         self._name = name
         self._retry = retry
-        self._clock = clock or _utc_now
+        self._clock = clock or utc_now
 
     @property
     def name(self) -> str:
@@ -147,10 +145,7 @@ class BigQueryJobs:
         unknown = sorted(set(config) - CONFIG_KEYS)
         if unknown:
             raise ValueError(f"config.{unknown[0]}: unknown key (known: {sorted(CONFIG_KEYS)})")
-        limit = config.get("maximum_bytes_billed")
-        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)
-                                  or limit < 1):
-            raise ValueError(f"config.maximum_bytes_billed: a positive integer, got {limit!r}")
+        limit = config_bytes_limit(config)
         job_config = bigquery.QueryJobConfig(
             dry_run=dry_run, use_legacy_sql=bool(config.get("use_legacy_sql", False)),
         )
@@ -201,9 +196,7 @@ class BigQueryJobs:
         import requests
         from google.api_core import exceptions
 
-        query = config.get("query")
-        if not isinstance(query, str) or not query.strip():
-            raise ValueError("config.query: a non-empty SQL string is required")
+        query = config_query(config)
         job_config = self._job_config(config)
         try:
             job = self._client.query(
@@ -228,28 +221,28 @@ class BigQueryJobs:
 
     def get(self, job_id: str) -> JobStatus:
         """jobs.get: ``JobNotFound`` on 404, ``BackendError`` on 5xx or a broken read."""
-        from google.api_core import exceptions
-
-        try:
-            job = self._client.get_job(job_id, location=self._location, retry=self._retry)
-        except exceptions.NotFound:
-            raise JobNotFound(job_id) from None
-        except exceptions.ServerError as exc:
-            raise BackendError(exc.message, job_id=job_id, status=exc.code or 503) from exc
-        except OSError as exc:  # requests' ConnectionError/Timeout: a read, safe to repeat
-            raise BackendError(f"{type(exc).__name__}: {exc}", job_id=job_id) from exc
-        return self._status(job)
+        return self._by_id(self._client.get_job, job_id, read=True)
 
     def cancel(self, job_id: str) -> JobStatus:
         """jobs.cancel: a request only; the status it returns is usually not DONE yet."""
+        return self._by_id(self._client.cancel_job, job_id, read=False)
+
+    def _by_id(self, call: Callable[..., Any], job_id: str, *, read: bool) -> JobStatus:
+        """``call`` (``get_job`` or ``cancel_job``) for ``job_id``, BigQuery's answers in the
+        protocol's errors: 404 ``JobNotFound``, 5xx ``BackendError``. Only a ``read`` turns a
+        broken connection into ``BackendError`` too: repeating a read is safe."""
         from google.api_core import exceptions
 
         try:
-            job = self._client.cancel_job(job_id, location=self._location, retry=self._retry)
+            job = call(job_id, location=self._location, retry=self._retry)
         except exceptions.NotFound:
             raise JobNotFound(job_id) from None
         except exceptions.ServerError as exc:
             raise BackendError(exc.message, job_id=job_id, status=exc.code or 503) from exc
+        except OSError as exc:  # requests' ConnectionError/Timeout
+            if not read:
+                raise
+            raise BackendError(f"{type(exc).__name__}: {exc}", job_id=job_id) from exc
         return self._status(job)
 
     def estimate(self, query: str, config: Mapping[str, Any] | None = None) -> Estimate:

@@ -21,21 +21,25 @@ from __future__ import annotations
 import json
 import threading
 import uuid
-from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from twice.remote.jobs import (
+    STOPPED,
+    Clock,
     DuplicateJob,
     Estimate,
     JobError,
     JobNotFound,
     JobState,
     JobStatus,
+    bytes_billed_exceeded,
+    config_bytes_limit,
+    config_query,
+    utc_now,
 )
 
-Clock = Callable[[], datetime]
 _LIVE: set[str] = set()  # service instances alive in this process (their jobs may be running)
 _LIVE_LOCK = threading.Lock()
 
@@ -55,11 +59,6 @@ _SCHEMA = (
     """CREATE TABLE IF NOT EXISTS twice_job_cancels (
         job_id VARCHAR NOT NULL, requested_at TIMESTAMPTZ NOT NULL)""",
 )
-STOPPED = "Job execution was cancelled: User requested cancellation"
-
-
-def _utc_now() -> datetime:
-    return datetime.now(UTC)
 
 
 def _error_reason(exc: BaseException) -> str:
@@ -98,7 +97,7 @@ class DuckDBJobs:
         import duckdb
 
         self._name = name
-        self._clock = clock or _utc_now
+        self._clock = clock or utc_now
         self._datasets = {k: Path(v) for k, v in (datasets or {}).items()}
         self._db = duckdb.connect(str(database))
         self._meta = self._db.cursor()
@@ -120,15 +119,10 @@ class DuckDBJobs:
 
     def submit(self, job_id: str, config: Mapping[str, Any]) -> JobStatus:
         """Create job ``job_id`` and start it in the background; ``DuplicateJob`` if it exists."""
-        query = config.get("query")
-        if not isinstance(query, str) or not query.strip():
-            raise ValueError("config.query: a non-empty SQL string is required")
+        config_query(config)
         if not isinstance(job_id, str) or not job_id:
             raise ValueError("job_id: a non-empty string is required")
-        limit = config.get("maximum_bytes_billed")
-        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)
-                                  or limit < 1):
-            raise ValueError(f"config.maximum_bytes_billed: a positive integer, got {limit!r}")
+        config_bytes_limit(config)
         now = self._clock()
         with self._lock:
             exists = self._meta.execute(
@@ -238,8 +232,8 @@ class DuckDBJobs:
             self._meta.execute(
                 "UPDATE twice_jobs SET state = 'DONE', ended_at = ?, error_reason = "
                 "'backendError', error_message = ?, errors = ? WHERE job_id = ?",
-                [self._clock(), _ORPHANED, json.dumps([_error("backendError", _ORPHANED)]),
-                 job_id],
+                [self._clock(), _ORPHANED,
+                 json.dumps([JobError("backendError", _ORPHANED).to_api()]), job_id],
             )
 
     def _cancel_requested(self, job_id: str) -> bool:
@@ -249,15 +243,16 @@ class DuckDBJobs:
             ).fetchone()
         return bool(row and row[0])
 
-    def _finish_failed(self, job_id: str, reason: str, message: str) -> None:
+    def _finish_failed(self, job_id: str, error: JobError) -> None:
         with self._lock:
             self._meta.execute(
                 "UPDATE twice_jobs SET state = 'DONE', ended_at = ?, error_reason = ?, "
                 "error_message = ?, errors = ? WHERE job_id = ?",
-                [self._clock(), reason, message, json.dumps([_error(reason, message)]), job_id],
+                [self._clock(), error.reason, error.message, json.dumps([error.to_api()]),
+                 job_id],
             )
 
-    def _over_limit(self, config: Mapping[str, Any]) -> str | None:
+    def _over_limit(self, config: Mapping[str, Any]) -> JobError | None:
         limit = config.get("maximum_bytes_billed")
         if limit is None or not self._datasets:
             return None
@@ -267,20 +262,17 @@ class DuckDBJobs:
             return None  # not a query the estimator understands: DuckDB will judge it
         if estimate.bytes <= int(limit):
             return None
-        return (
-            f"Query exceeded limit for bytes billed: {limit}. {estimate.bytes} or higher "
-            "required."
-        )
+        return bytes_billed_exceeded(limit, estimate.bytes)
 
     def _run(self, job_id: str, config: dict[str, Any]) -> None:
         cursor = self._db.cursor()
         try:
             if self._cancel_requested(job_id):
-                self._finish_failed(job_id, "stopped", STOPPED)
+                self._finish_failed(job_id, STOPPED)
                 return
             over = self._over_limit(config)
             if over is not None:
-                self._finish_failed(job_id, "bytesBilledLimitExceeded", over)
+                self._finish_failed(job_id, over)
                 return
             for view, root in self._datasets.items():
                 glob = str(root / "**" / "*.parquet").replace("'", "''")
@@ -314,15 +306,17 @@ class DuckDBJobs:
             )
             cursor.execute("COMMIT")
         except _Cancelled:
-            self._finish_failed(job_id, "stopped", STOPPED)
+            self._finish_failed(job_id, STOPPED)
         except Exception as exc:
             try:
                 cursor.execute("ROLLBACK")
             except Exception:
                 pass
             reason = _error_reason(exc)
-            message = STOPPED if reason == "stopped" else f"{type(exc).__name__}: {exc}"
-            self._finish_failed(job_id, reason, message)
+            error = STOPPED if reason == "stopped" else JobError(
+                reason, f"{type(exc).__name__}: {exc}"
+            )
+            self._finish_failed(job_id, error)
         finally:
             with self._lock:
                 self._running.pop(job_id, None)
@@ -337,7 +331,3 @@ _ORPHANED = (
     "the process running this job ended before it finished; its transaction (statement and "
     "DONE row together) was rolled back, so nothing it did was committed"
 )
-
-
-def _error(reason: str, message: str) -> dict[str, str]:
-    return {"reason": reason, "message": message}

@@ -21,7 +21,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
@@ -135,6 +135,46 @@ class Estimate:
             "partitions_total": self.partitions_total,
             "notes": list(self.notes),
         }
+
+
+# -- what every service implementation shares -------------------------------------------------
+
+Clock = Callable[[], datetime]
+"""When a service observed a status (aware UTC); injectable so tests control evidence ages."""
+
+
+def utc_now() -> datetime:
+    """The default service clock."""
+    return datetime.now(UTC)
+
+
+def config_query(config: Mapping[str, Any]) -> str:
+    """The job's SQL, ``config["query"]``: refused unless a non-empty string."""
+    query = config.get("query")
+    if not isinstance(query, str) or not query.strip():
+        raise ValueError("config.query: a non-empty SQL string is required")
+    return query
+
+
+def config_bytes_limit(config: Mapping[str, Any]) -> int | None:
+    """``config["maximum_bytes_billed"]``: None or a positive integer (anything else is refused)."""
+    limit = config.get("maximum_bytes_billed")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)
+                              or limit < 1):
+        raise ValueError(f"config.maximum_bytes_billed: a positive integer, got {limit!r}")
+    return limit
+
+
+#: BigQuery's ``errorResult`` for a job a cancel request stopped (services imitate its words).
+STOPPED = JobError("stopped", "Job execution was cancelled: User requested cancellation")
+
+
+def bytes_billed_exceeded(limit: object, needed: int) -> JobError:
+    """BigQuery's ``errorResult`` for a query over its ``maximum_bytes_billed``: it did not run."""
+    return JobError(
+        "bytesBilledLimitExceeded",
+        f"Query exceeded limit for bytes billed: {limit}. {needed} or higher required.",
+    )
 
 
 # -- errors -----------------------------------------------------------------------------------

@@ -86,9 +86,8 @@ def assertion_of(record: ObservationRecord) -> OperatorAssertion | None:
     outcome = resolution_outcome(record.state, record.source)
     if outcome is None:
         return None
-    operator = record.detail.get("operator") or record.source[len(OPERATOR_SOURCE_PREFIX):]
-    return OperatorAssertion(str(operator), str(record.detail.get("note", "")),
-                             record.observed_at, RESOLVED_ATTEMPT_OUTCOME[outcome])
+    return _assertion(record.source, record.detail, record.observed_at,
+                      RESOLVED_ATTEMPT_OUTCOME[outcome])
 
 
 def _event_assertion(event: TimelineEvent, outcome: AttemptOutcome) -> OperatorAssertion | None:
@@ -96,8 +95,15 @@ def _event_assertion(event: TimelineEvent, outcome: AttemptOutcome) -> OperatorA
     source = event.detail.get("resolved_by")
     if not isinstance(source, str) or not source.startswith(OPERATOR_SOURCE_PREFIX):
         return None
-    operator = event.detail.get("operator") or source[len(OPERATOR_SOURCE_PREFIX):]
-    return OperatorAssertion(str(operator), str(event.detail.get("note", "")), event.at, outcome)
+    return _assertion(source, event.detail, event.at, outcome)
+
+
+def _assertion(source: str, detail: Mapping[str, Any], at: datetime,
+               outcome: AttemptOutcome) -> OperatorAssertion:
+    """An operator's resolution from ``operator:<name>`` and its recorded detail (the operator's
+    name there wins over the source's, and the note)."""
+    operator = detail.get("operator") or source[len(OPERATOR_SOURCE_PREFIX):]
+    return OperatorAssertion(str(operator), str(detail.get("note", "")), at, outcome)
 
 
 # -- reading recorded detail ---------------------------------------------------------------------

@@ -22,14 +22,16 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from twice.remote.jobs import (
+    STOPPED,
     AcknowledgementLost,
     BackendError,
+    Clock,
     DuplicateJob,
     Estimate,
     JobError,
@@ -38,11 +40,11 @@ from twice.remote.jobs import (
     JobStatus,
     ResponseTimeout,
     SubmitBackendError,
+    bytes_billed_exceeded,
+    utc_now,
 )
 
 Method = Literal["submit", "get", "cancel", "estimate"]
-Clock = Callable[[], datetime]
-STOPPED = JobError("stopped", "Job execution was cancelled: User requested cancellation")
 
 
 @dataclass(frozen=True)
@@ -126,10 +128,6 @@ class _Arrival:
     at: datetime
 
 
-def _utc_now() -> datetime:
-    return datetime.now(UTC)
-
-
 class FakeBigQuery:
     """A thread-safe fake BigQuery jobs service (see the module docstring)."""
 
@@ -143,7 +141,7 @@ class FakeBigQuery:
         cancel_delay: float = 0.5,
     ) -> None:
         self._name = name
-        self._clock = clock or _utc_now
+        self._clock = clock or utc_now
         self._default = JobPlan(pending=pending, duration=duration)
         self._cancel_delay = cancel_delay
         self._jobs: dict[str, FakeJob] = {}
@@ -366,11 +364,8 @@ class FakeBigQuery:
         limit = config.get("maximum_bytes_billed")
         planned = self._estimates.get(str(config.get("query", "")))
         if limit is not None and planned is not None and planned.bytes > int(limit):
-            plan = JobPlan(pending=plan.pending, error_result=JobError(
-                "bytesBilledLimitExceeded",
-                f"Query exceeded limit for bytes billed: {limit}. {planned.bytes} or higher "
-                "required.",
-            ))
+            plan = JobPlan(pending=plan.pending,
+                           error_result=bytes_billed_exceeded(limit, planned.bytes))
         self._jobs[job_id] = FakeJob(job_id, dict(config), now, plan)
 
     def _log(self, method: Method, job_id: str, answer: str, at: datetime) -> None:
