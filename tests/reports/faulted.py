@@ -12,8 +12,8 @@ task       2026-11-30                  2026-12-01
 extract    verified (after a transient verified
            error and a retry)
 check      refused (acceptance)        refused (acceptance)
-notify     held (forced rerun, not     verified (no destination, executed)
-           safe_repeat)
+notify     held (forced rerun, not     unverified (no destination, no
+           safe_repeat)                acceptance: executed, not checked)
 publish    unknown (lost               asserted (an operator resolved it)
            acknowledgement)
 report     failed (permanent error)    failed (permanent error)
@@ -46,7 +46,7 @@ TASKS = ("extract", "check", "notify", "publish", "report", "archive", "flaky")
 EXPECTED: dict[tuple[str, date], str] = {
     ("extract", DAYS[0]): "verified", ("extract", DAYS[1]): "verified",
     ("check", DAYS[0]): "refused", ("check", DAYS[1]): "refused",
-    ("notify", DAYS[0]): "held", ("notify", DAYS[1]): "verified",
+    ("notify", DAYS[0]): "held", ("notify", DAYS[1]): "unverified",
     ("publish", DAYS[0]): "unknown", ("publish", DAYS[1]): "asserted",
     ("report", DAYS[0]): "failed", ("report", DAYS[1]): "failed",
     ("archive", DAYS[0]): "blocked", ("archive", DAYS[1]): "blocked",

@@ -109,12 +109,12 @@ def test_every_json_agrees_unit_by_unit(faulted: FaultedRun, outputs: dict[str, 
     headlines = {outputs[name]["headline"] for name in
                  ("status.json", "update.json", "handover.json", "report.json")}
     assert headlines == {
-        "needs attention: 1 unknown, 1 held, 2 refused, 3 failed, 2 blocked; in progress: "
-        "1 waiting; 3/14 verified, 1 asserted by an operator (not verified)"
+        "needs attention: 1 unknown, 1 held, 2 refused, 3 failed, 1 unverified, 2 blocked; "
+        "in progress: 1 waiting; 2/14 verified, 1 asserted by an operator (not verified)"
     }
     counts = outputs["update.json"]["counts"]
-    assert counts == {"unknown": 1, "held": 1, "refused": 2, "failed": 3, "blocked": 2,
-                      "waiting": 1, "asserted": 1, "verified": 3}
+    assert counts == {"unknown": 1, "held": 1, "refused": 2, "failed": 3, "unverified": 1,
+                      "blocked": 2, "waiting": 1, "asserted": 1, "verified": 2}
 
 
 def test_the_html_agrees_unit_by_unit(faulted: FaultedRun, outputs: dict[str, Any]) -> None:
@@ -203,7 +203,7 @@ def test_attention_comes_first_everywhere(outputs: dict[str, Any]) -> None:
         assert order == sorted(order), name
     attention = [u["health"] for u in outputs["report.json"]["needsAttention"]]
     assert attention == ["unknown", "held", "refused", "refused", "failed", "failed", "failed",
-                         "blocked", "blocked"]
+                         "unverified", "blocked", "blocked"]
     dom = parse(outputs["report.html"])
     items = dom.one("ul", id="attention-list").find_all("li", "attention-item")
     assert [i.attrs["data-health"] for i in items] == attention

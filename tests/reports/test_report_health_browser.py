@@ -55,9 +55,10 @@ def test_chromium_builds_summary_then_grid_then_cards(page: Path, faulted: Fault
     cards_counts = {c.attrs["data-state"]: c.one("b").all_text()
                     for c in summary.one("div", id="summary").find_all("div", "card")}
     assert cards_counts == {"unknown": "1", "held": "1", "refused": "2", "failed": "3",
-                            "blocked": "2", "waiting": "1", "asserted": "1", "verified": "3"}
+                            "unverified": "1", "blocked": "2", "waiting": "1", "asserted": "1",
+                            "verified": "2"}
     items = summary.one("ul", id="attention-list").find_all("li", "attention-item")
-    assert len(items) == 9 and items[0].attrs["data-health"] == "unknown"
+    assert len(items) == 10 and items[0].attrs["data-health"] == "unknown"
     grid = grid_section.one("table", id="interval-grid")
     cells = grid.find_all("td", "cell")
     assert len(grid.find_all("tr", "grid-row")) == 2 and len(cells) == len(EXPECTED) == 14

@@ -36,8 +36,9 @@ Settled:
 - ``verified``: the latest attempt succeeded AND its output passed the engine's checks:
   acceptance, then the partition fingerprint recorded in the ledger by that unit's ``uow_id``
   and attempt (or, for a task without an owned destination, the engine recorded the executed
-  success after acceptance). Verified units need no fresh observations: their evidence does not
-  go stale.
+  success after declared acceptance criteria passed, or a validation was observed; a task with
+  neither a destination nor a check is ``unverified``: executed, nothing checked). Verified units
+  need no fresh observations: their evidence does not go stale.
 
 Set aside:
 
@@ -260,11 +261,21 @@ def verification(
         )
     if is_owned(unit.destination) or found_obs is None:
         return None  # an owned destination is verified by its fingerprint, nothing else
+    if not _checked(found_obs):
+        return None  # no fingerprint, no acceptance, no validation: executed, not verified
     record = found_obs.record
     text = f"{what}; no owned destination to fingerprint"
     if record.source == EXECUTOR_SOURCE:
         text += "; the engine recorded the executed success after its checks"
     return _Verification(text, record.source, record.observed_at, found_obs)
+
+
+def _checked(observation: Observation) -> bool:
+    """Whether ``observation`` records a check of the output: declared acceptance criteria
+    that passed, or a validation (``validated``)."""
+    acceptance = observation.record.detail.get("acceptance")
+    passed = isinstance(acceptance, Mapping) and acceptance.get("passed") is True
+    return passed or "validated" in observation.kinds
 
 
 def _acceptance_text(observation: Observation | None) -> str:
