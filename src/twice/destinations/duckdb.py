@@ -17,6 +17,7 @@ from __future__ import annotations
 import importlib
 import os
 import threading
+import time
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -78,7 +79,7 @@ class DuckDBDestination(EmbeddedSqlDestination[duckdb.DuckDBPyConnection]):
     open_errors = (duckdb.Error,)
 
     def _open(self) -> duckdb.DuckDBPyConnection:
-        conn = duckdb.connect(self.path)
+        conn = _connect_waiting(self.path)
         _register_functions(conn)
         return conn
 
@@ -139,6 +140,29 @@ class DuckDBDestination(EmbeddedSqlDestination[duckdb.DuckDBPyConnection]):
     def _fetch(self, sql: str, params: Sequence[Any], columns: Schema) -> pa.Table:
         result = self.connection.sql(sql, params=list(params)).to_arrow_table()
         return to_arrow(result, target=columns)
+
+
+LOCK_WAIT_SECONDS = 60.0
+"""How long opening a file waits while another process holds DuckDB's file lock."""
+
+
+def _connect_waiting(path: str) -> duckdb.DuckDBPyConnection:
+    """``duckdb.connect(path)``, waiting while another process holds the file (DuckDB lets one
+    process open a file for writing, and twice holds it only for one write or read): several
+    workers or runs on one warehouse take turns, as SQLite's busy timeout makes them, instead
+    of failing an attempt on a lock that is released a moment later. Past
+    ``LOCK_WAIT_SECONDS`` the error is raised (the destination is unavailable). DuckDB has no
+    error type of its own for a held lock: it is the IOException that says so."""
+    deadline = time.monotonic() + LOCK_WAIT_SECONDS
+    pause = 0.01
+    while True:
+        try:
+            return duckdb.connect(path)
+        except duckdb.IOException as exc:
+            if "lock" not in str(exc).lower() or time.monotonic() >= deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.5)
 
 
 def _register_functions(conn: duckdb.DuckDBPyConnection) -> None:
