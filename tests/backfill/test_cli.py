@@ -35,7 +35,7 @@ def test_backfill_json_then_dry_run_skips_and_verify_matches(env) -> None:
     assert {i["action"] for i in json.loads(dry.output)["items"]} == {"skip"}
     text = invoke(*base, "--force", "--tasks", "load")
     assert text.exit_code == 0, text.output
-    assert "checksum unchanged" in text.output and "dependents rerun" in text.output
+    assert "checksum unchanged" in text.output and "dependents follow" in text.output
     assert invoke("verify", "--ledger", ledger).exit_code == 0
     import duckdb
 

@@ -92,7 +92,8 @@ def test_run_json_then_status_explain_decide(pipeline_file: Path, db: str) -> No
     assert rows["load"]["decision"] == "repair-cause"
     assert rows["load"]["policySource"] == "ledger"  # recorded by the run itself
 
-    with_file = invoke("status", "--ledger", db, "--pipeline", str(pipeline_file), "--json")
+    with_file = invoke("status", "--ledger", db, "--pipeline-file", str(pipeline_file),
+                       "--json")
     rows = {row["task"]: row for row in json.loads(with_file.stdout)["units"]}
     assert rows["load"]["policySource"] == "pipeline"
 
@@ -145,7 +146,10 @@ def test_run_exit_0_when_everything_succeeds(tmp_path: Path, db: str) -> None:
         (["explain", "nope", "--ledger", "{db}"], "unknown unit of work 'nope'"),
         (["decide", "--ledger", "{missing_db}"], "no ledger at"),
         (["decide", "--ledger", "{db}", "--as-of", "2026-12-01T05:00"], "no UTC offset"),
-        (["status", "--ledger", "{db}", "--pipeline", "nothing.py"], "pipeline file not found"),
+        (["status", "--ledger", "{db}", "--pipeline-file", "nothing.py"],
+         "pipeline file not found"),
+        (["status", "--ledger", "{db}", "--pipeline", "nothing.py"],
+         "--pipeline takes a pipeline's name"),
     ],
 )
 def test_bad_input_exits_2_with_a_message(pipeline_file: Path, db: str, tmp_path: Path,

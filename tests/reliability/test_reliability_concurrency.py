@@ -95,10 +95,11 @@ def _pid(holder: str) -> int:
 
 
 def _one_unit_race(folder: Path, ledger: str, day: date) -> int:
-    """One interval, one task, PROCESSES racers: exactly one executes. Returns rows compared."""
+    """One interval, PROCESSES racers on ``--tasks extract`` (its dependent ``load`` follows):
+    exactly one racer executes each unit. Returns rows compared."""
     racers = _race(folder, ledger, ["--interval", day.isoformat(), "--tasks", "extract"],
                    PROCESSES)
-    units = [r.report["units"][0] for r in racers]
+    units = [next(u for u in r.report["units"] if u["task"] == "extract") for r in racers]
     winners = [r for r, u in zip(racers, units, strict=True) if u["attempts"] == 1]
     assert len(winners) == 1, [u["outcome"] for u in units]
     assert winners[0].returncode == 0 and winners[0].report["units"][0]["outcome"] == "succeeded"
@@ -111,10 +112,13 @@ def _one_unit_race(folder: Path, ledger: str, day: date) -> int:
         else:
             assert any("already succeeded" in note for note in unit["notes"])
     assert len({u["uow_id"] for u in units}) == 1
-    assert _executions(folder) == Counter({("extract", units[0]["interval"]): 1})
+    assert _executions(folder) == Counter({("extract", units[0]["interval"]): 1,
+                                           ("load", units[0]["interval"]): 1})
     rows = _rows(folder)
-    assert len(rows) == ROWS_PER_UNIT
-    assert {pid for *_, pid in rows} == {_pid(winners[0].report["holder"])}
+    assert len(rows) == 2 * ROWS_PER_UNIT  # each unit's rows once: no racer repeated one
+    assert {pid for task, *_, pid in rows if task == "extract"} == {
+        _pid(winners[0].report["holder"])}
+    assert len({pid for task, *_, pid in rows if task == "load"}) == 1
     with Ledger.open(ledger) as opened:
         attempts = opened.attempts(units[0]["uow_id"])
     assert [(a.number, a.outcome) for a in attempts] == [(1, "succeeded")]

@@ -149,7 +149,7 @@ def test_password_in_destination_url_is_never_stored_or_printed(
     for uow_id in uow_ids[:2]:
         twice("explain", uow_id, "--ledger", ledger)
         twice("explain", uow_id, "--ledger", ledger, "--json")
-    twice("status", "--ledger", ledger, "--pipeline", str(pipeline_file))
+    twice("status", "--ledger", ledger, "--pipeline-file", str(pipeline_file))
     twice("status", "--ledger", ledger, "--json")
     twice("handover", "--ledger", ledger, "--pipeline-file", str(pipeline_file))
     twice("update", "--ledger", ledger)
@@ -160,7 +160,7 @@ def test_password_in_destination_url_is_never_stored_or_printed(
     # The ledger has no password, so verify connects with the pipeline's (or PGPASSWORD's).
     blind = twice("verify", "--ledger", ledger, ok=(1,))
     assert "CANNOT VERIFY" in blind.stdout
-    verified = twice("verify", "--ledger", ledger, "--pipeline", str(pipeline_file))
+    verified = twice("verify", "--ledger", ledger, "--pipeline-file", str(pipeline_file))
     assert "verified 6/6 partitions match the ledger" in verified.stdout
     only = twice("verify", "--ledger", ledger, "--destination", out)  # as the user wrote it
     assert "verified 3/3 partitions match the ledger" in only.stdout

@@ -15,12 +15,19 @@ from twice.cli.options import json_option
 from twice.errors import InputError
 
 
-@click.group(name="airflow")
+@click.group(name="airflow", epilog="""\b
+Example:
+  twice airflow describe examples/funds_positions/pipeline.py
+""")
 def airflow() -> None:
     """Run twice pipelines under Apache Airflow (translation and DAG)."""
 
 
-@airflow.command()
+@airflow.command(epilog="""\b
+Examples:
+  twice airflow describe examples/funds_positions/pipeline.py
+  twice airflow describe examples/funds_positions/pipeline.py --dag-id funds --json
+""")
 @click.argument("pipeline_file", metavar="PIPELINE_FILE")
 @click.option("--dag-id", default=None, help="DAG id (default: the pipeline's name).")
 @click.option("--ledger", "ledger_url", default=None, metavar="URL",
@@ -44,21 +51,31 @@ def describe(pipeline_file: str, dag_id: str | None, ledger_url: str | None,
         click.echo(describe_json(pipeline, dag_id=dag_id))
         return
     click.echo(describe_text(pipeline, dag_id=dag_id))
-    ledger = repr(_masked(ledger_url)) if ledger_url else "None  # workers read $TWICE_LEDGER"
     click.echo("")
     click.echo("DAG file (put it in Airflow's dags folder):")
-    click.echo("  from twice.drivers.airflow import to_dag")
-    click.echo(f"  dag = to_dag({str(pipeline.source_file)!r}, ledger={ledger}"
-               + (f", dag_id={dag_id!r})" if dag_id else ")"))
+    for line in dag_file(str(pipeline.source_file), ledger_url, dag_id).splitlines():
+        click.echo(f"  {line}" if line else "")
 
 
-def _masked(url: str) -> str:
-    """Never echo a password: ``scheme://user:secret@host`` -> ``scheme://user:***@host``."""
-    scheme, sep, rest = url.partition("://")
-    userinfo, at, host = rest.rpartition("@")
-    if not sep or not at or ":" not in userinfo:
-        return url
-    return f"{scheme}://{userinfo.split(':', 1)[0]}:***@{host}"
+def dag_file(source_file: str, ledger_url: str | None, dag_id: str | None) -> str:
+    """The DAG file's Python text (valid as printed). A ledger URL with a password is not
+    written into it: Airflow's workers then read ``$TWICE_LEDGER``."""
+    from twice.core.secrets import public_spec
+
+    lines = ["from twice.drivers.airflow import to_dag", ""]
+    ledger = "None"
+    if ledger_url and public_spec(ledger_url) == ledger_url:
+        ledger = repr(ledger_url)
+    elif ledger_url:
+        lines.append("# ledger=None: this ledger URL has a password, which is never written "
+                     "here; Airflow's workers read $TWICE_LEDGER")
+    else:
+        lines.append("# ledger=None: Airflow's workers read $TWICE_LEDGER")
+    arguments = [repr(source_file), f"ledger={ledger}"]
+    if dag_id:
+        arguments.append(f"dag_id={dag_id!r}")
+    lines.append(f"dag = to_dag({', '.join(arguments)})")
+    return "\n".join(lines) + "\n"
 
 
 def _valid_dag_id(value: str) -> bool:

@@ -28,6 +28,7 @@ _HELP: dict[str, str] = {
     "intermediates": "Catalog of materialized intermediates: reuse, integrity, retention, "
                      "trade-off.",
     "estimate": "Estimate bytes a query reads; refuse over maximum_bytes_billed.",
+    "init": "Scaffold a new pipeline (owned writes, interval-keyed input, a test).",
 }
 
 # command name -> (module, attribute, one-line help)
@@ -79,7 +80,13 @@ class LazyGroup(click.Group):
         return importlib.util.find_spec(COMMANDS[name][0]) is not None
 
 
-@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]},
+             epilog="""\b
+Examples:
+  twice demo --workdir twice-demo
+  twice status --ledger twice-demo/run/ledger.db
+  twice COMMAND --help
+""")
 @click.version_option(package_name="twice", prog_name="twice")
 def cli() -> None:
     """twice: make batch pipelines safe to run twice.

@@ -9,6 +9,7 @@ succeeded or was verified.
 from __future__ import annotations
 
 import json
+import random
 from datetime import date, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -17,10 +18,16 @@ import click
 from twice.cli.exits import exit_on_error, finish
 from twice.cli.options import (
     ALLOW_OPEN,
+    TASKS_HELP,
     allow_open_option,
+    concurrency_option,
+    force_option,
+    interval_help,
     json_option,
+    lease_ttl_option,
     ledger_option,
     refresh_snapshots_option,
+    seed_option,
     yes_option,
 )
 from twice.errors import InputError, UnavailableError
@@ -29,6 +36,14 @@ if TYPE_CHECKING:
     from collections.abc import Iterable
 
     from twice.drivers.backfill import BackfillPlan, BackfillResult, PlanItem
+
+
+EPILOG = """\b
+Examples:
+  twice backfill examples/funds_positions/pipeline.py --start 2026-11-23 --end 2026-11-30 --dry-run
+  twice backfill examples/funds_positions/pipeline.py --interval 2026-11-25 --force
+  twice backfill pipeline.py --start 2026-10-01 --end 2026-11-01 --tasks transform --concurrency 2
+"""
 
 
 def parse_point(text: str, option: str) -> date | datetime:
@@ -42,20 +57,19 @@ def parse_point(text: str, option: str) -> date | datetime:
         ) from None
 
 
-@click.command("backfill")
+@click.command("backfill", epilog=EPILOG)
 @click.argument("pipeline_file")
-@click.option("--start", "start_text", required=True, metavar="DATE",
-              help="First interval's start (inclusive), e.g. 2026-10-01.")
-@click.option("--end", "end_text", required=True, metavar="DATE",
+@click.option("--interval", "interval_text", default=None, metavar="DATE|START/END",
+              help=interval_help("backfill"))
+@click.option("--start", "start_text", default=None, metavar="DATE",
+              help="First interval's start (inclusive), e.g. 2026-10-01 (with --end).")
+@click.option("--end", "end_text", default=None, metavar="DATE",
               help="Range end (exclusive), e.g. 2026-11-01.")
-@click.option("--tasks", "tasks_text", default=None, metavar="a,b",
-              help="Tasks to backfill (default: all); their dependents are always rerun too.")
-@click.option("--concurrency", default=1, show_default=True, type=click.IntRange(min=1),
-              help="Intervals in flight at once (they start in order).")
-@ledger_option("Ledger URL (default: $TWICE_LEDGER or ./twice-ledger.db).")
-@click.option("--force", is_flag=True,
-              help="Rerun intervals even when already verified with the same input and "
-              "transform versions.")
+@click.option("--tasks", "tasks_text", default=None, metavar="A,B", help=TASKS_HELP)
+@concurrency_option("Intervals in flight at once (they start in order; default 1).")
+@ledger_option()
+@force_option("Rerun intervals even when already verified with the same input and transform "
+              "versions (a new job generation each).")
 @click.option("--accept-schema-change", is_flag=True,
               help="Allow a destination schema to change inside the range. Implies --force: "
               "every interval of the range is rewritten with the new schema, so the range never "
@@ -68,11 +82,10 @@ def parse_point(text: str, option: str) -> date | datetime:
 @click.option("--dry-run", is_flag=True,
               help="Print the plan (intervals x tasks, what would be skipped and why); change "
               "nothing.")
-@click.option("--lease-ttl", default=300.0, show_default=True,
-              type=click.FloatRange(min=0.1, max=86_400.0), metavar="SECONDS",
-              help="How long a unit's lease lasts without renewal: a killed backfill's units "
-              "are taken over (and settled from their commit records) after it.")
-@click.option("--repeat", "repeat_text", default=None, metavar="a,b",
+@seed_option()
+@lease_ttl_option("How long a unit's lease lasts without renewal: a killed backfill's units "
+                  "are taken over (and settled from their commit records) after it.")
+@click.option("--repeat", "repeat_text", default=None, metavar="A,B",
               help="Execute these tasks again although they are not safe_repeat and already "
               "succeeded (otherwise their units are held, with the reason).")
 @allow_open_option()
@@ -80,11 +93,13 @@ def parse_point(text: str, option: str) -> date | datetime:
 @yes_option()
 @json_option("Print one JSON object (no progress bar).")
 @exit_on_error("error")
-def backfill(pipeline_file: str, start_text: str, end_text: str, tasks_text: str | None,
-             concurrency: int, ledger_url: str | None, force: bool, accept_schema_change: bool,
-             deadline_text: str, dry_run: bool, lease_ttl: float, repeat_text: str | None,
-             allow_open: bool, refresh_snapshots: bool, yes: bool, as_json: bool) -> None:
-    """Backfill PIPELINE_FILE for the intervals in [--start, --end).
+def backfill(pipeline_file: str, interval_text: str | None, start_text: str | None,
+             end_text: str | None, tasks_text: str | None, concurrency: int | None,
+             max_workers: int | None, ledger_url: str | None, force: bool,
+             accept_schema_change: bool, deadline_text: str, dry_run: bool, seed: int | None,
+             lease_ttl: float, repeat_text: str | None, allow_open: bool,
+             refresh_snapshots: bool, yes: bool, as_json: bool) -> None:
+    """Backfill PIPELINE_FILE for the intervals in [--start, --end) (or --interval).
 
     Intervals run in order with bounded concurrency. After each one, every partition written
     is fingerprinted in its engine and compared with the ledger's previous version (rows
@@ -102,7 +117,7 @@ def backfill(pipeline_file: str, start_text: str, end_text: str, tasks_text: str
     more than 10,000 units (intervals x tasks) needs --yes (a terminal asks). The plan streams:
     each interval is planned when it is about to run (or, with --dry-run, to print).
     """
-    from twice.cli.pipeline_run import confirm_units
+    from twice.cli.pipeline_run import confirm_units, parse_span
     from twice.core.interval import IntervalError
     from twice.define.load import PipelineFileError, load_pipeline
     from twice.define.pipeline import PipelineError
@@ -111,8 +126,13 @@ def backfill(pipeline_file: str, start_text: str, end_text: str, tasks_text: str
     from twice.drivers.backfill import BackfillError, iter_plan, run_backfill, selected_tasks
     from twice.ledger import Ledger, LedgerError
 
-    start = parse_point(start_text, "--start")
-    end = parse_point(end_text, "--end")
+    if interval_text is not None and (start_text is not None or end_text is not None):
+        raise InputError("give either --interval or --start/--end, not both")
+    if interval_text is None and (start_text is None or end_text is None):
+        raise InputError("give --interval DATE, or both --start and --end")
+    start: date | datetime | None = None if start_text is None else parse_point(start_text,
+                                                                                "--start")
+    end: date | datetime | None = None if end_text is None else parse_point(end_text, "--end")
     deadline = parse_deadline(deadline_text)
     tasks = None
     if tasks_text is not None:
@@ -124,6 +144,11 @@ def backfill(pipeline_file: str, start_text: str, end_text: str, tasks_text: str
         raise click.BadParameter("no task names given", param_hint="--repeat")
     try:
         pipeline = load_pipeline(pipeline_file)
+        if interval_text is not None:
+            span = parse_span(pipeline, interval_text, None, None)
+            start, end = span.start, span.end
+            start_text, end_text = span.start.isoformat(), span.end.isoformat()
+        assert start is not None and end is not None
         for name in repeat:
             pipeline.get_task(name)  # an unknown name is bad input, with a suggestion
         names, dependents = selected_tasks(pipeline, tasks)
@@ -154,10 +179,11 @@ def backfill(pipeline_file: str, start_text: str, end_text: str, tasks_text: str
                 _print_plan_stream(header, count, items)
             return
         options: dict[str, Any] = {
-            "tasks": tasks, "concurrency": concurrency, "force": force,
+            "tasks": tasks, "concurrency": concurrency or max_workers or 1, "force": force,
             "accept_schema_change": accept_schema_change, "deadline": deadline,
             "repeat": repeat, "lease_ttl": lease_ttl, "allow_open": allow_open,
             "refresh_snapshots": refresh_snapshots,
+            "rng": None if seed is None else random.Random(seed),
         }
         if as_json:
             result = run_backfill(pipeline, ledger, intervals, **options)
@@ -218,10 +244,11 @@ def _print_plan_stream(header: dict[str, Any], intervals: int, items: Iterable[P
     """The plan table. A plan of up to ``STREAM_ROWS`` units is one table; a longer one is
     printed as it is planned: its first interval at once, then ``STREAM_ROWS`` rows at a time
     (the header once), then the totals."""
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    from twice.cli.console import make_console
+
+    console = make_console()
     tasks = len(header["tasks"])
     streaming = intervals * tasks > STREAM_ROWS
     rows: list[PlanItem] = []
@@ -255,7 +282,8 @@ def _print_plan_stream(header: dict[str, Any], intervals: int, items: Iterable[P
         runs += item.action == "run"
     flush()
     dependents = header["dependents"]
-    deps = f"; dependents rerun: {', '.join(dependents)}" if dependents else ""
+    deps = (f"; dependents follow (they run when the output they read changed): "
+            f"{', '.join(dependents)}" if dependents else "")
     console.print(f"{intervals} intervals x {tasks} tasks: {runs} would run, "
                   f"{total - runs} would be skipped{deps}")
 
@@ -264,7 +292,6 @@ def run_with_progress(pipeline: Any, ledger: Any, intervals: Any, total: int | N
                       **options: Any) -> BackfillResult:
     """``run_backfill`` under a Rich progress bar; diffs are printed as intervals finish.
     ``total``: how many intervals (default ``len(intervals)``; give it for a lazy range)."""
-    from rich.console import Console
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -273,9 +300,10 @@ def run_with_progress(pipeline: Any, ledger: Any, intervals: Any, total: int | N
         TimeRemainingColumn,
     )
 
+    from twice.cli.console import make_console
     from twice.drivers.backfill import run_backfill
 
-    console = Console(stderr=False)
+    console = make_console()
     state = {"running": 0, "failed": 0}
     with Progress(TextColumn("intervals"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("running {task.fields[running]}  failed {task.fields[failed]}"),
@@ -350,9 +378,9 @@ def drift_text(drift: dict[str, Any], diff: dict[str, Any] | None) -> str:
 
 
 def print_summary(result: BackfillResult) -> None:
-    from rich.console import Console
+    from twice.cli.console import make_console
 
-    console = Console()
+    console = make_console()
     counts = result.counts()
     diffs = result.diffs
     changed = [d for d in diffs if d.verdict == "changed"]
@@ -382,7 +410,9 @@ def print_summary(result: BackfillResult) -> None:
                       + drift_text(run.drift.to_dict(), diff), markup=False)
     if result.plan.dependents:
         dependents = ", ".join(result.plan.dependents)
-        console.print(f"dependents rerun for the same intervals: {dependents}")
+        console.print(f"dependents follow for the same intervals (they run when the output "
+                      f"they read changed, and are skipped when it came out identical): "
+                      f"{dependents}")
     new_inputs = [r for r in result.runs if r.new_input_version and r.status != "skipped"]
     for run in new_inputs:
         console.print(f"source changed: {run.task} {run.interval.start.date()} ran as a new unit "

@@ -8,9 +8,7 @@ separate warehouse, and no row is duplicated. Exit 0 only if all of that holds.
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
-import sys
 import tempfile
 from datetime import date, timedelta
 from pathlib import Path
@@ -37,14 +35,14 @@ def load_example() -> ModuleType:
     path = example_dir() / "pipeline.py"
     if not path.is_file():
         raise click.ClickException(f"demo pipeline not found at {path} (needs a source checkout)")
-    name = "twice_example_funds_positions"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, path)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+    if path not in _LOADED:  # once per process: its module-level pipeline reads the env
+        from twice.define.load import load_module
+
+        _LOADED[path] = load_module(path)
+    return _LOADED[path]
+
+
+_LOADED: dict[Path, ModuleType] = {}
 
 
 def prepare_workdir(workdir: str | None) -> Path:
@@ -117,7 +115,11 @@ def _load_evidence(warehouse: Path, interval: Any) -> tuple[int, int]:
         con.close()
 
 
-@click.command("demo")
+@click.command("demo", epilog="""\b
+Examples:
+  twice demo --workdir twice-demo
+  twice demo --workdir /tmp/fp --days 3
+""")
 @click.option("--workdir", default=None, metavar="DIR",
               help="Where to build the source, warehouses and ledgers (default: a new temp dir).")
 @click.option("--days", default=7, show_default=True, type=click.IntRange(1, 31),
@@ -125,15 +127,15 @@ def _load_evidence(warehouse: Path, interval: Any) -> tuple[int, int]:
 @exit_on_error("error")
 def demo(workdir: str | None, days: int) -> None:
     """Run the funds-positions demo: faults, reconcile, rerun, backfill, compare to clean."""
-    from rich.console import Console
     from rich.table import Table
 
     from twice.cli.backfill_cmd import describe_run
+    from twice.cli.console import make_console
     from twice.define.acceptance import AcceptanceCriteria, LoadOutcome, evaluate
     from twice.drivers.backfill import run_backfill
     from twice.ledger import Ledger
 
-    console = Console(highlight=False)
+    console = make_console()
     example = load_example()
     root = prepare_workdir(workdir)
     run_dir, clean_dir = root / "run", root / "clean"
@@ -235,7 +237,7 @@ def next_commands(run_dir: Path) -> list[str]:
     """Three commands to try on the demo's ledger, runnable as printed (shell-quoted)."""
     import shlex
 
-    ledger = shlex.quote(f"sqlite:///{run_dir / 'ledger.db'}")
+    ledger = shlex.quote(str(run_dir / 'ledger.db'))
     return [
         f"twice status --ledger {ledger}",
         f"twice update --ledger {ledger}",

@@ -53,7 +53,12 @@ def _show(check: Any, as_json: bool) -> None:
     click.echo(f"decision:  {'allow' if check.allowed else 'refuse'}: {check.reason}")
 
 
-@click.command("estimate")
+@click.command("estimate", epilog="""\b
+Examples:
+  twice estimate --parquet movements=examples/movements/data \\
+      --sql "SELECT fund_id, amount FROM movements WHERE business_date = '2026-11-30'"
+  twice estimate pipelines/orders.py --task load --interval 2026-11-30 --json
+""")
 @click.argument("pipeline_file", required=False)
 @click.option("--parquet", "parquet", multiple=True, metavar="[NAME=]DIR",
               help="A Parquet dataset directory (hive partitions); repeatable.")
@@ -61,7 +66,8 @@ def _show(check: Any, as_json: bool) -> None:
 @click.option("--limit-bytes", type=int, default=None,
               help="maximum_bytes_billed to check against (default: the task's own).")
 @click.option("--task", "task_name", help="Task of PIPELINE_FILE whose cost_estimate to use.")
-@click.option("--interval", "interval_text", help="Interval start date (with --task).")
+@click.option("--interval", "interval_text", metavar="DATE",
+              help="The interval, by its start date (with --task).")
 @json_option("Print the estimate as JSON.")
 def estimate(
     pipeline_file: str | None, parquet: tuple[str, ...], sql: str | None,

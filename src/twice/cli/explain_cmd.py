@@ -8,7 +8,6 @@ first line after the identity is the unit's health, in the vocabulary every repo
 
 from __future__ import annotations
 
-import difflib
 import json
 from typing import Any
 
@@ -16,30 +15,26 @@ import click
 
 from twice.cli.exits import exit_on_error
 from twice.cli.options import json_option, ledger_option
-from twice.errors import InputError
 
 
-@click.command()
+@click.command(epilog="""\b
+UOW_ID may be any unique prefix of a unit of work id (as status shows it).
+\b
+Examples:
+  twice explain funds_positions.load.20261125 --ledger twice-demo/run/ledger.db
+  twice explain funds_positions.load.20261125T0000.df0a5bd71308 --json
+""")
 @click.argument("uow_id")
 @ledger_option()
 @json_option()
 @exit_on_error("twice explain")
 def explain(uow_id: str, ledger_url: str | None, as_json: bool) -> None:
     """Full recorded timeline of one unit of work."""
-    from twice.cli.ledger_decide import open_existing_ledger
+    from twice.cli.ledger_decide import open_existing_ledger, unit_id
     from twice.engine.evidence import iso
 
     with open_existing_ledger(ledger_url) as ledger:
-        unit = ledger.unit(uow_id)
-        if unit is None:
-            known = [record.uow_id for record in ledger.units()]
-            starting = [name for name in known if name.startswith(uow_id)]
-            if len(starting) == 1:
-                unit = ledger.unit(starting[0])
-            else:
-                close = starting or difflib.get_close_matches(uow_id, known, n=3, cutoff=0.5)
-                hint = f"; did you mean {', '.join(close)}?" if close else ""
-                raise InputError(f"unknown unit of work {uow_id!r}{hint}")
+        unit = ledger.unit(unit_id(ledger, uow_id))
         assert unit is not None
         events = ledger.timeline(unit.uow_id)
         from twice.reports import gather
@@ -67,10 +62,11 @@ def explain(uow_id: str, ledger_url: str | None, as_json: bool) -> None:
                                       "healthBasis": status.basis, "healthReason": status.text,
                                       "events": rows}, sort_keys=True, default=str)))
         return
-    from rich.console import Console
     from rich.markup import escape
 
-    console = Console(width=240)
+    from twice.cli.console import make_console
+
+    console = make_console()
     console.print(f"[bold]{unit.uow_id}[/]  {unit.pipeline}.{unit.task}  {unit.interval}")
     console.print(
         f"  input {unit.input_partition or '-'} version {unit.input_version or '-'}, "

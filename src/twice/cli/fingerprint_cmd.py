@@ -18,7 +18,12 @@ from twice.cli.options import json_option
 from twice.errors import InputError, UnavailableError
 
 
-@click.command("fingerprint")
+@click.command("fingerprint", epilog="""\b
+Examples:
+  twice fingerprint 'duckdb:twice-demo/run/warehouse.duckdb?partition_column=day#positions' \\
+      --partition 2026-11-25
+  twice fingerprint 'sqlite:out.db#positions' --partition day=2026-11-25 --json
+""")
 @click.argument("destination")
 @click.option(
     "--partition", "partition_text", required=True, metavar="[COLUMN=]VALUE",

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import click
 
 from twice.cli.exits import exit_on_error
-from twice.cli.options import json_option, ledger_option
+from twice.cli.options import json_option, ledger_option, pipeline_file_option, pipeline_name_option
 from twice.errors import InputError
 
 if TYPE_CHECKING:
@@ -38,12 +38,15 @@ def _deadlines(pipeline: Pipeline) -> Callable[[UnitRecord], datetime | None]:
     return deadline_for
 
 
-@click.command("handover")
+@click.command("handover", epilog="""\b
+Examples:
+  twice handover --ledger twice-demo/run/ledger.db -o runbook.md
+  twice handover --ledger twice-demo/run/ledger.db --pipeline funds_positions --json
+""")
 @ledger_option()
-@click.option("--pipeline-file", "pipeline_file", default=None, metavar="FILE",
-              help="The pipeline's .py file: adds owners, policies and acceptance criteria.")
-@click.option("--pipeline", default=None, metavar="NAME",
-              help="Only this pipeline's units (default: the pipeline file's pipeline).")
+@pipeline_file_option("The pipeline's .py file: adds owners, policies and acceptance criteria "
+                      "(and, without --pipeline, keeps its pipeline's units).")
+@pipeline_name_option()
 @click.option("--as-of", "as_of", default=None, metavar="INSTANT",
               help="Evidence as of this ISO-8601 instant (default: now).")
 @click.option("-o", "--output", default=None, metavar="FILE",

@@ -22,7 +22,11 @@ if TYPE_CHECKING:
     from twice.ledger import IntermediateRecord, Ledger
 
 
-@click.command("intermediates")
+@click.command("intermediates", epilog="""\b
+Examples:
+  twice intermediates --ledger twice-demo/run/ledger.db
+  twice intermediates --ledger "$TWICE_LEDGER" --status active --expire --json
+""")
 @ledger_option()
 @click.option("--name", default=None, help="Only this intermediate.")
 @click.option("--status", default=None, type=click.Choice(["active", "superseded", "expired"]),

@@ -67,15 +67,19 @@ def open_existing_ledger(url: str | None) -> Ledger:
 
 
 def unit_rows(
-    ledger: LedgerReader, as_of: datetime | None, settings_for: SettingsFor | None = None
+    ledger: LedgerReader, as_of: datetime | None, settings_for: SettingsFor | None = None,
+    *, pipeline: str | None = None,
 ) -> tuple[datetime, list[dict[str, Any]]]:
-    """One row per unit: its latest attempt, freshest evidence and the planner's decision."""
+    """One row per unit (of ``pipeline`` only, if named): its latest attempt, freshest evidence
+    and the planner's decision."""
     from twice.core.timescale import format_duration, micros_to_instant
     from twice.engine.evidence import age_text, gather_evidence, iso, plan_unit
 
     at = ledger.now() if as_of is None else as_of
     rows = []
     for unit in ledger.units():
+        if pipeline is not None and unit.pipeline != pipeline:
+            continue
         settings = settings_for(unit) if settings_for is not None else None
         evidence = gather_evidence(ledger, unit.uow_id, as_of=at, settings=settings)
         result = plan_unit(evidence)
@@ -166,10 +170,11 @@ def _report(ledger: LedgerReader, at: datetime, rows: list[dict[str, Any]]) -> d
 
 
 def _table(report: dict[str, Any], stream: TextIO) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console(file=stream, width=160)
+    from twice.cli.console import make_console
+
+    console = make_console(file=stream)
     table = Table(title=f"Decisions over {report['ledger']} as of {report['asOf']}")
     for column in ("unit of work", "state", "attempts", "evidence", "decision", "reason"):
         table.add_column(column, overflow="fold")
@@ -202,3 +207,24 @@ def decide_over_ledger(ledger_url: str, as_of: str | None, output_format: str) -
     else:
         print(json.dumps(report, sort_keys=True))
     return OK
+
+
+def unit_id(ledger: LedgerReader, given: str, option: str = "UOW_ID") -> str:
+    """The unit of work ``given`` names: its id, or a unique prefix of one (as ``twice status``
+    shows them, e.g. ``funds_positions.load.20261125``). Otherwise ``InputError`` naming
+    ``option``: the units it is the start of, or the closest ids."""
+    import difflib
+
+    if ledger.unit(given) is not None:
+        return given
+    known = [record.uow_id for record in ledger.units()]
+    starting = [name for name in known if name.startswith(given)]
+    if len(starting) == 1:
+        return starting[0]
+    if starting:
+        shown = ", ".join(starting[:10]) + (", ..." if len(starting) > 10 else "")
+        raise InputError(f"{option}: {given!r} is the start of {len(starting)} units of work "
+                         f"({shown}); give more of the id")
+    close = difflib.get_close_matches(given, known, n=3, cutoff=0.5)
+    hint = f"; did you mean {', '.join(close)}?" if close else ""
+    raise InputError(f"{option}: unknown unit of work {given!r}{hint}")

@@ -41,10 +41,42 @@ def range_options(interval_help: str) -> Callable[[F], F]:
         click.option("--start", default=None, metavar="DATE",
                      help="First interval start (with --end)."),
         click.option("--end", default=None, metavar="DATE", help="End of the range, exclusive."),
-        click.option("--tasks", default=None, metavar="A,B",
-                     help="Only these tasks; dependencies outside them must have succeeded "
-                          "already."),
+        click.option("--tasks", default=None, metavar="A,B", help=TASKS_HELP),
     )
+
+
+TASKS_HELP = ("Only these tasks and their dependents (a dependent runs when the output it reads "
+              "changed, and is skipped when it came out identical); dependencies outside them "
+              "must have succeeded already.")
+
+
+def interval_help(verb: str) -> str:
+    """The one help text of ``--interval`` (``verb``: run, work on, backfill)."""
+    return (f"The interval to {verb}, e.g. 2026-11-30 (the schedule's interval starting then), "
+            "or START/END for a range; or give --start and --end.")
+
+
+def concurrency_option(help: str) -> Callable[[F], F]:
+    """``--concurrency N`` (``concurrency``): units (run) or intervals (backfill) in flight."""
+    return _all(
+        click.option("--concurrency", "concurrency", default=None, metavar="N",
+                     type=click.IntRange(1, 256), help=help),
+        # the name `twice run` had before one vocabulary; kept so old scripts keep working
+        click.option("--max-workers", "max_workers", default=None, hidden=True,
+                     type=click.IntRange(1, 256)),
+    )
+
+
+def lease_ttl_option(help: str) -> Callable[[F], F]:
+    """``--lease-ttl SECONDS``: how long a unit's lease lasts without renewal."""
+    return click.option("--lease-ttl", default=300.0, show_default=True,
+                        type=click.FloatRange(min=0.1, max=86_400.0), metavar="SECONDS",
+                        help=help)
+
+
+def force_option(help: str) -> Callable[[F], F]:
+    """``--force``: run verified units again (a new job generation each)."""
+    return click.option("--force", is_flag=True, help=help)
 
 
 def seed_option() -> Callable[[F], F]:
@@ -93,3 +125,24 @@ def yes_option() -> Callable[[F], F]:
         "--yes", "-y", "yes", is_flag=True,
         help=f"Confirm a range of more than {LARGE_RANGE_UNITS:,} units of work (intervals x "
              "tasks); without it such a range is refused, or asked about on a terminal.")
+
+
+def _pipeline_name(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if value is not None and (value.endswith(".py") or "/" in value or "\\" in value):
+        raise click.BadParameter(
+            f"{value!r} looks like a file; --pipeline takes a pipeline's name (e.g. "
+            "funds_positions) and --pipeline-file takes its .py file", param_hint="--pipeline")
+    return value
+
+
+def pipeline_name_option() -> Callable[[F], F]:
+    """``--pipeline NAME`` (``pipeline``): only this pipeline's units. A name on every command;
+    the .py file is ``--pipeline-file`` (or the positional PIPELINE_FILE of run and backfill)."""
+    return click.option("--pipeline", "pipeline", default=None, metavar="NAME",
+                        callback=_pipeline_name, help="Only this pipeline's units (its name).")
+
+
+def pipeline_file_option(help: str) -> Callable[[F], F]:
+    """``--pipeline-file FILE`` (``pipeline_file``): the pipeline's .py file."""
+    return click.option("--pipeline-file", "pipeline_file", default=None, metavar="FILE",
+                        help=help)

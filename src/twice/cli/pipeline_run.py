@@ -29,12 +29,14 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class RunInputs:
-    """The loaded pipeline, its intervals, the tasks (None: all) and the tasks to repeat."""
+    """The loaded pipeline, its intervals, the tasks to run (None: all; ``--tasks`` names and
+    their dependents, which follow their inputs), the tasks named, and the tasks to repeat."""
 
     pipeline: Pipeline
     spans: list[Interval]
     tasks: list[str] | None
     repeat: list[str]
+    named: list[str] | None = None
 
 
 def load_run_inputs(pipeline_file: str, *, interval: str | None, start: str | None,
@@ -52,15 +54,20 @@ def load_run_inputs(pipeline_file: str, *, interval: str | None, start: str | No
     if deadline is not None:
         pipeline.deadline = deadline_override(deadline)
     names = parse_task_names(pipeline, tasks)
+    # the named tasks and their dependents: a dependent runs when the output it reads changed
+    # (a new input version) and is skipped when it came out identical, so --tasks never leaves
+    # dependents on old data (the same meaning as on twice backfill)
+    selected = None if names is None else list(pipeline.subset(names).tasks)
     repeat_names = parse_task_names(pipeline, repeat, option="--repeat") or []
     span = parse_span(pipeline, interval, start, end)
     count = _schedule_call(lambda: pipeline.schedule.count_intervals(span.start, span.end))
-    confirm_units(count, len(pipeline.tasks) if names is None else len(names), yes=yes)
+    confirm_units(count, len(pipeline.tasks) if selected is None else len(selected), yes=yes)
     return RunInputs(
         pipeline=pipeline,
         spans=_schedule_call(lambda: pipeline.schedule.intervals(span.start, span.end)),
-        tasks=names,
+        tasks=selected,
         repeat=repeat_names,
+        named=names,
     )
 
 

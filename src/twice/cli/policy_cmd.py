@@ -182,7 +182,11 @@ def show(ctx: click.Context, duration: float, targets: tuple[str, ...], as_json:
     _emit(retry_policy, None, duration, targets, as_json)
 
 
-@policy.group("from")
+@policy.group("from", epilog="""\b
+Examples:
+  twice policy from airflow --retries 3 --retry-delay 300 --to all
+  twice policy from tenacity --stop-after-attempt 3 --json
+""")
 def from_tool() -> None:
     """Translate another tool's retry settings into a twice policy.
 
@@ -393,11 +397,12 @@ def _emit(retry_policy: RetryPolicy, source: Translation | None, duration: float
         click.echo(json.dumps(data, indent=2))
         return
 
-    from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
-    console = Console(highlight=False)
+    from twice.cli.console import make_console
+
+    console = make_console()
     if source is not None:
         _print_translation(console, source, duration)
     title = "twice policy" + (f" ({seconds(duration)} s per failed attempt)" if duration else "")
@@ -424,7 +429,9 @@ def _print_translation(console: Any, translation: Translation, duration: float) 
     from rich.text import Text
 
     name = TOOL_NAMES[translation.tool]
-    console.print(Rule(Text(translation.title), align="left"))
+    # a rule fills the console's width: at most a terminal's worth (piped output is not
+    # wrapped, so its width is large; twice.cli.console)
+    console.print(Rule(Text(translation.title), align="left"), width=min(console.width, 100))
     console.print(Text(translation.snippet))
     console.print(Text(translation.counting, style="bold"))
     table = Table()

@@ -16,7 +16,7 @@ from pathlib import Path
 import click
 
 from twice.cli.exits import exit_on_error
-from twice.cli.options import json_option, ledger_option
+from twice.cli.options import json_option, ledger_option, pipeline_name_option
 from twice.errors import InputError
 
 EPILOG = """\b
@@ -38,7 +38,7 @@ asserted by an operator.
 @click.option("--html", "html_path", default=None, metavar="FILE",
               type=click.Path(dir_okay=False, path_type=Path), help="Where to write the page.")
 @ledger_option()
-@click.option("--pipeline", default=None, metavar="NAME", help="Only this pipeline's units.")
+@pipeline_name_option()
 @click.option("--as-of", "as_of", default=None, metavar="INSTANT",
               help="Report as of this ISO-8601 instant (default: now).")
 @click.option("--deadline", default=None, metavar="INSTANT",

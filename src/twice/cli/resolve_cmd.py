@@ -12,7 +12,6 @@ name and the note, never as verified.
 
 from __future__ import annotations
 
-import difflib
 import json
 import os
 from typing import TYPE_CHECKING, cast
@@ -62,7 +61,7 @@ def resolve(uow_id: str, outcome: str, note: str | None, attempt: int | None,
             operator: str | None, ledger_url: str | None, as_json: bool) -> None:
     """Record an operator's resolution of an attempt twice could not settle (asserted, not
     observed)."""
-    from twice.cli.ledger_decide import open_existing_ledger
+    from twice.cli.ledger_decide import open_existing_ledger, unit_id
     from twice.ledger import LedgerError, LedgerStorageError, LedgerUnavailableError
 
     if note is None or not note.strip():
@@ -78,12 +77,7 @@ def resolve(uow_id: str, outcome: str, note: str | None, attempt: int | None,
         raise InputError(f"--ledger: {exc}") from exc
     with ledger:
         try:
-            if ledger.unit(uow_id) is None:
-                known = [record.uow_id for record in ledger.units()]
-                close = ([k for k in known if k.startswith(uow_id)][:3]
-                         or difflib.get_close_matches(uow_id, known, n=3, cutoff=0.5))
-                hint = f"; did you mean {', '.join(close)}?" if close else ""
-                raise InputError(f"UOW_ID: unknown unit of work {uow_id!r}{hint}")
+            uow_id = unit_id(ledger, uow_id)
             record = ledger.record_resolution(
                 uow_id, attempt=attempt, outcome=cast("ResolutionOutcome", outcome),
                 note=note, operator=name,
@@ -92,7 +86,7 @@ def resolve(uow_id: str, outcome: str, note: str | None, attempt: int | None,
             raise  # the storage failed, not the input: exit code of its type
         except LedgerError as exc:
             field = f"--attempt {attempt}" if attempt is not None else "UOW_ID (latest attempt)"
-            if str(exc).startswith("operator"):
+            if exc.field == "operator":
                 field = "--operator"
             raise InputError(f"{field}: {exc}") from exc
     observation = record.observation

@@ -22,9 +22,10 @@ if TYPE_CHECKING:
 
 EPILOG = """\b
 Examples:
-  twice run pipelines/funds.py --interval 2026-11-30
-  twice run pipelines/funds.py --start 2026-11-01 --end 2026-12-01 --tasks load,report
-  twice run pipelines/funds.py --interval 2026-11-30 --ledger postgresql://twice@db/twice --json
+  twice run examples/funds_positions/pipeline.py --interval 2026-11-23 --deadline none
+  twice run examples/funds_positions/pipeline.py --start 2026-11-23 --end 2026-11-26 --deadline none
+  twice run examples/funds_positions/pipeline.py --interval 2026-11-24 --tasks load --force \
+      --deadline none --json
 """
 
 _STYLE = {
@@ -41,19 +42,20 @@ _STYLE = {
 
 @click.command(epilog=EPILOG)
 @click.argument("pipeline_file")
-@options.range_options("The interval to run, e.g. 2026-11-30 (on the pipeline's schedule).")
+@options.range_options(options.interval_help("run"))
 @options.ledger_option()
-@click.option("--max-workers", default=4, show_default=True, type=click.IntRange(1, 256),
-              help="Concurrent units (pools still bound their dependencies).")
+@options.concurrency_option("Units of work in flight at once (default 4; pools still bound "
+                            "them, and a unit waits for its dependencies).")
+@options.force_option("Run units that already succeeded again (a new job generation each): "
+                      "the named --tasks, or all; their dependents follow when their input "
+                      "changed. Without it a succeeded unit is not run again.")
 @options.seed_option()
 @options.deadline_option(
     "Override the pipeline's delivery deadline for this run (ISO-8601 instant with offset), "
     "e.g. a rerun of a past interval with a newly agreed deadline; 'none' runs without one. "
     "The planner still refuses attempts past it.")
-@click.option("--lease-ttl", default=300.0, show_default=True,
-              type=click.FloatRange(min=0.1, max=86_400.0), metavar="SECONDS",
-              help="How long a unit's lease lasts without renewal: a killed run's units are "
-                   "taken over (and settled from their commit records) after it.")
+@options.lease_ttl_option("How long a unit's lease lasts without renewal: a killed run's units "
+                         "are taken over (and settled from their commit records) after it.")
 @options.repeat_option(
     "Execute these tasks again even though they are not safe_repeat and already succeeded "
     "(otherwise such units are held, with the reason).")
@@ -63,7 +65,8 @@ _STYLE = {
 @options.json_option()
 @exit_on_error("twice run")
 def run(pipeline_file: str, interval: str | None, start: str | None, end: str | None,
-        tasks: str | None, ledger_url: str | None, max_workers: int, seed: int | None,
+        tasks: str | None, ledger_url: str | None, concurrency: int | None,
+        max_workers: int | None, force: bool, seed: int | None,
         deadline: str | None, lease_ttl: float, repeat: str | None, allow_open: bool,
         refresh_snapshots: bool, yes: bool, as_json: bool) -> None:
     """Run a pipeline for one interval or a range."""
@@ -82,9 +85,10 @@ def run(pipeline_file: str, interval: str | None, start: str | None, end: str | 
     with open_durable_ledger(ledger_url) as ledger:
         refuse_open_spans(inputs.spans, ledger.now(), allow_open)
         executor = Executor(
-            inputs.pipeline, ledger, max_workers=max_workers,
+            inputs.pipeline, ledger, max_workers=concurrency or max_workers or 4,
             rng=None if seed is None else random.Random(seed), repeat=inputs.repeat,
             lease_ttl=lease_ttl, allow_open=allow_open, refresh_snapshots=refresh_snapshots,
+            force=(inputs.named or list(inputs.pipeline.tasks)) if force else (),
         )
         with run_failures():
             try:
@@ -96,13 +100,13 @@ def run(pipeline_file: str, interval: str | None, start: str | None, end: str | 
 
 
 def _summary(result: RunResult, label: str) -> None:
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
+    from twice.cli.console import make_console
     from twice.cli.pipeline_run import why
 
-    console = Console(width=240)
+    console = make_console()
     table = Table(title=f"twice run {result.pipeline}  (ledger {label})")
     for column in ("task", "interval", "outcome", "attempts", "job id", "next", "why"):
         table.add_column(column, overflow="fold", no_wrap=column == "job id",
@@ -112,9 +116,15 @@ def _summary(result: RunResult, label: str) -> None:
         table.add_row(
             unit.task, unit.interval.start.isoformat()[:16], f"[{style}]{unit.outcome}[/]",
             f"{unit.attempts} ({unit.total_attempts})", unit.job_id or "-",
-            unit.next_decision or "-", escape(why(unit.reason, unit)),
+            # a success is verified before it is recorded: nothing to do (--json keeps the
+            # planner's raw decision, validate-output, which the engine already carried out)
+            "-" if unit.ok else unit.next_decision or "-", escape(why(unit.reason, unit)),
         )
     console.print(table)
+    skipped = sum(1 for unit in result.units if unit.skipped)
+    if skipped:
+        console.print(f"{skipped} unit(s) had already succeeded and were not run again; "
+                      "--force runs them again (a new job generation each).")
     counts = ", ".join(f"{count} {outcome}" for outcome, count in result.counts().items())
     console.print(
         f"{counts or 'nothing to run'}. attempts: this run (all recorded). Executed and recorded; "

@@ -9,7 +9,8 @@ The decision column is the planner's (``decide_task``) over the ledger's evidenc
 ``--as-of``), shown for units that still need an action; a verified or asserted unit needs none
 (the engine already ran the lab's validate-output step before recording a verified success, so
 its observations need not be fresh). ``--json`` keeps the planner's raw ``decision`` for every
-unit and adds ``health`` and ``nextAction``. Policies come from ``--pipeline FILE`` when given
+unit and adds ``health`` and ``nextAction``. ``--pipeline NAME`` keeps one pipeline's units.
+Policies come from ``--pipeline-file FILE`` when given
 (for that pipeline's tasks), else from what each unit's latest run recorded; a unit with neither
 shows no decision.
 """
@@ -22,7 +23,12 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from twice.cli.exits import exit_on_error
-from twice.cli.options import json_option, ledger_option
+from twice.cli.options import (
+    json_option,
+    ledger_option,
+    pipeline_file_option,
+    pipeline_name_option,
+)
 from twice.errors import InputError
 
 if TYPE_CHECKING:
@@ -42,16 +48,24 @@ def _settings_from(pipeline: Pipeline) -> Any:
     return settings_for
 
 
-@click.command()
+EPILOG = """\b
+Examples:
+  twice status --ledger twice-demo/run/ledger.db
+  twice status --ledger twice-demo/run/ledger.db --pipeline funds_positions --json
+  twice status --pipeline-file examples/funds_positions/pipeline.py --as-of 2026-11-30T06:00:00Z
+"""
+
+
+@click.command(epilog=EPILOG)
 @ledger_option()
-@click.option("--pipeline", "--pipeline-file", "pipeline_file", default=None, metavar="FILE",
-              help="Pipeline file whose policies and deadlines to plan with.")
+@pipeline_name_option()
+@pipeline_file_option("Pipeline file whose policies and deadlines to plan with.")
 @click.option("--as-of", "as_of", default=None, metavar="INSTANT",
               help="Judge the evidence as of this ISO-8601 instant (default: now).")
 @json_option()
 @exit_on_error("twice status")
-def status(ledger_url: str | None, pipeline_file: str | None, as_of: str | None,
-           as_json: bool) -> None:
+def status(ledger_url: str | None, pipeline: str | None, pipeline_file: str | None,
+           as_of: str | None, as_json: bool) -> None:
     """Table of units of work and what the planner would do now."""
     from twice.cli.ledger_decide import open_existing_ledger, parse_as_of, unit_rows
 
@@ -66,9 +80,9 @@ def status(ledger_url: str | None, pipeline_file: str | None, as_of: str | None,
             raise InputError(str(exc)) from exc
     ledger = open_existing_ledger(ledger_url)
     with ledger:
-        at, rows = unit_rows(ledger, at, settings_for)
+        at, rows = unit_rows(ledger, at, settings_for, pipeline=pipeline)
         label = ledger.url
-        headline = _add_health(ledger, at, rows)
+        headline = _add_health(ledger, at, rows, pipeline)
     if as_json:
         from twice.engine.evidence import iso
 
@@ -78,13 +92,13 @@ def status(ledger_url: str | None, pipeline_file: str | None, as_of: str | None,
     _print(label, at, rows, headline.headline)
 
 
-def _add_health(ledger: Any, at: Any, rows: list[dict[str, Any]]) -> Any:
+def _add_health(ledger: Any, at: Any, rows: list[dict[str, Any]], pipeline: str | None) -> Any:
     """Give each row its health (the reports' model as of the same instant), put what needs
     attention first, and return the scope (its headline)."""
     from twice.reports import gather
     from twice.reports.health import HEALTH_ORDER, IN_PROGRESS, NEEDS_ATTENTION, scope
 
-    evidence = gather(ledger, as_of=at)
+    evidence = gather(ledger, as_of=at, pipeline=pipeline)
     known = {unit.uow_id: unit for unit in evidence.units}
     rank = {str(state): i for i, state in enumerate(HEALTH_ORDER)}
     for row in rows:
@@ -105,15 +119,15 @@ def _add_health(ledger: Any, at: Any, rows: list[dict[str, Any]]) -> Any:
 
 
 def _print(label: str, at: Any, rows: list[dict[str, Any]], headline: str) -> None:
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
+    from twice.cli.console import make_console
     from twice.engine.evidence import iso
     from twice.ledger import OPERATOR_SOURCE_PREFIX
     from twice.reports import wording
 
-    console = Console(width=240)
+    console = make_console()
     if not rows:
         console.print(f"{label}: no units of work recorded yet")
         return

@@ -13,13 +13,17 @@ import json
 import click
 
 from twice.cli.exits import exit_on_error
-from twice.cli.options import json_option, ledger_option
+from twice.cli.options import json_option, ledger_option, pipeline_name_option
 from twice.errors import InputError
 
 
-@click.command("update")
+@click.command("update", epilog="""\b
+Examples:
+  twice update --ledger twice-demo/run/ledger.db
+  twice update --ledger twice-demo/run/ledger.db --pipeline funds_positions --json
+""")
 @ledger_option()
-@click.option("--pipeline", default=None, metavar="NAME", help="Only this pipeline's units.")
+@pipeline_name_option()
 @click.option("--as-of", "as_of", default=None, metavar="INSTANT",
               help="Update as of this ISO-8601 instant (default: now).")
 @json_option("JSON output: the headline and every unit's health.")

@@ -29,12 +29,17 @@ def _partition(text: str) -> Any:
         return text
 
 
-@click.command("verify")
-@ledger_option("Ledger URL (default: $TWICE_LEDGER or ./twice-ledger.db).")
+@click.command("verify", epilog="""\b
+Examples:
+  twice verify --ledger twice-demo/run/ledger.db
+  twice verify --ledger twice-demo/run/ledger.db --json
+  twice verify --pipeline-file pipelines/orders.py --destination 'postgresql://etl@db/wh#orders'
+""")
+@ledger_option()
 @click.option("--destination", default=None, metavar="SPEC",
               help="Only partitions of this destination (as recorded; a password in SPEC is "
               "used to connect, never shown).")
-@click.option("--pipeline", "pipeline_file", default=None, metavar="FILE",
+@click.option("--pipeline-file", "pipeline_file", default=None, metavar="FILE",
               type=click.Path(dir_okay=False),
               help="Pipeline file whose destinations' credentials to connect with (the ledger "
               "records destinations without passwords).")
@@ -48,7 +53,7 @@ def verify(ledger_url: str | None, destination: str | None, pipeline_file: str |
     with (shown); a partition whose values, rows or row count changed since (behind twice's
     back) is a MISMATCH, and any mismatch exits 1. A fingerprint recorded by the older
     twice-fp-v1 still verifies, over its own columns only, and is reported as older.
-    Destinations are recorded without passwords: give --pipeline (or the engine's own
+    Destinations are recorded without passwords: give --pipeline-file (or the engine's own
     sources, e.g. PGPASSWORD or ~/.pgpass) for the credentials.
     """
     from twice.core.secrets import redact, remember

@@ -130,13 +130,13 @@ def worker(pipeline_file: str, ledger_url: str | None, interval: str | None, sta
 
 
 def _summary(report: WorkerReport, label: str) -> None:
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
+    from twice.cli.console import make_console
     from twice.cli.pipeline_run import why
 
-    console = Console(width=240)
+    console = make_console()
     table = Table(title=f"twice worker {report.worker}: {report.pipeline}  (ledger {label})")
     for column in ("task", "interval", "settled", "outcome", "attempts", "why"):
         table.add_column(column, overflow="fold")
@@ -152,7 +152,9 @@ def _summary(report: WorkerReport, label: str) -> None:
     counts = ", ".join(f"{count} {what}" for what, count in report.counts().items())
     console.print(
         f"{counts or 'nothing to do'}; {report.passes} pass(es), stopped: {report.stopped}. "
-        "Executed and recorded; outputs not verified. `twice explain UOW_ID` for the evidence."
+        "Executed and recorded; before any success: declared acceptance criteria checked, then "
+        "the destination partition fingerprinted and recorded (`twice verify` recomputes them). "
+        "`twice explain UOW_ID` for the evidence."
     )
     for note in report.notes:
         console.print(escape(f"note: {note}"))

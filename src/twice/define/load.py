@@ -43,8 +43,8 @@ def load_pipeline(
     against the file, so nothing downstream sees a half-valid definition.
     """
     shown = os.fspath(path)
-    file = _check_file(Path(shown), shown)
-    module = _execute(file, shown)
+    module = load_module(shown)
+    file = Path(module.__file__ or shown)
     pipeline = _find_pipeline(module, shown, attribute)
     pipeline.source_file = file
     if validate:
@@ -58,6 +58,15 @@ def load_pipeline(
         for line in pipeline.unseen_effects():
             warnings.warn(f"{shown}: {line}", DefinitionWarning, stacklevel=2)
     return pipeline
+
+
+def load_module(path: str | os.PathLike[str]) -> ModuleType:
+    """Execute the pipeline file at ``path`` as a module, as ``load_pipeline`` does, and return
+    it (for the other names it defines). Its folder goes on ``sys.path`` first, as for a
+    script, so it imports the modules next to it by their plain names. Errors:
+    ``PipelineFileError``, naming the file and line."""
+    shown = os.fspath(path)
+    return _execute(_check_file(Path(shown), shown), shown)
 
 
 class DefinitionWarning(UserWarning):

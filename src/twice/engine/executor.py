@@ -115,6 +115,7 @@ class UnitResult:
 
     ``attempts`` counts attempts started in this run, ``total_attempts`` all recorded ones.
     ``next_decision`` is the planner's decision over the ledger when the run left the unit.
+    ``skipped``: it had already succeeded in an earlier run and was not run again.
     """
 
     task: str
@@ -133,6 +134,7 @@ class UnitResult:
     notes: tuple[str, ...] = ()
     acceptance: tuple[str, ...] = ()
     nonfatal: int = 0
+    skipped: bool = False
     value: Any = field(default=None, compare=False, repr=False)
 
     @property
@@ -157,6 +159,7 @@ class UnitResult:
             "notes": list(self.notes),
             "acceptance": list(self.acceptance),
             "nonfatal": self.nonfatal,
+            "skipped": self.skipped,
         }
 
 
@@ -283,8 +286,10 @@ class Executor:
     opening a new one, so the budget, backoff and safe-repeat rules span the caller's tries.
 
     Which units run is the driver's choice: ``reruns`` names stale successes to run again (a
-    new job generation each), ``repeat`` names tasks that are not ``safe_repeat`` whose
-    successes the operator wants executed again anyway (otherwise they are ``held``), and
+    new job generation each), ``force`` names tasks whose successes recorded before ``run``
+    began run again (``twice run --force``; same rule), ``repeat`` names tasks that are not
+    ``safe_repeat`` whose successes the operator wants executed again anyway (otherwise they
+    are ``held``), and
     ``accept_schema_change`` lets a verified output change its destination's schema. How a
     unit runs is the engine's, the same for every driver; ``listeners`` receive its typed
     events (``twice.engine.events``). An interval that has not ended by ``clock`` is refused
@@ -315,6 +320,7 @@ class Executor:
         continue_run: bool = False,
         reruns: Mapping[str, int] | None = None,
         repeat: Iterable[str] = (),
+        force: Iterable[str] = (),
         accept_schema_change: bool = False,
         listeners: Iterable[Listener] = (),
         refresh_snapshots: bool = False,
@@ -361,6 +367,8 @@ class Executor:
         self.continue_run = continue_run
         self.reruns: Mapping[str, int] = dict(reruns or {})
         self.repeat = frozenset(repeat)
+        self.force = frozenset(force)
+        self._began: datetime | None = None  # when run() began: the baseline of forced reruns
         self.accept_schema_change = accept_schema_change
         self.allow_open = allow_open  # run intervals that have not ended (recorded as such)
         # twice.engine.snapshots: read each snapshotting task's source again, once per interval
@@ -422,10 +430,20 @@ class Executor:
             plan = self.pipeline.subset(names, with_dependents=False)
         order = plan.topological_order()
         started = self.now()
+        self._began = started
         results: list[UnitResult] = []
         for interval in canonical:
             results.extend(self._run_interval(plan, order, interval))
         return RunResult(self.pipeline.name, self.holder, tuple(results), started, self.now())
+
+    def forced_baseline(self, uow_id: str) -> int:
+        """The attempt a forced rerun repeats: the unit's latest attempt started before this
+        run began (0: none). A success another process recorded since stands, so racing forced
+        runs execute the unit once (the same rule as a backfill's ``reruns``)."""
+        began = self._began
+        before = [a.number for a in self.ledger.attempts(uow_id)
+                  if began is None or a.started_at <= began]
+        return before[-1] if before else 0
 
     # -- scheduling ---------------------------------------------------------------------------
 
@@ -792,6 +810,8 @@ class _UnitRun:
         rerun_of: int | None = None
         if prior is not None and prior.outcome == "succeeded":
             stale = self.x.reruns.get(self.uow_id)
+            if stale is None and self.task.name in self.x.force:
+                stale = self.x.forced_baseline(self.uow_id)
             overwritten = self._slot_overwritten() if stale is None else None
             if overwritten is not None:  # e.g. a source reverted to an earlier version
                 stale = prior.number
@@ -801,7 +821,8 @@ class _UnitRun:
                     f"already succeeded in attempt {prior.number}; not run again "
                     "(a new input or transform version is a new unit of work)"
                 )
-                return self._result("succeeded", "latest attempt succeeded in an earlier run")
+                return self._result("succeeded", "latest attempt succeeded in an earlier run",
+                                    skipped=True)
             if prior.number > stale:
                 self.notes.append(
                     f"attempt {prior.number} (holder {prior.holder}) succeeded after the rerun "
@@ -1707,6 +1728,7 @@ class _UnitRun:
         decision: DecisionResult | None = None,
         *,
         decision_name: str | None = None,
+        skipped: bool = False,
     ) -> UnitResult:
         latest = self.ledger.latest_attempt(self.uow_id)
         final = plan_unit(gather_evidence(
@@ -1731,5 +1753,6 @@ class _UnitRun:
             notes=tuple(self.notes),
             acceptance=self.acceptance,
             nonfatal=self.nonfatal,
+            skipped=skipped,
             value=self.value,
         )

@@ -47,9 +47,10 @@ def print_table(report: DecisionReport, clock: Clock, stream: TextIO | None = No
         )
     console.print(table)
     passed = "the deadline has passed; " if report.deadline_passed else ""
-    console.print(
+    console.print(  # one line, never wrapped mid-sentence
         f"{passed}decided only: no job was executed, idempotency is not proven (safeRepeat is the "
-        "caller's assertion), completion is not guaranteed, this is not a production approval."
+        "caller's assertion), completion is not guaranteed, this is not a production approval.",
+        soft_wrap=True,
     )
 
 

@@ -13,7 +13,13 @@ from twice.errors import TwiceError
 
 
 class LedgerError(TwiceError, ValueError):
-    """The ledger refused an operation; the message says which record and why."""
+    """The ledger refused an operation; the message says which record and why. ``field``
+    names the argument that was refused, when one was (e.g. ``operator``), so a caller can
+    name its own option for it without reading the message."""
+
+    def __init__(self, *args: object, field: str | None = None) -> None:
+        super().__init__(*args)
+        self.field = field
 
 
 class SchemaVersionError(LedgerError):

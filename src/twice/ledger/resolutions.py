@@ -148,10 +148,12 @@ def _operator_name(value: object) -> str:
     name = value.strip() if isinstance(value, str) else value
     if not isinstance(name, str) or not _OPERATOR_NAME.fullmatch(name):
         raise LedgerError(
-            f"operator must be a person's name or login on one line, got {value!r}"
+            f"operator must be a person's name or login on one line, got {value!r}",
+            field="operator",
         )
     if len(name) > _MAX_OPERATOR_NAME:
-        raise LedgerError(f"operator name is longer than {_MAX_OPERATOR_NAME} characters")
+        raise LedgerError(f"operator name is longer than {_MAX_OPERATOR_NAME} characters",
+                          field="operator")
     return name
 
 

@@ -24,6 +24,10 @@ DEFAULT_START = datetime.fromisoformat("2026-01-01T00:00:00+00:00")
 """start_date for cron timetables when none is given (catchup is off by default)."""
 
 
+KEEP_DEADLINE: Any = object()
+"""``to_dag``'s default ``deadline``: keep the pipeline's own."""
+
+
 def load(pipeline: Pipeline | str | os.PathLike[str]) -> Pipeline:
     """A Pipeline object as is; a path through ``load_pipeline`` (validated)."""
     from twice.define.pipeline import Pipeline
@@ -50,19 +54,24 @@ def to_dag(
     catchup: bool = False,
     tags: Iterable[str] = ("twice",),
     executor_options: Mapping[str, Any] | None = None,
+    deadline: Any = KEEP_DEADLINE,
     **dag_kwargs: Any,
 ) -> DAG:
     """Build the Airflow DAG for ``pipeline`` (a Pipeline or the path of a pipeline file).
 
     ``ledger`` is the twice ledger URL every try records into (PostgreSQL when workers run on
     several hosts); without it the workers read ``TWICE_LEDGER``. ``executor_options`` go to
-    ``twice.engine.executor.Executor`` (e.g. ``lease_ttl``). Other keyword arguments go to ``DAG``.
+    ``twice.engine.executor.Executor`` (e.g. ``lease_ttl``). ``deadline`` replaces the
+    pipeline's delivery deadline (``None``: none, e.g. to run past intervals with ``airflow dags
+    test``; the default keeps the pipeline's). Other keyword arguments go to ``DAG``.
     """
     from airflow.sdk import DAG, CronDataIntervalTimetable, DeltaDataIntervalTimetable
 
     from twice.drivers.airflow.operator import TwiceTaskOperator
 
     pipe = load(pipeline)
+    if deadline is not KEEP_DEADLINE:
+        pipe = pipe.with_deadline(deadline)
     spec = timetable_spec(pipe.schedule)
     if spec.kind == "cron":
         timetable: Any = CronDataIntervalTimetable(spec.cron or "", timezone=spec.timezone)
