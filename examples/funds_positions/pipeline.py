@@ -15,14 +15,14 @@ variable ``pipeline`` (work directory ``$TWICE_FUNDS_WORKDIR``, default ``./fund
 from __future__ import annotations
 
 import csv
-import importlib.util
 import os
-import sys
 from datetime import date, time, timedelta
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
-from types import ModuleType
 from typing import Any
+
+import funds_faults  # twice puts a pipeline file's folder on sys.path, as python does for a script
+import funds_source as source
 
 from twice import (
     AcceptanceCriteria,
@@ -39,20 +39,6 @@ HERE = Path(__file__).resolve().parent
 TABLES = ("raw_positions", "positions_stage", "positions", "fund_daily")
 
 
-def _sibling(name: str) -> ModuleType:
-    """Import a file next to this one under a private name (no clash with other 'source')."""
-    key = f"twice_example_funds_{name}"
-    if key not in sys.modules:
-        spec = importlib.util.spec_from_file_location(key, HERE / f"{name}.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[key] = module
-        spec.loader.exec_module(module)
-    return sys.modules[key]
-
-
-source = _sibling("source")
-faults_module = _sibling("faults")
 
 
 def destination(warehouse: Path, table: str, **query: str) -> str:
@@ -179,7 +165,7 @@ def build_pipeline(workdir: str | os.PathLike[str], faults: Any = None,
     return pipeline
 
 
-FaultPlan = faults_module.FaultPlan
+FaultPlan = funds_faults.FaultPlan
 DEMO_START = date(2026, 11, 23)
 DEMO_DAYS = 7
 DEMO_END = DEMO_START + timedelta(days=DEMO_DAYS)
