@@ -31,10 +31,15 @@ BENCHMARKS: dict[str, tuple[str, list[str], list[str]]] = {
               ["--calls", "20000", "--repeat", "2"]),
     "ledger": ("bench_ledger.py", ["--intervals", "1000", "--attempts", "500"],
                ["--intervals", "5", "--attempts", "5"]),
-    "writers": ("bench_writers.py", ["--rows", "1000000", "--fingerprint-rows", "10000000"],
+    "writers": ("bench_writers.py", ["--rows", "1000000", "--fingerprint-rows", "10000000",
+                                     "--repeat", "3"],
                 ["--rows", "2000", "--fingerprint-rows", "5000"]),
+    "fingerprint": ("bench_fingerprint.py", ["--rows", "1000000", "--large"],
+                    ["--rows", "5000", "--repeat", "1"]),
+    "planning": ("bench_planning.py", ["--units", "100,10000,100000", "--repeat", "3"],
+                 ["--units", "10,100", "--repeat", "1"]),
 }
-POSTGRES_AWARE = {"ledger", "writers"}
+POSTGRES_AWARE = {"ledger", "writers", "fingerprint"}
 
 
 def main(argv: list[str] | None = None) -> int:

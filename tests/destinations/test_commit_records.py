@@ -44,7 +44,7 @@ FENCE = "pipe/task/2026-11-30"
 SCHEMA = pa.schema([
     ("day", pa.date32()), ("id", pa.int64()), ("name", pa.string()),
     ("amount", pa.decimal128(12, 2)), ("at", pa.timestamp("us", tz="UTC")),
-    ("score", pa.float64()),  # fingerprinted too (twice-fp-v2: every column, floats included)
+    ("score", pa.float64()),  # fingerprinted too (twice-fp-v3: every column, floats included)
 ])
 
 
@@ -86,7 +86,7 @@ def test_stamped_replace_commits_one_record_matching_a_fresh_fingerprint(engine,
         assert record.mode == "replace" and record.rows_written == 4
         assert record.slice == "day=2026-11-30"
         assert record.columns == tuple(sorted(SCHEMA.names))  # every column, the float too
-        assert record.algorithm == "twice-fp-v2"
+        assert record.algorithm == "twice-fp-v3"
         assert record.committed_at.endswith("Z")
         datetime.fromisoformat(record.committed_at.replace("Z", "+00:00"))
         assert_fingerprint_matches(record, dest, DAY)
@@ -199,7 +199,7 @@ def test_float_only_table_is_fingerprinted(sql_engine, engines) -> None:
         result = dest.append([{"x": 1.5}, {"x": 2.5}], stamp=stamp(1))
         assert result.commit is not None
         assert (result.commit.row_count, result.commit.algorithm, result.commit.columns) == (
-            2, "twice-fp-v2", ("x",))
+            2, "twice-fp-v3", ("x",))
         assert result.commit.algorithm != NO_FINGERPRINT
         assert_fingerprint_matches(result.commit, dest, None)
 
@@ -355,7 +355,8 @@ def test_failure_inside_the_transaction_leaves_no_rows_and_no_record(engine, eng
     with open_destination(engines.spec(engine)) as dest:
         dest.replace_partition(rows("old"), DAY, stamp=stamp(1))
         old_records = dest.commit_records()
-        seam = "_before_swap" if engine == "parquet" else "_after_delete"
+        # Delta: one commit (no delete step of its own); the seam before delta-rs writes
+        seam = {"parquet": "_before_swap", "delta": "_before_commit"}.get(engine, "_after_delete")
         monkeypatch.setattr(type(dest), seam, _fail)
         with pytest.raises(RuntimeError, match="injected"):
             dest.replace_partition(rows("new", n=6), DAY, stamp=stamp(2))

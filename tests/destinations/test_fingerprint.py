@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from twice.destinations import DestinationError, open_destination
-from twice.destinations.fingerprint import Fingerprint, fingerprint, verify
+from twice.destinations.fingerprint import ALGORITHM_V2, Fingerprint, fingerprint, verify
 
 NOV30 = date(2026, 11, 30)
 SCHEMA = pa.schema([
@@ -78,12 +78,13 @@ def write_everywhere(engines, rows: list[dict[str, object]]) -> dict[str, object
 def test_equal_across_engines_and_equal_to_the_definition(engines) -> None:
     dests = write_everywhere(engines, SAMPLE)
     expected = reference(SAMPLE, SCHEMA.names)
-    prints = {name: fingerprint(d, day_interval(NOV30)) for name, d in dests.items()}
+    prints = {name: fingerprint(d, day_interval(NOV30), algorithm=ALGORITHM_V2)
+              for name, d in dests.items()}
     for name, fp in prints.items():
         assert (fp.row_count, fp.checksum) == expected, name
         assert fp.engine == name and fp.columns == tuple(sorted(SCHEMA.names))
     assert len(set(prints.values())) == 1
-    keyed = {name: fingerprint(d, NOV30, ["id", "day"]) for name, d in dests.items()}
+    keyed = {name: fingerprint(d, NOV30, ["id", "day"], ALGORITHM_V2) for name, d in dests.items()}
     assert len(set(keyed.values())) == 1
     assert next(iter(keyed.values())).checksum == reference(SAMPLE, ["id", "day"])[1]
 
@@ -155,6 +156,6 @@ def test_property_cross_engine_equality(engines, rows: list[dict[str, object]]) 
     dests = write_everywhere(engines, rows)
     expected = reference(rows, SCHEMA.names)
     for name, dest in dests.items():
-        fp = fingerprint(dest, NOV30)
+        fp = fingerprint(dest, NOV30, algorithm=ALGORITHM_V2)
         assert (fp.row_count, fp.checksum) == expected, name
         dest.close()

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from twice.destinations import DestinationError, open_destination
 from twice.destinations.columns import SchemaError
 from twice.destinations.commits import WriteStamp
-from twice.destinations.fingerprint import fingerprint
+from twice.destinations.fingerprint import ALGORITHM_V2, fingerprint
 
 DAY = date(2026, 11, 30)
 SCHEMA = pa.schema([("day", pa.date32()), ("id", pa.int64()), ("x", pa.float64()),
@@ -79,11 +79,11 @@ def test_every_edge_value_fingerprints_alike_on_all_engines(engines, targets) ->
     assert set(dests) == {"sqlite", "duckdb", "postgresql", "parquet"}
     expected = reference(expected_rows(table), SCHEMA)
     for name, dest in dests.items():
-        fp = fingerprint(dest, DAY)
+        fp = fingerprint(dest, DAY, algorithm=ALGORITHM_V2)
         assert fp.columns == ("day", "g", "id", "x", "y"), name
         assert fp.algorithm == "twice-fp-v2"
         assert (fp.row_count, fp.checksum) == expected, name
-        only_x = fingerprint(dest, DAY, ["x"])
+        only_x = fingerprint(dest, DAY, ["x"], ALGORITHM_V2)
         assert (only_x.row_count, only_x.checksum) == reference(
             expected_rows(table), SCHEMA, ["x"]), name
 
@@ -101,7 +101,7 @@ def test_property_same_floats_same_fingerprint_on_every_engine(engines, targets,
     table = table_of(rows)
     dests = write_everywhere(engines, table, targets)
     expected = reference(expected_rows(table), SCHEMA)
-    prints = {name: fingerprint(dest, DAY) for name, dest in dests.items()}
+    prints = {name: fingerprint(dest, DAY, algorithm=ALGORITHM_V2) for name, dest in dests.items()}
     for name, fp in prints.items():
         assert (fp.row_count, fp.checksum) == expected, name
     assert len(set(prints.values())) == 1
@@ -131,7 +131,7 @@ def test_commit_record_fingerprint_covers_floats_and_equals_a_fresh_one(engine: 
         record = dest.replace_partition(table_of(rows), DAY, stamp=stamp).commit
         fresh = fingerprint(dest, DAY)
     assert record is not None
-    assert (record.algorithm, record.columns) == ("twice-fp-v2", ("day", "g", "id", "x", "y"))
+    assert (record.algorithm, record.columns) == ("twice-fp-v3", ("day", "g", "id", "x", "y"))
     assert (record.row_count, record.checksum) == (fresh.row_count, fresh.checksum)
 
 

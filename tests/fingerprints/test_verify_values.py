@@ -41,7 +41,7 @@ def test_a_float_changed_by_hand_fails_verify(engine: str, engines, tmp_path) ->
     assert "changed behind twice's back" in lines[D1]
     assert " ok " in lines[D2]
     assert "verified 1/2 partitions match" in result.output
-    assert "[twice-fp-v2 over amount, day, id, name]" in lines[D2]  # the columns are shown
+    assert "[twice-fp-v3 over amount, day, id, name]" in lines[D2]  # the columns are shown
 
 
 def test_the_last_bit_of_one_float_fails_verify(engines, tmp_path) -> None:
@@ -52,7 +52,7 @@ def test_the_last_bit_of_one_float_fails_verify(engines, tmp_path) -> None:
                f"WHERE id = 4 AND day = DATE '{D2}'")
     result = invoke("verify", "--ledger", ledger, "--json")
     assert result.exit_code == 1
-    assert '"matches": false' in result.output and '"algorithm": "twice-fp-v2"' in result.output
+    assert '"matches": false' in result.output and '"algorithm": "twice-fp-v3"' in result.output
 
 
 def test_a_non_key_value_changed_on_a_keyed_destination_fails_verify(engine: str, engines,
@@ -101,7 +101,7 @@ def test_fingerprint_command_lists_every_column(engines, tmp_path) -> None:
     shown = invoke("fingerprint", target.spec, "--partition", D1)
     assert shown.exit_code == 0, shown.output
     assert "columns    amount, day, id, name (4)" in shown.output
-    assert "algorithm  twice-fp-v2" in shown.output
+    assert "algorithm  twice-fp-v3" in shown.output
     named = invoke("fingerprint", target.spec, "--partition", D1, "--columns", "amount",
                    "--json")
     assert '"columns": ["amount"]' in named.output

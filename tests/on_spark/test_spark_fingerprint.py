@@ -16,9 +16,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.fingerprints.fp_reference import reference_v3
 from tests.on_spark.spark_rows import days
 from twice.destinations import DestinationError, open_destination
-from twice.destinations.fingerprint import fingerprint
+from twice.destinations.fingerprint import ALGORITHM_V2, fingerprint
 
 DAY = date(2026, 11, 30)
 WIDE = Context(prec=60)  # decimal(38, s) exceeds the default 28 digits
@@ -90,12 +91,16 @@ def write_all(tmp: Path, table: pa.Table) -> dict[str, Any]:
 def test_spark_equals_duckdb_sqlite_and_the_definition(spark: Any, tmp_path: Path) -> None:
     dests = write_all(tmp_path, pa.Table.from_pylist(SAMPLE, schema=SCHEMA))
     expected = reference(SAMPLE, SCHEMA.names)
-    prints = {name: fingerprint(d, days(DAY, 1)) for name, d in dests.items()}
+    prints = {name: fingerprint(d, days(DAY, 1), algorithm=ALGORITHM_V2)
+              for name, d in dests.items()}
     for name, fp in prints.items():
         assert (fp.row_count, fp.checksum) == expected, name
     assert prints["spark"].engine == "spark"
     assert len(set(prints.values())) == 1
-    keyed = {name: fingerprint(d, DAY, ["id", "big"]) for name, d in dests.items()}
+    current = {name: fingerprint(d, days(DAY, 1)) for name, d in dests.items()}  # twice-fp-v3
+    assert {(fp.row_count, fp.checksum) for fp in current.values()} == {
+        reference_v3(SAMPLE, SCHEMA)}
+    keyed = {name: fingerprint(d, DAY, ["id", "big"], ALGORITHM_V2) for name, d in dests.items()}
     assert {(fp.row_count, fp.checksum) for fp in keyed.values()} == {
         reference(SAMPLE, ["id", "big"])
     }
@@ -114,8 +119,10 @@ def test_checksum_wraps_modulo_2_64_like_the_other_engines(spark: Any, tmp_path:
     assert total > 2**64
     expected = reference(many, ["day", "id"])
     for name, dest in dests.items():
-        fp = fingerprint(dest, DAY, ["id", "day"])
+        fp = fingerprint(dest, DAY, ["id", "day"], ALGORITHM_V2)
         assert (fp.row_count, fp.checksum) == expected, name
+        fp = fingerprint(dest, DAY, ["id", "day"])
+        assert (fp.row_count, fp.checksum) == reference_v3(many, SCHEMA, ["day", "id"]), name
 
 
 def test_session_time_zone_does_not_change_the_fingerprint(spark: Any, tmp_path: Path) -> None:
@@ -177,10 +184,11 @@ def test_property_spark_fingerprint_matches_duckdb_and_rerun_is_stable(
     dests = write_all(tmp_path, table)
     expected = reference(rows, SCHEMA.names)
     spark_dest = dests["spark"]
-    first = fingerprint(spark_dest, DAY)
+    first = fingerprint(spark_dest, DAY, algorithm=ALGORITHM_V2)
     assert (first.row_count, first.checksum) == expected
-    assert first == fingerprint(dests["duckdb"], DAY)
+    assert first == fingerprint(dests["duckdb"], DAY, algorithm=ALGORITHM_V2)
+    assert fingerprint(spark_dest, DAY) == fingerprint(dests["duckdb"], DAY)  # twice-fp-v3
     spark_dest.replace_partition(table, DAY)
-    assert fingerprint(spark_dest, DAY) == first
+    assert fingerprint(spark_dest, DAY, algorithm=ALGORITHM_V2) == first
     for dest in dests.values():
         dest.close()

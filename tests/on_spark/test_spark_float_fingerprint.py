@@ -23,7 +23,7 @@ from tests.fingerprints.fp_reference import as_float32, reference
 from tests.fingerprints.fp_strategies import EDGES, FLOATS, NAN_PAYLOADS
 from twice.destinations import open_destination
 from twice.destinations.commits import WriteStamp
-from twice.destinations.fingerprint import fingerprint, verify
+from twice.destinations.fingerprint import ALGORITHM_V2, fingerprint, verify
 
 DAY = date(2026, 11, 30)
 SCHEMA = pa.schema([("day", pa.date32()), ("id", pa.int64()), ("x", pa.float64()),
@@ -65,9 +65,10 @@ def test_edge_values_equal_the_definition_in_spark(spark: Any, tmp_path: Path) -
     dests = write_all(tmp_path, table)
     want = expected(table)
     for name, dest in dests.items():
-        fp = fingerprint(dest, DAY)
+        fp = fingerprint(dest, DAY, algorithm=ALGORITHM_V2)
         assert fp.columns == ("day", "g", "id", "x", "y"), name
         assert (fp.row_count, fp.checksum) == want, name
+    assert len({fingerprint(dest, DAY) for dest in dests.values()}) == 1  # twice-fp-v3
     assert fingerprint(dests["spark"], DAY, ["x"]) == fingerprint(dests["duckdb"], DAY, ["x"])
     sqlite = open_destination(f"sqlite://{tmp_path}/w.db?partition_column=day#t")
     finite = table_of([r for r in rows if not any(
@@ -82,7 +83,7 @@ def test_spark_commit_record_and_verify_cover_floats(spark: Any, tmp_path: Path)
     stamp = WriteStamp(uow_id="u", fence_key="p/t/d", generation=1, attempt=1, token=1)
     table = table_of([{"x": 0.1 * i, "y": 2e23, "g": None} for i in range(6)])
     record = dest.replace_partition(table, DAY, stamp=stamp).commit
-    assert record is not None and record.algorithm == "twice-fp-v2"
+    assert record is not None and record.algorithm == "twice-fp-v3"
     recorded = fingerprint(dest, DAY)
     assert (record.row_count, record.checksum, record.columns) == (
         recorded.row_count, recorded.checksum, recorded.columns)
@@ -111,9 +112,10 @@ def test_property_spark_float_fingerprint_equals_the_other_engines(
     table = table_of(rows)
     dests = write_all(tmp_path, table)
     want = expected(table)
-    prints = {name: fingerprint(dest, DAY) for name, dest in dests.items()}
+    prints = {name: fingerprint(dest, DAY, algorithm=ALGORITHM_V2) for name, dest in dests.items()}
     for name, fp in prints.items():
         assert (fp.row_count, fp.checksum) == want, name
     assert len(set(prints.values())) == 1
+    assert len({fingerprint(dest, DAY) for dest in dests.values()}) == 1  # twice-fp-v3
     for dest in dests.values():
         dest.close()

@@ -41,7 +41,7 @@ def fingerprint(destination: str, partition_text: str, key_columns: str | None,
 
     DESTINATION is e.g. sqlite:///data/out.db?partition_column=day#positions,
     duckdb:///w.duckdb#t, postgresql://user@host/db#schema.table or parquet:///data/dir.
-    The checksum (twice-fp-v2) covers every column unless --columns names some; a column of a
+    The checksum (twice-fp-v3) covers every column unless --columns names some; a column of a
     type without a canonical text is refused, never left out. The output lists the columns.
     """
     from twice.core.interval import IntervalError

@@ -112,7 +112,10 @@ class DestinationSpec:
 
     ``partition_column`` and ``key_columns`` (comma-separated) in the query belong to twice, so
     a single string names a destination completely for the ledger and the CLI; any other query
-    parameter is left to the engine (e.g. PostgreSQL's ``sslmode``).
+    parameter is left to the engine (e.g. PostgreSQL's ``sslmode``). ``keep_previous=DAYS``
+    (SQL engines: keep each replaced slice DAYS days, see :mod:`twice.destinations.previous`)
+    is twice's too, but it says how to write, not which table: :meth:`twice_query` leaves it
+    out, so the canonical spec (the destination's identity) is the same with or without it.
     """
 
     scheme: str
@@ -121,6 +124,7 @@ class DestinationSpec:
     options: dict[str, str] = field(default_factory=dict)
     partition_column: str | None = None
     key_columns: tuple[str, ...] = ()
+    keep_previous: int | None = None  # days; None: keep no replaced slices
 
     @classmethod
     def parse(cls, text: str) -> DestinationSpec:
@@ -140,7 +144,17 @@ class DestinationSpec:
             validate_identifier(partition_column, "partition_column")
         keys = options.pop("key_columns", "")
         key_columns = validate_identifiers([k for k in keys.split(",") if k], "key column")
-        return cls(scheme.lower(), location, fragment, options, partition_column, key_columns)
+        days = options.pop("keep_previous", None)
+        keep_previous = None
+        if days is not None:
+            if not (days.isascii() and days.isdigit() and int(days) > 0):
+                raise DestinationError(
+                    f"keep_previous={days!r}: give a positive whole number of days, e.g. "
+                    "keep_previous=7"
+                )
+            keep_previous = int(days)
+        return cls(scheme.lower(), location, fragment, options, partition_column, key_columns,
+                   keep_previous)
 
     def file_path(self) -> str:
         """The local path of a file destination: ``scheme:///abs/path`` or ``scheme:rel/path``."""
@@ -223,6 +237,9 @@ class SqlDialect:
     unit_separator: ClassVar[str] = "chr(31)"
     index_partition_column: ClassVar[bool] = True
     index_commits: ClassVar[bool] = True
+    # Whether a table twice creates declares PRIMARY KEY (key_columns): engines whose upsert
+    # needs the constraint (ON CONFLICT); DuckDB merges by key without one (see duckdb.py).
+    key_constraint: ClassVar[bool] = True
     # Column kind -> DDL type; decimals use ``decimal_ddl`` with their precision and scale.
     ddl_types: ClassVar[dict[str, str]] = {}
     decimal_ddl: ClassVar[str] = "DECIMAL({precision},{scale})"
@@ -289,12 +306,17 @@ class SqlDestination(BaseDestination, ABC, Generic[ConnT]):
         schema_name: str | None = None,
         partition_column: str | None = None,
         key_columns: Sequence[str] = (),
+        keep_previous: int | None = None,
     ) -> None:
         self.table = validate_identifier(table, "table name")
         self.schema_name = (
             None if schema_name is None else validate_identifier(schema_name, "schema name")
         )
         super().__init__(spec=spec, partition_column=partition_column, key_columns=key_columns)
+        if keep_previous is not None and keep_previous < 1:
+            raise DestinationError(f"{spec}: keep_previous must be a positive number of days")
+        # days each replaced slice is kept (twice.destinations.previous); None: not kept
+        self.keep_previous = keep_previous
         self._conn: ConnT | None = None
 
     # -- the connection ---------------------------------------------------------------------
@@ -394,6 +416,38 @@ class SqlDestination(BaseDestination, ABC, Generic[ConnT]):
         serialise the fencing read on their own)."""
         return nullcontext()
 
+    def _lock_previous(self, tx: Any) -> None:
+        """Serialise keeping writers of this table (keep_previous numbers versions by reading
+        the newest): engines whose write transactions do not already serialise them."""
+        return None
+
+    def _table_exists(self, name: str) -> bool:
+        """Whether table ``name`` exists in this table's schema (never creating anything)."""
+        raise NotImplementedError
+
+    def _keep_previous(self, tx: Any, schema: Schema, partition: PartitionSpec, label: str,
+                       where: tuple[str, list[Any]] | None = None) -> None:
+        """With keep_previous: copy the slice about to change, in the write's transaction."""
+        if self.keep_previous is None:
+            return
+        from twice.destinations.previous import retain
+
+        sql, params = where if where is not None else self._where_for(schema, partition)
+        retain(self, tx, schema, sql, params, label)
+
+    def versions(self, partition: PartitionSpec = None) -> list[int]:
+        """The versions of one slice still held (keep_previous; see
+        :mod:`twice.destinations.previous`): per slice, unlike Delta's table versions."""
+        from twice.destinations.previous import versions
+
+        return versions(self, partition)
+
+    def read_partition_at(self, partition: PartitionSpec, version: int) -> pa.Table:
+        """The slice ``partition`` as it was at one of :meth:`versions` (keep_previous)."""
+        from twice.destinations.previous import read_at
+
+        return read_at(self, partition, version)
+
     def _lock_fence(self, tx: Any, stamp: WriteStamp) -> None:
         """First statement of a stamped transaction: serialise writers of the same fence key."""
         return None
@@ -451,6 +505,7 @@ class SqlDestination(BaseDestination, ABC, Generic[ConnT]):
             if existing is None:
                 self._create_table(tx, schema)
             self._lock_for_replace(tx)
+            self._keep_previous(tx, schema, partition, slc.label, (where, params))
             deleted = self._execute(tx, f"DELETE FROM {self.qualified} WHERE {where}", params)
             self._after_delete()
             if table.num_rows:
@@ -485,6 +540,7 @@ class SqlDestination(BaseDestination, ABC, Generic[ConnT]):
             if existing is None:
                 self._create_table(tx, schema)
             if table.num_rows:
+                self._keep_previous(tx, schema, partition, label)
                 self._insert_arrow(tx, table)
             if owner is not None:
                 commit = self._commit_record(
@@ -517,6 +573,7 @@ class SqlDestination(BaseDestination, ABC, Generic[ConnT]):
             if existing is None:
                 self._create_table(tx, schema)
             if table.num_rows:
+                self._keep_previous(tx, schema, partition, label)
                 self._upsert_arrow(tx, table, conflict)
             if owner is not None:
                 commit = self._commit_record(
@@ -619,7 +676,7 @@ class SqlDestination(BaseDestination, ABC, Generic[ConnT]):
         self, partition: PartitionSpec
     ) -> tuple[int, str, str, tuple[str, ...]]:
         """(row count, checksum, algorithm, columns) of the slice, as ``fingerprint()`` will
-        compute it by default afterwards (``twice-fp-v2`` over every column, key or not);
+        compute it by default afterwards (``twice-fp-v3`` over every column, key or not);
         ``algorithm "none"`` (row count only, empty checksum) when the slice cannot be
         fingerprinted (a PostgreSQL database that is not UTF8): the write still commits."""
         from twice.destinations.fingerprint import record_fingerprint
@@ -661,7 +718,35 @@ class SqlDestination(BaseDestination, ABC, Generic[ConnT]):
     def fingerprint_sums(
         self, partition: PartitionSpec, columns: Sequence[str]
     ) -> tuple[int, int, int]:
-        """(row count, sum of high 30 bits, sum of low 30 bits) of the row hashes, in-database.
+        """(row count, high sum, low sum) of ``twice-fp-v3`` over ``columns`` (sorted).
+
+        The slice's columns are read as Arrow record batches (:meth:`_fingerprint_batches`,
+        each engine's fastest bulk read) and hashed vectorised in
+        :func:`twice.destinations.fingerprint.batches_sums`; inside a write it reads in that
+        transaction, as :meth:`_query`.
+        """
+        from twice.destinations.fingerprint import batches_sums
+
+        schema = self._existing_schema()
+        require_columns(schema, columns)
+        where, params = self._where_for(schema, partition)
+        typed = [(c, schema[c]) for c in columns]
+        return batches_sums(self._fingerprint_batches(where, params, typed), typed)
+
+    def _fingerprint_batches(self, where: str, params: Sequence[Any],
+                             typed: Sequence[tuple[str, ColumnType]]
+                             ) -> Iterator[pa.RecordBatch | pa.Table]:
+        """The ``typed`` columns of the rows matching ``where``, in that order, as Arrow
+        (engines override with their bulk read; this default reads through :meth:`_fetch`)."""
+        select = ", ".join(self.dialect.quote(n) for n, _ in typed)
+        yield self._fetch(f"SELECT {select} FROM {self.qualified} WHERE {where}", params,
+                          dict(typed))
+
+    def fingerprint_sums_v2(
+        self, partition: PartitionSpec, columns: Sequence[str]
+    ) -> tuple[int, int, int]:
+        """(row count, sum of high 30 bits, sum of low 30 bits) of the ``twice-fp-v2`` row
+        hashes, in-database (md5 of the row text; recorded v2 fingerprints still verify).
 
         :mod:`twice.destinations.fingerprint` turns these into a checksum; see it for the
         definition.
@@ -747,7 +832,7 @@ class SqlDestination(BaseDestination, ABC, Generic[ConnT]):
     def _create_table(self, tx: Any, schema: Schema) -> None:
         q = self.dialect.quote
         columns = [f"{q(name)} {self.dialect.ddl_type(ctype)}" for name, ctype in schema.items()]
-        if self.key_columns:
+        if self.key_columns and self.dialect.key_constraint:
             columns.append("PRIMARY KEY (" + ", ".join(q(k) for k in self.key_columns) + ")")
         self._execute(tx, f"CREATE TABLE IF NOT EXISTS {self.qualified} ({', '.join(columns)})")
         if self.partition_column and self.dialect.index_partition_column:

@@ -207,9 +207,9 @@ def canonical_text(array: pa.Array | pa.ChunkedArray, ctype: ColumnType) -> pa.C
     if kind in ("integer", "boolean", "date", "string"):
         return pc.cast(arr, pa.string())
     if kind == "timestamp":
-        return pc.strftime(pc.cast(arr, pa.timestamp("us")), format="%Y-%m-%d %H:%M:%S")
+        return _timestamp_text(pc.cast(arr, pa.timestamp("us")))
     if kind == "timestamptz":
-        text = pc.strftime(pc.cast(arr, pa.timestamp("us", tz="UTC")), format="%Y-%m-%d %H:%M:%S")
+        text = _timestamp_text(pc.cast(arr, pa.timestamp("us", tz="UTC")))
         return pc.binary_join_element_wise(text, pa.scalar("Z"), "")
     if kind == "decimal":
         if (ctype.scale or 0) <= 6:
@@ -225,6 +225,25 @@ def canonical_text(array: pa.Array | pa.ChunkedArray, ctype: ColumnType) -> pa.C
     if kind == "float":
         return pa.chunked_array([float_texts(chunk) for chunk in arr.chunks], pa.string())
     raise SchemaError(f"{ctype} values have no canonical text and cannot be fingerprinted")
+
+
+# Years 1-9999 in microseconds since the epoch: Arrow's cast to string prints them exactly as
+# strftime("%Y-%m-%d %H:%M:%S") does (checked value by value); outside it they may differ.
+_CAST_TEXT_RANGE = (-62135596800_000000, 253402300799_999999)
+
+
+def _timestamp_text(arr: pa.ChunkedArray) -> pa.ChunkedArray:
+    """``YYYY-MM-DD HH:MM:SS.ffffff`` of microsecond timestamps (UTC wall clock if zoned).
+
+    Arrow's cast of a naive timestamp to string is ~30x faster than ``strftime`` (which
+    resolves the zone value by value); it is used when every value lies in years 1-9999.
+    """
+    naive = pc.cast(arr, pa.timestamp("us")) if arr.type.tz is not None else arr
+    bounds = pc.min_max(pc.cast(naive, pa.int64())).as_py()
+    low, high = _CAST_TEXT_RANGE
+    if bounds["min"] is None or (low <= bounds["min"] and bounds["max"] <= high):
+        return pc.cast(naive, pa.string())
+    return pc.strftime(arr, format="%Y-%m-%d %H:%M:%S")
 
 
 def float_text(value: float) -> str:

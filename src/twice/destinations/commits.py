@@ -31,7 +31,7 @@ explicit ``stamp=None`` writes unstamped, with no record and no fencing). A stam
 ONE transaction with its rows: creates the commits table if missing, refuses an older token
 for the same ``(table, fence_key)`` (equal tokens pass: the same lease writing again), writes
 the rows, fingerprints the slice as it now is (same connection, so it sees the uncommitted
-rows; ``twice-fp-v2`` over every column, as ``twice.destinations.fingerprint.fingerprint`` computes
+rows; ``twice-fp-v3`` over every column, as ``twice.destinations.fingerprint.fingerprint`` computes
 it by default, the columns listed in the record; ``algorithm "none"`` and an empty checksum when the
 slice cannot be fingerprinted, e.g. a PostgreSQL database that is not UTF8) and inserts the record.
 ``CommitRecord.table`` is the table unquoted (``schema.table`` when the destination names a schema,
@@ -212,7 +212,9 @@ class FencedWriteError(DestinationError, ConflictError):
         super().__init__(
             f"{where}: write refused: fencing token {stamp.token} of {stamp.uow_id} (attempt "
             f"{stamp.attempt}) is older than token {newer} already committed for "
-            f"{stamp.fence_key}; a newer lease holder wrote this slice, nothing was written"
+            f"{stamp.fence_key}; a newer lease holder wrote this slice, nothing was written "
+            "(tokens come from one ledger's sequence: a destination written under another "
+            "ledger refuses this one's writes, so keep one ledger per destination)"
         )
 
 

@@ -22,6 +22,7 @@ in binary (exact), and the rows are hashed in Python
 from __future__ import annotations
 
 import io
+import itertools
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -170,6 +171,18 @@ class PostgresDestination(SqlDestination["psycopg.Connection[Any]"]):
         )
         super()._create_commits_table(tx)
 
+    def _lock_previous(self, tx: psycopg.Cursor[Any]) -> None:
+        """keep_previous: writers of one table queue here (side tables, version numbers)."""
+        tx.execute(
+            "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
+            [f"{self.qualified}|keep_previous"],
+        )
+
+    def _table_exists(self, name: str) -> bool:
+        qualified = f"{self.dialect.quote(self.schema_name or 'public')}.{self.dialect.quote(name)}"
+        ((found,),) = self._query("SELECT to_regclass(%s) IS NOT NULL", [qualified])
+        return bool(found)
+
     def _commits_table_exists(self) -> bool:
         ((found,),) = self._query("SELECT to_regclass(%s) IS NOT NULL", [self.commits_qualified])
         return bool(found)
@@ -225,16 +238,144 @@ class PostgresDestination(SqlDestination["psycopg.Connection[Any]"]):
                     return
                 yield from batch
 
-    def fingerprint_sums(
+    def fingerprint_sums_v2(
         self, partition: Any, columns: Sequence[str]
     ) -> tuple[int, int, int]:
         encoding = self.connection.info.parameter_status("server_encoding")
         if encoding != "UTF8":
             raise DestinationError(
                 f"{self.spec}: server_encoding is {encoding}; md5() hashes stored bytes, so "
-                "fingerprints match other engines only in UTF8 databases"
+                "twice-fp-v2 fingerprints match other engines only in UTF8 databases"
             )
-        return super().fingerprint_sums(partition, columns)
+        return super().fingerprint_sums_v2(partition, columns)
+
+    def _fingerprint_batches(self, where: str, params: Sequence[Any],
+                             typed: Sequence[tuple[str, ColumnType]]
+                             ) -> Iterator[pa.RecordBatch]:
+        """The columns by ``COPY (SELECT ...) TO STDOUT (FORMAT csv)``, parsed by Arrow's CSV
+        reader as they stream in (no Python per value): the ``twice-fp-v3`` hash runs on these
+        batches (see fingerprint_sums). Each value travels as text that Arrow reads back
+        exactly, whatever the session's settings: dates as days since 1970-01-01, timestamps
+        in ISO style (timestamptz at UTC), float8 with 17 significant digits, UTF-8; those
+        settings are set for the COPY only (and restored, inside a write's transaction).
+        Inside a write it runs in that transaction (a savepoint), so it sees its rows."""
+        conn = self.connection
+        q = self.dialect.quote
+        exprs, types = [], {}
+        for name, ctype in typed:
+            exprs.append(_COPY_VALUE.get(ctype.kind, "{v}").format(v=q(name)))
+            types[name] = _copy_arrow_type(ctype)
+        sql = f"COPY (SELECT {', '.join(exprs)} FROM {self.qualified} WHERE {where}) " \
+              "TO STDOUT (FORMAT csv)"
+        names = [n for n, _ in typed]
+        with conn.transaction(), conn.cursor() as cur:
+            cur.execute("SELECT " + ", ".join(
+                f"current_setting('{n}')" for n in _COPY_SETTINGS))
+            saved = cur.fetchone()
+            assert saved is not None
+            cur.execute("SELECT " + ", ".join(
+                f"set_config('{n}', '{v}', true)" for n, v in _COPY_SETTINGS.items()))
+            try:
+                with cur.copy(sql, list(params) or None) as copy:
+                    reader = _open_copy_csv(copy, names, types)
+                    if reader is None:  # no rows
+                        return
+                    try:
+                        for batch in reader:
+                            yield _from_copy(batch, typed)
+                    except pa.ArrowInvalid as exc:
+                        raise DestinationError(
+                            f"{self.spec}: a value could not be read back exactly for the "
+                            f"fingerprint ({exc})") from None
+            finally:
+                if not conn.closed and conn.info.transaction_status != \
+                        psycopg.pq.TransactionStatus.INERROR:
+                    cur.execute("SELECT " + ", ".join(
+                        f"set_config('{n}', %s, true)" for n in _COPY_SETTINGS), list(saved))
+
+
+# How each kind travels in the fingerprint's COPY (see _fingerprint_batches), and as what
+# Arrow type it is parsed; kinds not listed travel as themselves.
+_COPY_VALUE = {
+    "string": "({v})::text",
+    "binary": "encode({v}, 'hex')",
+    "date": "({v} - DATE '1970-01-01')",
+    "timestamptz": "({v} AT TIME ZONE 'UTC')",
+    "float": "({v})::float8",
+}
+_COPY_SETTINGS = {"DateStyle": "ISO, YMD", "extra_float_digits": "3",
+                  "client_encoding": "UTF8"}
+_CSV_BLOCK_BYTES = 1 << 22
+_JOIN_BLOCKS = 512
+
+
+def _open_copy_csv(copy: psycopg.Copy, names: list[str], types: dict[str, pa.DataType]
+                   ) -> pacsv.CSVStreamingReader | None:
+    """Arrow's streaming CSV reader over a COPY's output; None when it is empty."""
+    try:
+        return pacsv.open_csv(
+            io.BufferedReader(_CopyStream(copy), 1 << 20),
+            read_options=pacsv.ReadOptions(column_names=names, block_size=_CSV_BLOCK_BYTES),
+            parse_options=pacsv.ParseOptions(newlines_in_values=True),
+            convert_options=pacsv.ConvertOptions(
+                column_types=types, true_values=["t"], false_values=["f"], null_values=[""],
+                strings_can_be_null=True, quoted_strings_can_be_null=False),
+        )
+    except pa.ArrowInvalid as exc:
+        if "Empty CSV file" in str(exc):
+            for _ in copy:  # drain (nothing is left), so the COPY ends cleanly
+                pass
+            return None
+        raise
+
+
+def _copy_arrow_type(ctype: ColumnType) -> pa.DataType:
+    if ctype.kind in ("date", "integer"):
+        return pa.int64()
+    if ctype.kind in ("string", "binary"):
+        return pa.string()
+    if ctype.kind in ("timestamp", "timestamptz"):
+        return pa.timestamp("us")
+    return ctype.arrow()
+
+
+def _from_copy(batch: pa.RecordBatch, typed: Sequence[tuple[str, ColumnType]]
+               ) -> pa.RecordBatch:
+    """COPY's columns as the fingerprint reads them: dates from day numbers, bytea from hex."""
+    arrays = []
+    for array, (_, ctype) in zip(batch.columns, typed, strict=True):
+        if ctype.kind == "date":
+            array = array.cast(pa.int32()).cast(pa.date32())
+        elif ctype.kind == "binary":
+            array = pa.array([None if v is None else bytes.fromhex(v)
+                              for v in array.to_pylist()], pa.binary())
+        arrays.append(array)
+    return pa.RecordBatch.from_arrays(arrays, names=batch.schema.names)
+
+
+class _CopyStream(io.RawIOBase):
+    """A COPY TO STDOUT as a readable byte stream (for Arrow's streaming CSV reader)."""
+
+    def __init__(self, copy: psycopg.Copy) -> None:
+        self._blocks = iter(copy)
+        self._pending = memoryview(b"")
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        """Fill ``buffer`` with COPY blocks (one row each), joined in C a few hundred at a
+        time; a block that does not fit waits for the next call."""
+        view = memoryview(buffer).cast("B")
+        while len(self._pending) < len(view):
+            blocks = list(itertools.islice(self._blocks, _JOIN_BLOCKS))
+            if not blocks:
+                break
+            self._pending = memoryview(b"".join([self._pending, *blocks]))
+        size = min(len(view), len(self._pending))
+        view[:size] = self._pending[:size]
+        self._pending = self._pending[size:]
+        return size
 
 
 def _csv_chunks(table: pa.Table) -> Iterator[bytes]:
@@ -269,4 +410,5 @@ def open_destination(spec: DestinationSpec) -> PostgresDestination:
     return PostgresDestination(
         conninfo, spec=canonical, table=table, schema_name=schema_name,
         partition_column=spec.partition_column, key_columns=spec.key_columns,
+        keep_previous=spec.keep_previous,
     )

@@ -185,6 +185,8 @@ def check_keys(table: pa.Table, keys: Sequence[str]) -> None:
         nulls = table.column(key).null_count
         if nulls:
             raise DuplicateKeyError(f"{nulls} row(s) have a null key column {key!r}")
+    if _strictly_ascending(table, keys):  # the common case (keys written in order): no hash
+        return
     counts = table.group_by(list(keys)).aggregate([([], "count_all")])
     repeated = counts.filter(pc.greater(counts.column("count_all"), 1))
     if repeated.num_rows:
@@ -193,3 +195,26 @@ def check_keys(table: pa.Table, keys: Sequence[str]) -> None:
             f"{repeated.num_rows} key(s) appear more than once in the batch on {list(keys)}, "
             f"e.g. {example} x{repeated.column('count_all')[0].as_py()}; deduplicate upstream"
         )
+
+
+def _strictly_ascending(table: pa.Table, keys: Sequence[str]) -> bool:
+    """Whether every row's key is greater than the previous row's (compared column by column,
+    the first key column first): then no key repeats. A few vectorised comparisons of
+    adjacent rows; False (not proven unique, so the caller counts keys) otherwise."""
+    count = table.num_rows
+    if count < 2:
+        return True
+    less: Any = None
+    equal: Any = None
+    for key in keys:
+        column = table.column(key)
+        before, after = column.slice(0, count - 1), column.slice(1)
+        step_less, step_equal = pc.less(before, after), pc.equal(before, after)
+        if less is None:
+            less, equal = step_less, step_equal
+        else:
+            less = pc.or_(less, pc.and_(equal, step_less))
+            equal = pc.and_(equal, step_equal)
+        if pc.all(less).as_py() is True:
+            return True
+    return False

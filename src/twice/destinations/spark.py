@@ -29,7 +29,9 @@ is not atomic across them. Rerunning the interval converges. One writer per tabl
 
 Fingerprints run in Spark as one DataFrame aggregation (md5 of the canonical row text, sums of
 the high and low 30 bits of its first 60 bits), equal to :mod:`twice.destinations.fingerprint`'s
-``twice-fp-v2`` on every other engine. Float columns are the exception: Java's double-to-string
+``twice-fp-v2`` on every other engine (the older definition, kept to verify v2 records;
+``twice-fp-v3``, the current one, is hashed in the Python workers over Arrow batches, see
+fingerprint_sums). Float columns are the exception: Java's double-to-string
 is not twice's shortest text, so the floats' part of each row is written by twice's Python
 function in Spark's Python workers (``mapInArrow``, twice must be installed there), batch by
 batch, and Spark sums the batches. Operations pin ``spark.sql.session.timeZone=UTC`` (for
@@ -514,6 +516,27 @@ class SparkDestination(HiveDestination):
     def fingerprint_sums(
         self, partition: PartitionSpec, columns: Sequence[str]
     ) -> tuple[int, int, int]:
+        """(count, high sum, low sum) of ``twice-fp-v3``: the columns go to Spark's Python
+        workers as Arrow (``mapInArrow``), which hash each batch with twice's vectorised
+        function; Spark sums the batches. twice must be importable there."""
+        from pyspark.sql import functions as F
+
+        with self._utc():
+            frame, schema = self._frame(partition)
+            require_columns(schema, columns)
+            types = tuple(schema[c] for c in columns)
+            with warnings.catch_warnings():  # pyspark 4 warns about pandas 3 here
+                warnings.filterwarnings("ignore", category=FutureWarning,
+                                        message="PySpark does not yet fully support")
+                sums = frame.select(*columns).mapInArrow(
+                    partial(_v3_batch_sums, types), "n long, high long, low long")
+            row = sums.agg(F.sum("n"), F.sum("high"), F.sum("low")).first()
+        assert row is not None  # a global aggregate always yields one row
+        return int(row[0] or 0), int(row[1] or 0), int(row[2] or 0)
+
+    def fingerprint_sums_v2(
+        self, partition: PartitionSpec, columns: Sequence[str]
+    ) -> tuple[int, int, int]:
         """(count, high sum, low sum) of twice-fp-v2 row hashes, aggregated inside Spark.
 
         Without float columns: one DataFrame aggregation (md5 in the JVM). With float columns:
@@ -617,6 +640,14 @@ def _canonical_text(column: Column, ctype: ColumnType) -> Column:
         return column.cast("string")  # decimals: plain notation, exactly `scale` digits
     raise SchemaError(f"{ctype} values have no canonical text in Spark SQL (floats go through "
                       "twice's Python function, see fingerprint_sums)")
+
+
+def _v3_batch_sums(types: tuple[ColumnType, ...], batches: Iterator[pa.RecordBatch]
+                   ) -> Iterator[pa.RecordBatch]:
+    """``mapInArrow`` body (runs in Spark's Python workers): see fingerprint_sums."""
+    from twice.destinations.fingerprint import v3_batch_sums
+
+    yield from v3_batch_sums(types, batches)
 
 
 def _float_batch_sums(floats: tuple[bool, ...], batches: Iterator[pa.RecordBatch]

@@ -38,10 +38,12 @@ from twice.destinations.columns import (
     schema_of,
 )
 from twice.destinations.embedded import EmbeddedSqlDestination, database_file
+from twice.destinations.errors import DestinationError
 from twice.destinations.fingerprint import hash60
 
 _DECIMAL_TEXT = re.compile(r"DECIMAL_TEXT\((\d+),\s*(\d+)\)")
 _TEXT_STORED = ("date", "timestamp", "timestamptz", "decimal")
+_FINGERPRINT_BATCH_ROWS = 65_536
 
 
 class SQLiteDialect(SqlDialect):
@@ -146,32 +148,87 @@ class SQLiteDestination(EmbeddedSqlDestination[sqlite3.Connection]):
         return tx.execute(sql, tuple(params)).rowcount
 
     def _insert_arrow(self, tx: sqlite3.Connection, table: pa.Table) -> None:
-        tx.executemany(self._insert_sql(table), _python_rows(table))
+        self._insert_rows(tx, table, "")
 
     def _upsert_arrow(self, tx: sqlite3.Connection, table: pa.Table, conflict_sql: str) -> None:
         try:
-            tx.executemany(f"{self._insert_sql(table)} {conflict_sql}", _python_rows(table))
+            self._insert_rows(tx, table, f" {conflict_sql}")
         except sqlite3.OperationalError as exc:
             if "ON CONFLICT" in str(exc):
                 raise self._upsert_key_error(exc) from None
             raise
 
-    def _insert_sql(self, table: pa.Table) -> str:
+    def _insert_rows(self, tx: sqlite3.Connection, table: pa.Table, suffix: str) -> None:
+        """Insert every row with multi-row ``INSERT ... VALUES (...), (...)`` statements
+        (``suffix``: an ``ON CONFLICT`` clause): one prepared statement of ``per`` rows run by
+        ``executemany``, then one for the rest. Binding ``per`` rows per step halves SQLite's
+        per-row cost against one statement per row."""
+        columns = _python_columns(table)
+        count = table.num_rows
+        per = max(1, min(_ROWS_PER_STATEMENT,
+                         tx.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // len(columns)))
+        full = count - count % per
+        if full:
+            tx.executemany(self._insert_sql(table, per) + suffix,
+                           (_flat(columns, start, start + per) for start in range(0, full, per)))
+        if count > full:
+            tx.execute(self._insert_sql(table, count - full) + suffix,
+                       _flat(columns, full, count))
+
+    def _insert_sql(self, table: pa.Table, rows: int) -> str:
         names = self._column_list(table.column_names)
-        marks = ", ".join("?" for _ in table.column_names)
-        return f"INSERT INTO {self.qualified} ({names}) VALUES ({marks})"
+        marks = "(" + ", ".join("?" for _ in table.column_names) + ")"
+        return f"INSERT INTO {self.qualified} ({names}) VALUES " + ", ".join([marks] * rows)
 
     def _column_array(self, values: list[Any], ctype: ColumnType) -> pa.Array:
         return from_canonical_text(values, ctype)
 
+    def _fingerprint_batches(self, where: str, params: Sequence[Any],
+                             typed: Sequence[tuple[str, ColumnType]]
+                             ) -> Iterator[pa.Table]:
+        """The columns in cursor batches turned into Arrow columns (text-stored kinds parsed
+        by Arrow): the ``twice-fp-v3`` hash runs on these (see fingerprint_sums). A value the
+        column's type cannot hold (SQLite keeps any value in any column) is refused."""
+        select = ", ".join(self.dialect.quote(n) for n, _ in typed)
+        cursor = self.connection.execute(
+            f"SELECT {select} FROM {self.qualified} WHERE {where}", tuple(params))
+        names = [n for n, _ in typed]
+        while True:
+            rows = cursor.fetchmany(_FINGERPRINT_BATCH_ROWS)
+            if not rows:
+                return
+            arrays = []
+            for (name, ctype), values in zip(typed, zip(*rows, strict=True), strict=True):
+                try:
+                    arrays.append(from_canonical_text(list(values), ctype))
+                except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
+                    raise DestinationError(
+                        f"{self.spec}: column {name!r} ({ctype}) holds a value that is not "
+                        f"a {ctype} ({exc}); it cannot be fingerprinted"
+                    ) from None
+            yield pa.table(arrays, names=names)
 
-def _python_rows(table: pa.Table) -> Iterator[tuple[Any, ...]]:
-    """Rows as tuples of SQLite-storable values (text-stored kinds as canonical text)."""
+
+_ROWS_PER_STATEMENT = 100
+"""Rows bound per INSERT statement (fewer when SQLite's variable limit says so)."""
+
+
+def _flat(columns: list[list[Any]], start: int, stop: int) -> list[Any]:
+    """The values of rows ``start`` to ``stop``, row after row, as one parameter list."""
+    width = len(columns)
+    values: list[Any] = [None] * ((stop - start) * width)
+    for index, column in enumerate(columns):
+        values[index::width] = column[start:stop]
+    return values
+
+
+def _python_columns(table: pa.Table) -> list[list[Any]]:
+    """Columns as lists of SQLite-storable values (text-stored kinds as canonical text)."""
     columns = []
     for (_, ctype), column in zip(schema_of(table).items(), table.columns, strict=True):
         values = canonical_text(column, ctype) if ctype.kind in _TEXT_STORED else column
         columns.append(values.to_pylist())
-    return zip(*columns, strict=True)
+    return columns
 
 
 def open_destination(spec: DestinationSpec) -> SQLiteDestination:
@@ -181,5 +238,5 @@ def open_destination(spec: DestinationSpec) -> SQLiteDestination:
     canonical = f"sqlite://{path}{spec.twice_query()}#{table}"
     return SQLiteDestination(
         str(path), spec=canonical, table=table, partition_column=spec.partition_column,
-        key_columns=spec.key_columns,
+        key_columns=spec.key_columns, keep_previous=spec.keep_previous,
     )

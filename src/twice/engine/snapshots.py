@@ -4,8 +4,9 @@ The Portuguese seed text: a source that rewrites the past needs a snapshot per i
 CDC), otherwise a retry reads different data under the same input version. A task opts in with
 ``snapshot=read`` (``read(interval)`` returns the interval's input: an Arrow table or anything
 ``write=`` accepts). Before the first attempt of the unit, twice calls it once, writes the rows
-to a Parquet file it manages and records the file's fingerprint (``twice-fp-v2``) as version 1
-of the snapshot store ``snapshot://PIPELINE/TASK``, partition = the interval. Every attempt and
+to a Parquet file it manages and records the file's fingerprint (``twice-fp-v3``; older
+snapshots keep their ``twice-fp-v2``) as version 1 of the snapshot store
+``snapshot://PIPELINE/TASK``, partition = the interval. Every attempt and
 rerun reads that file through ``ctx.snapshot.read()``, which refuses a file whose fingerprint no
 longer matches the record. The source is read again only when asked (``refresh_snapshots`` on
 the executor, ``--refresh-snapshots`` on the CLI); a refreshed snapshot with other rows becomes
@@ -64,6 +65,7 @@ class SnapshotView:
     path: str
     rows: int
     checksum: str
+    algorithm: str = ""  # of the recorded checksum; "" = the current one
 
     def read(self) -> pa.Table:
         """The snapshot's rows, after checking the file still has the recorded fingerprint."""
@@ -76,7 +78,7 @@ class SnapshotView:
                 f"snapshot {self.store} [{self.partition}] v{self.version}: cannot read "
                 f"{self.path} ({exc}); set ${ROOT_ENV} to where it was taken, or refresh it"
             ) from None
-        rows, checksum = _fingerprint(table)
+        rows, checksum = _fingerprint(table, self.algorithm)
         if (rows, checksum) != (self.rows, self.checksum):
             raise SnapshotError(
                 f"snapshot {self.store} [{self.partition}] v{self.version} at {self.path} "
@@ -99,7 +101,7 @@ def latest(ledger: Ledger, pipeline: str, task: str, interval: Interval,
         return None
     path = _path(snapshot_root(root), pipeline, task, interval, record.version)
     return SnapshotView(store, interval.label, record.version, str(path), record.row_count,
-                        record.checksum)
+                        record.checksum, record.algorithm or "")
 
 
 def input_version_suffix(ledger: Ledger, pipeline: str, task: str, interval: Interval) -> str:
@@ -156,11 +158,19 @@ def take(ledger: Ledger, task: Task, pipeline: str, interval: Interval, *,
     return SnapshotView(store, interval.label, record.version, str(path), rows, checksum)
 
 
-def _fingerprint(table: pa.Table) -> tuple[int, str]:
+def _fingerprint(table: pa.Table, algorithm: str = "") -> tuple[int, str]:
+    """(rows, checksum) of a snapshot's table by ``algorithm`` (default: the current one; a
+    snapshot recorded with ``twice-fp-v2`` is checked with v2)."""
     from twice.destinations.columns import schema_of
-    from twice.destinations.fingerprint import arrow_sums, checksum_from_sums
+    from twice.destinations.fingerprint import (
+        ALGORITHM_V2,
+        arrow_sums,
+        arrow_sums_v2,
+        checksum_from_sums,
+    )
 
-    rows, high, low = arrow_sums(table, list(schema_of(table).items()))
+    sums = arrow_sums_v2 if algorithm == ALGORITHM_V2 else arrow_sums
+    rows, high, low = sums(table, list(schema_of(table).items()))
     return rows, checksum_from_sums(high, low)
 
 

@@ -4,7 +4,7 @@ One rule for every driver (DESIGN.md, "verification is one rule"): before an att
 succeeded, its acceptance criteria pass and the slice it wrote is fingerprinted and recorded as
 the next version of that partition, compared with the previous version. The fingerprint comes
 from the write's commit record (taken inside the write transaction) when twice owned the write,
-else from the destination right after the attempt; it covers every column (``twice-fp-v2``)
+else from the destination right after the attempt; it covers every column (``twice-fp-v3``)
 and states them. A driver that measures the partition before it writes (a backfill) adds the
 *drift*: the partition then against its latest recorded version, i.e. what changed behind
 twice's back, which a comparison of recorded versions alone would hide. A schema that differs
@@ -92,6 +92,9 @@ class PartitionDiff:
     rows_now: int | None = None
     checksum_now: str | None = None
     drifted: bool | None = None
+    # keys added/removed/changed by the write, from the table's versions (Delta time travel;
+    # twice.destinations.diff.commit_diff), None where the destination cannot say
+    keys: dict[str, Any] | None = None
 
     @property
     def checksum_changed(self) -> bool | None:
@@ -119,6 +122,10 @@ class PartitionDiff:
         return replace(self, rows_now=drift.rows_now, checksum_now=drift.checksum_now,
                        drifted=drift.drifted)
 
+    def with_keys(self, keys: dict[str, Any] | None) -> PartitionDiff:
+        """This diff with the write's key diff (``twice.destinations.diff``), if known."""
+        return self if keys is None else replace(self, keys=keys)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "task": self.task, "destination": self.destination, "partition": self.partition,
@@ -128,7 +135,7 @@ class PartitionDiff:
             "schema_changed": self.schema_changed, "verdict": self.verdict,
             "source": self.source, "columns": list(self.columns), "algorithm": self.algorithm,
             "definition_changed": self.definition_changed, "rows_now": self.rows_now,
-            "checksum_now": self.checksum_now, "drifted": self.drifted,
+            "checksum_now": self.checksum_now, "drifted": self.drifted, "keys": self.keys,
         }
 
 
@@ -180,12 +187,13 @@ def as_fingerprint(record: FingerprintRecord) -> Fingerprint:
 
 
 def comparable(before: FingerprintRecord, current: Fingerprint) -> bool:
-    """Whether two versions' checksums can be compared: same columns, both of a known
-    algorithm (``twice-fp-v1`` and ``-v2`` agree on every column v1 could hold)."""
-    from twice.destinations.fingerprint import ALGORITHMS
+    """Whether two versions' checksums can be compared: same columns, and algorithms whose
+    checksums agree (the same one, or ``twice-fp-v1`` and ``-v2``, which agree on every column
+    v1 could hold; a ``twice-fp-v3`` checksum is never compared with a v2 one)."""
+    from twice.destinations.fingerprint import comparable_algorithms
 
     return (tuple(before.columns or ()) == current.columns
-            and (before.algorithm or "") in ALGORITHMS and current.algorithm in ALGORITHMS)
+            and comparable_algorithms(before.algorithm or "", current.algorithm))
 
 
 def current_fingerprint(spec: str, interval: Interval,
