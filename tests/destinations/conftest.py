@@ -1,7 +1,8 @@
 """Fixtures for destination tests: one real engine per parameter, never mocks.
 
 ``engines`` builds spec strings for SQLite, DuckDB, PostgreSQL (the ``postgres_url`` fixture of
-tests/conftest.py, a fresh database per test) and Parquet under the test's tmp_path.
+tests/conftest.py, a fresh database per test), Parquet, Iceberg (an embedded catalog) and Delta
+Lake under the test's tmp_path.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-ENGINES = ("sqlite", "duckdb", "postgresql", "parquet")
+ENGINES = ("sqlite", "duckdb", "postgresql", "parquet", "iceberg", "delta")
 SQL_ENGINES = ("sqlite", "duckdb", "postgresql")
 
 
@@ -45,6 +46,10 @@ class Engines:
             return f"{self.pg_url}{query}#public.{name}"
         if engine == "parquet":
             return f"parquet://{self.tmp}/{name}{query}"
+        if engine == "iceberg":  # the embedded SQLite catalog inside the warehouse
+            return f"iceberg://{self.tmp}/iceberg{query}#default.{name}"
+        if engine == "delta":  # a Delta Lake table directory (delta-rs)
+            return f"delta://{self.tmp}/{name}{query}"
         raise AssertionError(engine)
 
 

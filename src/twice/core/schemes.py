@@ -17,6 +17,8 @@ ENGINE_MODULES: dict[str, str] = {
     "postgres": "postgres",
     "parquet": "parquet",
     "spark": "spark",
+    "iceberg": "iceberg",
+    "delta": "delta",
 }
 
 

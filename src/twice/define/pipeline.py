@@ -241,8 +241,8 @@ class Task:
             if not self.owns_output:
                 raise PipelineError(
                     f"{where}: write={self.write!r} lands the returned output in the task's "
-                    "destination; set destination= to a sqlite, duckdb, postgresql, parquet or "
-                    f"spark destination (got {self.destination!r})"
+                    "destination; set destination= to a sqlite, duckdb, postgresql, parquet, "
+                    f"spark, iceberg or delta destination (got {self.destination!r})"
                 )
         limit = self.maximum_bytes_billed
         bad_limit = isinstance(limit, bool) or not isinstance(limit, int) or limit < 1

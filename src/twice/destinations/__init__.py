@@ -17,9 +17,15 @@ Spec strings, one engine module each (``twice.destinations.<scheme>``):
 * ``parquet:///abs/dir`` (Hive layout ``key=value/``; ``?overwrite=static|dynamic``)
 * ``spark:///abs/warehouse#table`` (or ``?table=``; ``?overwrite=static|dynamic``,
   ``?master=local[2]``; needs ``twice[spark]`` and Java 17)
+* ``iceberg:///abs/warehouse#namespace.table`` (pyiceberg, embedded SQLite catalog; or a shared
+  one with ``?catalog_uri=postgresql://...``; needs ``twice[iceberg]``)
+* ``delta:///abs/table`` (Delta Lake through delta-rs: one Delta commit per write, the
+  commit record in the commit itself; needs ``twice[delta]``)
 
 The query options ``partition_column=NAME`` and ``key_columns=a,b`` are understood by every
-engine, so one string names a destination completely for the ledger and the CLI. A new engine
+engine, so one string names a destination completely for the ledger and the CLI.
+``keep_previous=DAYS`` (SQL engines only) keeps each replaced slice for ``twice diff``
+(:mod:`twice.destinations.previous`); it is not part of the canonical ``spec``. A new engine
 is one new module exposing ``open_destination(spec: DestinationSpec) -> Destination``.
 """
 
@@ -76,8 +82,8 @@ def open_destination(
     module_name = ENGINE_MODULES.get(parsed.scheme)
     if module_name is None:
         raise DestinationError(
-            f"unknown destination scheme {parsed.scheme!r}: use sqlite, duckdb, postgresql, "
-            "parquet or spark"
+            f"unknown destination scheme {parsed.scheme!r}: use one of "
+            + ", ".join(sorted(ENGINE_MODULES))
         )
     if partition_column is not None:
         validate_identifier(partition_column, "partition_column")
@@ -96,6 +102,12 @@ def open_destination(
         parsed = dataclasses.replace(parsed, key_columns=keys)
     module = importlib.import_module(f"twice.destinations.{module_name}")
     destination: Destination = module.open_destination(parsed)
+    if parsed.keep_previous is not None and getattr(destination, "keep_previous", None) is None:
+        destination.close()
+        raise DestinationError(
+            f"{parsed.scheme} destinations take no keep_previous: it is for SQL destinations "
+            "(sqlite, duckdb, postgresql); Delta and Iceberg tables keep versions themselves"
+        )
     return destination
 
 

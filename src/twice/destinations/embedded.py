@@ -78,6 +78,9 @@ class EmbeddedSqlDestination(SqlDestination[EConnT]):
             return None
         return self._read_schema()
 
+    def _table_exists(self, name: str) -> bool:
+        return not self._no_file_yet() and self._has_table(name)
+
     def _commits_table_exists(self) -> bool:
         if self._no_file_yet():
             return False

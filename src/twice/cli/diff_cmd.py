@@ -1,0 +1,109 @@
+"""``twice diff``: keys added, removed and changed in one partition between two table versions.
+
+Reads both versions with the table format's time travel (Delta, Iceberg), or, for a SQL
+destination opened with ``keep_previous=DAYS``, from the slices its writes kept (versions are
+then numbered per slice: twice.destinations.previous); other destinations keep no earlier
+versions and are refused with a message saying what would. Bad input
+(a destination, a partition, a version the table does not hold, missing key columns) exits 2;
+an engine failure while reading exits 1.
+"""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from twice.cli.exits import exit_on_error
+from twice.cli.options import json_option
+from twice.errors import InputError, UnavailableError
+
+
+@click.command("diff", epilog="""\b
+Examples:
+  twice diff 'delta:///data/positions?partition_column=day&key_columns=fund_id' \\
+      --partition 2026-11-25 --from 3 --to 4
+  twice diff 'iceberg:///data/wh?partition_column=day#ns.positions' \\
+      --partition 2026-11-25 --from 1 --to 2 --key-columns fund_id,day --json
+""")
+@click.argument("destination")
+@click.option(
+    "--partition", "partition_text", required=True, metavar="[COLUMN=]VALUE",
+    help="Partition value (2026-11-30), or an interval START/END; prefix COLUMN= when the "
+    "destination does not name its partition_column.",
+)
+@click.option("--from", "from_version", required=True, type=click.IntRange(min=0),
+              metavar="VERSION", help="The older table version.")
+@click.option("--to", "to_version", required=True, type=click.IntRange(min=0),
+              metavar="VERSION", help="The newer table version.")
+@click.option("--key-columns", "key_columns", default=None, metavar="a,b",
+              help="Columns that identify a row (default: the destination's key_columns).")
+@click.option("--samples", default=10, show_default=True, type=click.IntRange(min=0),
+              metavar="N", help="Keys shown of each kind (added, removed, changed).")
+@json_option("Print one JSON object.")
+@exit_on_error("error")
+def diff(destination: str, partition_text: str, from_version: int, to_version: int,
+         key_columns: str | None, samples: int, as_json: bool) -> None:
+    """Keys added, removed and changed in one partition of DESTINATION between two versions.
+
+    DESTINATION is a table with time travel: delta:///data/table?partition_column=day or
+    iceberg:///warehouse?partition_column=day#ns.table, or a SQL table written with
+    ?keep_previous=DAYS (its versions count per partition: 1 is the first content written,
+    each write adds one). Rows are matched by their key columns;
+    a key on both sides whose other columns differ in any value (compared exactly, floats
+    included) is changed. Counts first, then up to --samples keys of each kind.
+    """
+    from twice.cli.fingerprint_cmd import _parse_partition
+    from twice.core.interval import IntervalError
+    from twice.core.secrets import redact, remember
+    from twice.destinations import DestinationError, open_destination
+    from twice.destinations.diff import DiffError, diff_versions
+
+    remember(destination)
+    keys = [k.strip() for k in key_columns.split(",") if k.strip()] if key_columns else None
+    try:
+        column, partition = _parse_partition(partition_text)
+        dest = open_destination(destination, partition_column=column)
+        try:
+            if not keys and not dest.key_columns:
+                raise InputError(
+                    "--key-columns: name the columns that identify a row (the destination "
+                    "has no key_columns)")
+            result = diff_versions(dest, partition, from_version, to_version, keys,
+                                   samples=samples)
+        finally:
+            dest.close()
+    except DiffError as exc:
+        raise InputError(redact(str(exc))) from None
+    except (DestinationError, IntervalError) as exc:
+        raise InputError(redact(str(exc))) from None
+    except InputError:
+        raise
+    except Exception as exc:  # engine errors: report, do not dump a traceback on operators
+        raise UnavailableError(redact(f"{type(exc).__name__}: {exc}".strip())) from None
+    shown = redact(dest.spec)
+    if as_json:
+        click.echo(json.dumps({"destination": shown, "partition": partition_text,
+                               "from_version": from_version, "to_version": to_version,
+                               **result.to_dict()}, sort_keys=True, default=str))
+        return
+    click.echo(f"{shown}  {partition_text}  v{from_version} -> v{to_version}")
+    click.echo(f"  rows       {result.rows_before} -> {result.rows_after}")
+    click.echo(f"  added      {result.added}")
+    click.echo(f"  removed    {result.removed}")
+    click.echo(f"  changed    {result.changed}"
+               + (f" ({_columns(result.changed_columns)})" if result.changed_columns else ""))
+    click.echo(f"  unchanged  {result.unchanged}")
+    for kind, found, count in (("added", result.added_keys, result.added),
+                               ("removed", result.removed_keys, result.removed),
+                               ("changed", result.changed_keys, result.changed)):
+        if not found:
+            continue
+        more = f" (first {len(found)} of {count})" if count > len(found) else ""
+        click.echo(f"  {kind} keys{more}:")
+        for key in found:
+            click.echo("    " + ", ".join(f"{k}={v}" for k, v in key.items()))
+
+
+def _columns(counts: dict[str, int]) -> str:
+    return ", ".join(f"{name}: {n}" for name, n in counts.items())

@@ -1,0 +1,60 @@
+"""A backfill into a Delta table records and prints each interval's key diff (added, removed,
+changed keys, read from the table's versions) next to its fingerprint diff."""
+
+from __future__ import annotations
+
+from datetime import date
+from pathlib import Path
+
+import pyarrow as pa
+
+from twice.cli.backfill_cmd import describe_run
+from twice.core.policy import RetryPolicy
+from twice.define.pipeline import Pipeline, TaskContext
+from twice.define.schedule import Schedule
+from twice.drivers.backfill import run_backfill
+from twice.ledger import Ledger
+
+SCHEDULE = Schedule.daily("UTC")
+
+
+def build(spec: str, version: dict[str, int]) -> Pipeline:
+    pipeline = Pipeline("deltafill", schedule=SCHEDULE)
+
+    @pipeline.task(destination=spec, write="replace", safe_repeat=True,
+                   retry=RetryPolicy(max_attempts=1))
+    def load(ctx: TaskContext) -> pa.Table:
+        day = ctx.interval.start.date()
+        if version["v"] == 1:
+            rows = [{"day": day, "id": i, "v": i} for i in range(4)]
+        else:  # 0 removed, 1 changed, 2 and 3 kept, 7 added
+            rows = [{"day": day, "id": 1, "v": 100}, {"day": day, "id": 2, "v": 2},
+                    {"day": day, "id": 3, "v": 3}, {"day": day, "id": 7, "v": 7}]
+        return pa.Table.from_pylist(rows, schema=pa.schema(
+            [("day", pa.date32()), ("id", pa.int64()), ("v", pa.int64())]))
+
+    return pipeline
+
+
+def test_backfill_records_and_prints_the_key_diff(tmp_path: Path) -> None:
+    spec = f"delta://{tmp_path}/t?partition_column=day&key_columns=id"
+    version = {"v": 1}
+    pipeline = build(spec, version)
+    spans = [SCHEDULE.interval_for(date(2026, 11, 1 + i)) for i in range(2)]
+    with Ledger.open(f"sqlite:///{tmp_path / 'ledger.db'}") as ledger:
+        first = run_backfill(pipeline, ledger, spans, deadline=None)
+        assert first.ok
+        created = first.runs[0].diff
+        assert created is not None and created.keys is not None
+        assert (created.keys["added"], created.keys["removed"]) == (4, 0)
+        version["v"] = 2
+        second = run_backfill(pipeline, ledger, spans, force=True, deadline=None)
+        assert second.ok
+        for run in second.runs:
+            assert run.diff is not None and run.diff.keys is not None
+            keys = run.diff.keys
+            assert (keys["added"], keys["removed"], keys["changed"]) == (1, 1, 1)
+            assert (keys["added_keys"], keys["removed_keys"], keys["changed_keys"]) == (
+                [{"id": 7}], [{"id": 0}], [{"id": 1}])
+            line = describe_run(run.to_dict())
+            assert "checksum CHANGED; keys +1 -1 ~1" in line, line
