@@ -18,6 +18,7 @@ _HELP: dict[str, str] = {
     "resolve": "Record an operator's resolution of an unknown outcome (asserted, not observed).",
     "fingerprint": "Row count + checksum of one partition.",
     "verify": "Recompute fingerprints and compare with the ledger.",
+    "diff": "Keys added, removed and changed in a partition between two table versions.",
     "backfill": "Reprocess a range of intervals, verified.",
     "demo": "Run the funds-positions demo end to end.",
     "report": "Self-contained HTML report of runs and backfills.",
@@ -29,6 +30,7 @@ _HELP: dict[str, str] = {
                      "trade-off.",
     "estimate": "Estimate bytes a query reads; refuse over maximum_bytes_billed.",
     "init": "Scaffold a new pipeline (owned writes, interval-keyed input, a test).",
+    "dbt": "Run dbt models under twice: one unit of work per model x day.",
 }
 
 # command name -> (module, attribute, one-line help)

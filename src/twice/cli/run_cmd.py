@@ -78,6 +78,7 @@ def run(pipeline_file: str, interval: str | None, start: str | None, end: str | 
         show_and_finish,
     )
     from twice.engine.executor import Executor
+    from twice.engine.lineage import lineage_listeners
     from twice.errors import Interrupted
 
     inputs = load_run_inputs(pipeline_file, interval=interval, start=start, end=end,
@@ -89,6 +90,7 @@ def run(pipeline_file: str, interval: str | None, start: str | None, end: str | 
             rng=None if seed is None else random.Random(seed), repeat=inputs.repeat,
             lease_ttl=lease_ttl, allow_open=allow_open, refresh_snapshots=refresh_snapshots,
             force=(inputs.named or list(inputs.pipeline.tasks)) if force else (),
+            listeners=lineage_listeners(inputs.pipeline),  # when OpenLineage is configured
         )
         with run_failures():
             try:

@@ -105,6 +105,7 @@ def worker(pipeline_file: str, ledger_url: str | None, interval: str | None, sta
     from twice.define.pipeline import PipelineError
     from twice.define.schedule import ScheduleError
     from twice.drivers.worker import Worker
+    from twice.engine.lineage import lineage_listeners
 
     if name is not None and not name.strip():
         raise InputError("--name must not be empty")
@@ -120,6 +121,7 @@ def worker(pipeline_file: str, ledger_url: str | None, interval: str | None, sta
                 max_units=max_units, since=since_at,
                 rng=None if seed is None else random.Random(seed), repeat=inputs.repeat,
                 allow_open=allow_open,
+                listeners=lineage_listeners(inputs.pipeline),  # when OpenLineage is configured
             )
         except (ValueError, PipelineError, ScheduleError) as exc:
             raise InputError(str(exc)) from exc

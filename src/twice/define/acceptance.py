@@ -50,12 +50,32 @@ class LoadOutcome:
 
 
 @dataclass(frozen=True)
+class Assertion:
+    """One criterion checked, as data (``checks`` holds the same as text).
+
+    ``kind``: ``row_count``, ``rejected_rows``, ``nonfatal_errors`` or ``not_null`` (then
+    ``column`` names the column); ``rule`` the criterion as written in ``checks``;
+    ``observed`` None when the load did not report the count (which fails the criterion);
+    ``at_least``: the criterion is ``observed >= limit`` (else ``observed <= limit``).
+    """
+
+    kind: str
+    rule: str
+    limit: int
+    observed: int | None
+    passed: bool
+    column: str | None = None
+    at_least: bool = False
+
+
+@dataclass(frozen=True)
 class AcceptanceResult:
     """``passed`` plus one reason per failed criterion and every check made, with values."""
 
     passed: bool
     reasons: tuple[str, ...]
     checks: tuple[str, ...]
+    assertions: tuple[Assertion, ...] = ()
 
     def __bool__(self) -> bool:
         return self.passed
@@ -65,25 +85,30 @@ def evaluate(criteria: AcceptanceCriteria, outcome: LoadOutcome) -> AcceptanceRe
     """Check ``outcome`` against ``criteria`` (pure: no I/O)."""
     reasons: list[str] = []
     checks: list[str] = []
+    assertions: list[Assertion] = []
 
-    def bound(label: str, observed: int | None, limit: int | None, at_least: bool) -> None:
+    def bound(kind: str, label: str, observed: int | None, limit: int | None, at_least: bool,
+              column: str | None = None) -> None:
         if limit is None:
             return
         rule = f"{label} {'>=' if at_least else '<='} {limit}"
         if observed is None:
             checks.append(f"{rule}: not reported")
             reasons.append(f"{label} was not reported, so '{rule}' cannot be confirmed")
+            assertions.append(Assertion(kind, rule, limit, None, False, column, at_least))
             return
         ok = observed >= limit if at_least else observed <= limit
         checks.append(f"{rule}: {observed} ({'ok' if ok else 'FAILED'})")
+        assertions.append(Assertion(kind, rule, limit, observed, ok, column, at_least))
         if not ok:
             reasons.append(f"{label} is {observed}, criterion is {rule}")
 
-    bound("rows", outcome.rows, criteria.min_rows, at_least=True)
-    bound("rejected rows", outcome.rejected_rows, criteria.max_rejected_rows, at_least=False)
-    bound("non-fatal errors", outcome.nonfatal_errors, criteria.max_nonfatal_errors,
+    bound("row_count", "rows", outcome.rows, criteria.min_rows, at_least=True)
+    bound("rejected_rows", "rejected rows", outcome.rejected_rows, criteria.max_rejected_rows,
           at_least=False)
+    bound("nonfatal_errors", "non-fatal errors", outcome.nonfatal_errors,
+          criteria.max_nonfatal_errors, at_least=False)
     for column in criteria.required_non_null:
         nulls = outcome.null_counts.get(column)
-        bound(f"nulls in {column!r}", nulls, 0, at_least=False)
-    return AcceptanceResult(not reasons, tuple(reasons), tuple(checks))
+        bound("not_null", f"nulls in {column!r}", nulls, 0, at_least=False, column=column)
+    return AcceptanceResult(not reasons, tuple(reasons), tuple(checks), tuple(assertions))

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from twice.core.interval import Interval
+
+if TYPE_CHECKING:
+    from twice.define.acceptance import Assertion
 
 
 @dataclass(frozen=True)
@@ -56,19 +59,26 @@ class OutputVerified(UnitEvent):
 
     ``diff`` is the partition's new fingerprint against the previous recorded version (a
     ``twice.drivers.backfill.PartitionDiff``), None for tasks without a destination.
+    ``assertions``: the acceptance criteria checked, as data (empty: the task has none).
     """
 
     attempt: int
     acceptance: tuple[str, ...] = ()
     diff: Any = None
     source: str = ""  # "commit-record" or "fingerprinted after the attempt"
+    assertions: tuple[Assertion, ...] = ()
 
 
 @dataclass(frozen=True)
 class OutputRejected(UnitEvent):
+    """The validate-output step refused the attempt's output: its acceptance criteria failed
+    (``assertions`` says which), or its schema changed (``schema_change``), or it could not be
+    fingerprinted."""
+
     attempt: int
     reason: str
     schema_change: bool = False
+    assertions: tuple[Assertion, ...] = ()
 
 
 @dataclass(frozen=True)

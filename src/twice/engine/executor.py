@@ -1644,6 +1644,7 @@ class _UnitRun:
             if record.attempt == number
         )
         criteria = self.task.acceptance  # Task checked it is AcceptanceCriteria + destination
+        assertions: tuple[Any, ...] = ()  # the criteria checked, as data, for the events
         if criteria is not None:
             # imported only here: twice.define.acceptance loads the destinations (PyArrow)
             from twice.engine.verification import AcceptanceFailed, check_task_output
@@ -1659,11 +1660,15 @@ class _UnitRun:
                 return exc
             self.acceptance = verdict.checks if verdict.passed else verdict.reasons
             detail["acceptance"] = {"passed": verdict.passed, "checks": list(verdict.checks)}
+            assertions = verdict.assertions
             if not verdict.passed:
-                return AcceptanceFailed(verdict)
+                failed = AcceptanceFailed(verdict)
+                self.x.emit(OutputRejected(self.uow_id, self.task.name, self.unit.interval,
+                                           number, str(failed), assertions=assertions))
+                return failed
         if not self.task.owns_output:  # nothing twice can read: acceptance was the check
             self.x.emit(OutputVerified(self.uow_id, self.task.name, self.unit.interval, number,
-                                       self.acceptance))
+                                       self.acceptance, assertions=assertions))
             return None
         if commit is None:
             commit = self._commit_record(number, generation)
@@ -1686,7 +1691,7 @@ class _UnitRun:
         self.diff = diff
         detail["fingerprint"] = diff.to_dict()
         self.x.emit(OutputVerified(self.uow_id, self.task.name, self.unit.interval, number,
-                                   self.acceptance, diff, diff.source))
+                                   self.acceptance, diff, diff.source, assertions=assertions))
         return None
 
     def _superseded(self, commit: CommitRecord | None) -> str | None:

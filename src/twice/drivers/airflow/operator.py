@@ -19,6 +19,7 @@ from twice.define.pipeline import Pipeline
 from twice.drivers.airflow.runner import (
     IntervalRefused,
     TwiceTransientTry,
+    airflow_lineage_parent,
     first_try_of_budget,
     interval_from_airflow,
     run_try,
@@ -75,7 +76,8 @@ class TwiceTaskOperator(BaseOperator):
         with Ledger.open(url, durable=True) as ledger:
             outcome = run_try(
                 self.pipeline, self.twice_task, ledger, interval, holder=holder,
-                continue_run=continue_run, **self.executor_options,
+                continue_run=continue_run, listeners=self._lineage(context),
+                **self.executor_options,
             )
         self.log.info("%s", outcome.message)
         if outcome.verdict == "succeeded":
@@ -83,3 +85,17 @@ class TwiceTaskOperator(BaseOperator):
         if outcome.verdict == "retry":
             raise TwiceTransientTry(outcome.message)
         raise AirflowFailException(outcome.message)
+
+    def _lineage(self, context: Any) -> list[Any]:
+        """OpenLineage for this try's attempt, nested under this task instance's run, when
+        OpenLineage is configured on the worker (``twice.engine.lineage``); never fails it."""
+        from twice.engine.lineage import lineage_listeners, openlineage_configured
+
+        if not openlineage_configured():
+            return []
+        try:
+            parent = airflow_lineage_parent(context)
+        except Exception as exc:  # the attempt runs without a parent rather than not at all
+            self.log.warning("OpenLineage parent of this task instance unknown: %s", exc)
+            parent = None
+        return lineage_listeners(self.pipeline, parent=parent)

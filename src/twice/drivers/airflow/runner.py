@@ -13,6 +13,8 @@ run, which is Airflow's own rule for a cleared task.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -23,7 +25,9 @@ from twice.errors import InputError, TwiceError
 
 if TYPE_CHECKING:
     from twice.define.pipeline import Pipeline
+    from twice.engine.events import Listener
     from twice.engine.executor import UnitResult
+    from twice.engine.lineage import ParentRun
     from twice.ledger import Ledger
 
 
@@ -114,9 +118,12 @@ def run_try(
     *,
     holder: str,
     continue_run: bool,
+    listeners: Iterable[Listener] = (),
     **executor_options: Any,
 ) -> TryOutcome:
-    """Run one twice attempt of ``task_name`` for ``interval`` and say what Airflow does next."""
+    """Run one twice attempt of ``task_name`` for ``interval`` and say what Airflow does next.
+
+    ``listeners`` receive the engine's events as well (the operator's OpenLineage listener)."""
     from twice.engine.events import Event, OutputVerified
     from twice.engine.executor import Executor
 
@@ -128,7 +135,7 @@ def run_try(
 
     executor = Executor(
         pipeline, ledger, holder=holder, max_workers=1, attempts_per_call=1,
-        continue_run=continue_run, listeners=[listen], **executor_options,
+        continue_run=continue_run, listeners=[listen, *listeners], **executor_options,
     )
     unit = executor.run(interval, tasks=[task_name]).unit(task_name)
     verdict, message = verdict_for(pipeline, unit)
@@ -141,6 +148,54 @@ def run_try(
             f"{partition['verdict']} ({partition['rows_after']} rows)"
         )
     return TryOutcome(verdict, message, unit, continue_run, holder, partition)
+
+
+def airflow_lineage_parent(context: Mapping[str, Any]) -> ParentRun | None:
+    """The OpenLineage run of the Airflow task instance running this try, the parent of the
+    twice attempt's run (its root: the DAG run). None if the context cannot say.
+
+    With ``apache-airflow-providers-openlineage`` installed, its macros give the very ids the
+    provider emits for the task (``lineage_job_namespace``, ``lineage_job_name``,
+    ``lineage_run_id``, ``lineage_root_job_name``, ``lineage_root_run_id``). Without it, the
+    same conventions are derived here: job ``<dag_id>.<task_id>`` (root ``<dag_id>``) in the
+    namespace ``OPENLINEAGE_NAMESPACE`` (default ``default``), run ids from the client's
+    ``generate_static_uuid`` over the logical date and
+    ``<namespace>.<dag_id>.<task_id>.<try_number>.<map_index>`` (root:
+    ``<namespace>.<dag_id>.<clear_number>``), the provider's formulas. Needs openlineage.
+    """
+    ti = context.get("ti") or context.get("task_instance")
+    if ti is None:
+        return None
+    from twice.engine.lineage import ParentRun
+
+    try:
+        from airflow.providers.openlineage.plugins import macros
+
+        namespace = macros.lineage_job_namespace()
+        return ParentRun(
+            namespace, macros.lineage_job_name(ti), str(macros.lineage_run_id(ti)),
+            root=ParentRun(namespace, macros.lineage_root_job_name(ti),
+                           str(macros.lineage_root_run_id(ti))),
+        )
+    except Exception:  # no provider (or an older one): derive the same ids
+        pass
+    from openlineage.client.uuid import generate_static_uuid
+
+    dag_run = context.get("dag_run")
+    logical = (context.get("logical_date") or getattr(dag_run, "logical_date", None)
+               or getattr(dag_run, "run_after", None))
+    if logical is None:
+        return None
+    instant = _plain(logical)
+    namespace = os.environ.get("OPENLINEAGE_NAMESPACE") or "default"
+    dag_id, task_id = ti.dag_id, ti.task_id
+    map_index = getattr(ti, "map_index", -1)
+    run_id = generate_static_uuid(
+        instant, f"{namespace}.{dag_id}.{task_id}.{ti.try_number}.{map_index}".encode())
+    clear_number = getattr(dag_run, "clear_number", 0) or 0
+    root_id = generate_static_uuid(instant, f"{namespace}.{dag_id}.{clear_number}".encode())
+    return ParentRun(namespace, f"{dag_id}.{task_id}", str(run_id),
+                     root=ParentRun(namespace, dag_id, str(root_id)))
 
 
 def verdict_for(pipeline: Pipeline, unit: UnitResult) -> tuple[AirflowVerdict, str]:
