@@ -226,6 +226,29 @@ class BaseDestination:
         """Release what the destination holds open (by default, nothing)."""
 
 
+def required_partition_column(dest: BaseDestination) -> str:
+    """``dest``'s partition column; a partition spec without one is refused."""
+    if dest.partition_column is None:
+        raise DestinationError(
+            f"{dest.spec}: no partition_column configured (add ?partition_column=NAME to "
+            "the destination or pass partition_column=...)"
+        )
+    return dest.partition_column
+
+
+def checked_slice_label(dest: BaseDestination, schema: Schema, table: pa.Table,
+                        partition: PartitionSpec) -> str:
+    """The slice label of ``partition`` ("all rows" if None), refusing rows of ``table``
+    outside it (every engine whose rows arrive as one Arrow table checks them this way)."""
+    if partition is None:
+        return "all rows"
+    column = required_partition_column(dest)
+    require_columns(schema, [column])
+    slc = Slice.of(column, schema[column], partition)
+    slc.check_rows(table)
+    return slc.label
+
+
 # --------------------------------------------------------------------------- SQL machinery
 
 
@@ -789,22 +812,10 @@ class SqlDestination(BaseDestination, ABC, Generic[ConnT]):
         return existing, schema, table, label
 
     def _check_slice(self, schema: Schema, table: pa.Table, partition: PartitionSpec) -> str:
-        """The slice label of ``partition`` ("all rows" if None), refusing rows outside it."""
-        if partition is None:
-            return "all rows"
-        column = self._require_partition_column()
-        require_columns(schema, [column])
-        slc = Slice.of(column, schema[column], partition)
-        slc.check_rows(table)
-        return slc.label
+        return checked_slice_label(self, schema, table, partition)
 
     def _require_partition_column(self) -> str:
-        if self.partition_column is None:
-            raise DestinationError(
-                f"{self.spec}: no partition_column configured (add ?partition_column=NAME to "
-                "the destination or pass partition_column=...)"
-            )
-        return self.partition_column
+        return required_partition_column(self)
 
     def _existing_schema(self) -> Schema:
         schema = self.schema()

@@ -66,7 +66,6 @@ from twice.destinations.base import BaseDestination, DestinationSpec, WriteResul
 from twice.destinations.columns import ColumnType, Schema, SchemaError, require_columns
 from twice.destinations.commits import (
     ACTIVE,
-    NO_FINGERPRINT,
     CommitRecord,
     StampArg,
     WriteStamp,
@@ -342,30 +341,13 @@ class DeltaDestination(BaseDestination):
     ) -> CommitRecord:
         """The record of a write whose slice will hold the rows of ``slice_after``; its
         fingerprint is the one ``fingerprint()`` computes after the commit."""
-        from twice.destinations.fingerprint import (
-            ALGORITHM,
-            arrow_sums,
-            checksum_from_sums,
-            resolve_columns,
-        )
+        from twice.destinations.fingerprint import slice_fingerprint
 
-        schema = _schema_from_arrow(new_rows.schema)
-        try:
-            columns: tuple[str, ...] | None = resolve_columns(schema)
-        except DestinationError:
-            columns = None
-        count = high = low = 0
-        for part in slice_after:
-            if columns is None:
-                count += part.num_rows
-                continue
-            n, h, lo = arrow_sums(part, [(c, schema[c]) for c in columns])
-            count, high, low = count + n, high + h, low + lo
+        fp = slice_fingerprint(slice_after, _schema_from_arrow(new_rows.schema))
         return CommitRecord.create(
             owner, table=self.uri, slice=label, mode=mode, rows_written=new_rows.num_rows,
-            row_count=count, checksum="" if columns is None else checksum_from_sums(high, low),
-            algorithm=NO_FINGERPRINT if columns is None else ALGORITHM, columns=columns or (),
-            extra=extra,
+            row_count=fp.row_count, checksum=fp.checksum, algorithm=fp.algorithm,
+            columns=fp.columns, extra=extra,
         )
 
     # -- reads ------------------------------------------------------------------------------

@@ -86,7 +86,7 @@ contains U+001F could in theory collide with a different split of columns; that 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -686,6 +686,43 @@ def arrow_sums(table: pa.Table, columns: Sequence[tuple[str, ColumnType]]) -> tu
     names = [name for name, _ in sorted(columns)]
     typed = sorted(columns)
     return batches_sums([table.select(names)], typed)
+
+
+@dataclass(frozen=True)
+class SliceFingerprint:
+    """The fingerprint fields of a commit record (``CommitRecord.create``'s ``row_count``,
+    ``checksum``, ``algorithm``, ``columns``): no checksum, algorithm ``none``, when a column
+    type has no canonical value."""
+
+    row_count: int
+    checksum: str
+    algorithm: str
+    columns: tuple[str, ...]
+
+
+def slice_fingerprint(
+    parts: Iterable[pa.Table], schema: Schema,
+    prepare: Callable[[pa.Table, tuple[str, ...]], pa.Table] | None = None,
+) -> SliceFingerprint:
+    """The fingerprint a slice will have once it holds the rows of ``parts`` (sums add up,
+    so the rows kept and the rows written are summed apart): what the engines whose commit
+    record is written before the rows are readable (Parquet, Delta, Iceberg) record.
+    ``prepare(part, columns)`` readies a part for hashing (e.g. normalised types)."""
+    try:
+        columns: tuple[str, ...] | None = resolve_columns(schema)
+    except DestinationError:
+        columns = None
+    count = high = low = 0
+    for part in parts:
+        if columns is None:
+            count += part.num_rows
+            continue
+        table = part if prepare is None else prepare(part, columns)
+        n, h, lo = arrow_sums(table, [(c, schema[c]) for c in columns])
+        count, high, low = count + n, high + h, low + lo
+    if columns is None:
+        return SliceFingerprint(count, "", NO_FINGERPRINT, ())
+    return SliceFingerprint(count, checksum_from_sums(high, low), ALGORITHM, columns)
 
 
 def v3_batch_sums(types: Sequence[ColumnType], batches: Iterable[pa.RecordBatch]

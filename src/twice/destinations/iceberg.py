@@ -72,7 +72,13 @@ from urllib.parse import quote
 import pyarrow as pa
 
 from twice.core.identifiers import validate_identifier
-from twice.destinations.base import BaseDestination, DestinationSpec, WriteResult
+from twice.destinations.base import (
+    BaseDestination,
+    DestinationSpec,
+    WriteResult,
+    checked_slice_label,
+    required_partition_column,
+)
 from twice.destinations.columns import (
     ColumnType,
     Schema,
@@ -82,7 +88,6 @@ from twice.destinations.columns import (
 )
 from twice.destinations.commits import (
     ACTIVE,
-    NO_FINGERPRINT,
     CommitRecord,
     StampArg,
     WriteStamp,
@@ -318,21 +323,10 @@ class IcebergDestination(BaseDestination):
         return table, existing or schema_of(table)
 
     def _check_slice(self, schema: Schema, table: pa.Table, partition: PartitionSpec) -> str:
-        if partition is None:
-            return "all rows"
-        column = self._require_partition_column()
-        require_columns(schema, [column])
-        slc = Slice.of(column, schema[column], partition)
-        slc.check_rows(table)
-        return slc.label
+        return checked_slice_label(self, schema, table, partition)
 
     def _require_partition_column(self) -> str:
-        if self.partition_column is None:
-            raise DestinationError(
-                f"{self.spec}: no partition_column configured (add ?partition_column=NAME to "
-                "the destination or pass partition_column=...)"
-            )
-        return self.partition_column
+        return required_partition_column(self)
 
     def _write(
         self, mode: str, incoming: pa.Table, schema: Schema, label: str,
@@ -386,31 +380,15 @@ class IcebergDestination(BaseDestination):
     ) -> CommitRecord:
         """The record of a write whose slice will hold ``kept`` plus ``incoming``; its
         fingerprint is what ``fingerprint()`` computes after the commit (sums add up)."""
-        from twice.destinations.fingerprint import (
-            ALGORITHM,
-            arrow_sums,
-            checksum_from_sums,
-            resolve_columns,
-        )
+        from twice.destinations.fingerprint import slice_fingerprint
 
-        try:
-            columns: tuple[str, ...] | None = resolve_columns(schema)
-        except DestinationError:
-            columns = None
-        count = high = low = 0
-        for part in (incoming, kept):
-            if columns is None:
-                count += part.num_rows
-                continue
-            typed = [(c, schema[c]) for c in columns]
-            n, h, lo = arrow_sums(_normalised(part.select(list(columns)), schema), typed)
-            count, high, low = count + n, high + h, low + lo
+        fp = slice_fingerprint(
+            (incoming, kept), schema,
+            lambda part, columns: _normalised(part.select(list(columns)), schema))
         return CommitRecord.create(
             owner, table=self.table_label, slice=label, mode=mode,
-            rows_written=incoming.num_rows, row_count=count,
-            checksum="" if columns is None else checksum_from_sums(high, low),
-            algorithm=NO_FINGERPRINT if columns is None else ALGORITHM,
-            columns=columns or (), extra=extra,
+            rows_written=incoming.num_rows, row_count=fp.row_count, checksum=fp.checksum,
+            algorithm=fp.algorithm, columns=fp.columns, extra=extra,
         )
 
     def _after_delete(self) -> None:

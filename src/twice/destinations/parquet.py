@@ -73,7 +73,6 @@ from twice.destinations.base import DestinationSpec, WriteResult
 from twice.destinations.columns import ColumnType, Schema, require_columns, schema_of
 from twice.destinations.commits import (
     ACTIVE,
-    NO_FINGERPRINT,
     PARQUET_COMMIT_FILE,
     PARQUET_HISTORY_FILE,
     CommitRecord,
@@ -369,12 +368,7 @@ class ParquetDestination(HiveDestination):
         """The record of a write whose slice will hold ``new_rows`` plus the current rows of
         the partitions ``kept``; its fingerprint is the one ``fingerprint()`` will compute
         after the write (the checksum is a sum over rows, so the parts add up)."""
-        from twice.destinations.fingerprint import (
-            ALGORITHM,
-            arrow_sums,
-            checksum_from_sums,
-            resolve_columns,
-        )
+        from twice.destinations.fingerprint import resolve_columns, slice_fingerprint
 
         arrow_schema = self._arrow_schema()
         assert arrow_schema is not None  # written before any record is made
@@ -386,18 +380,11 @@ class ParquetDestination(HiveDestination):
             columns = None
         read = list(columns or (column,))
         parts = [new_rows.select(read), self._read_dirs(kept, read, arrow_schema, column)]
-        count = high = low = 0
-        for part in parts:
-            if columns is None:
-                count += part.num_rows
-                continue
-            n, h, lo = arrow_sums(part, [(c, schema[c]) for c in columns])
-            count, high, low = count + n, high + h, low + lo
+        fp = slice_fingerprint(parts, schema)
         return CommitRecord.create(
             owner, table=str(self.root), slice=label, mode=mode,
-            rows_written=new_rows.num_rows, row_count=count,
-            checksum="" if columns is None else checksum_from_sums(high, low),
-            algorithm=NO_FINGERPRINT if columns is None else ALGORITHM, columns=columns or (),
+            rows_written=new_rows.num_rows, row_count=fp.row_count, checksum=fp.checksum,
+            algorithm=fp.algorithm, columns=fp.columns,
             extra={"write_id": uuid.uuid4().hex, "partitions": partitions, **extra},
         )
 

@@ -452,16 +452,22 @@ class _Runner:
                     f"{why}", model=name, status=status, pattern=pattern)
 
 
-def model_result(folder: Path, unique_id: str) -> dict[str, Any] | None:
-    """The model's entry in the attempt's ``run_results.json`` (None: none written)."""
+def _run_results(folder: Path) -> list[dict[str, Any]]:
+    """The ``results`` of the attempt's ``run_results.json`` (empty: none written, or not
+    readable: a killed dbt may leave it half written)."""
     path = folder / "run_results.json"
     if not path.is_file():
-        return None
+        return []
     try:
         results = json.loads(path.read_text(encoding="utf-8")).get("results", [])
     except (OSError, ValueError):
-        return None
-    for result in results:
+        return []
+    return list(results)
+
+
+def model_result(folder: Path, unique_id: str) -> dict[str, Any] | None:
+    """The model's entry in the attempt's ``run_results.json`` (None: none written)."""
+    for result in _run_results(folder):
         if result.get("unique_id") == unique_id:
             return dict(result)
     return None
@@ -513,11 +519,5 @@ def reconciler(project: DbtProject) -> Callable[[str, TaskContext], RemoteState]
 
 
 def _unique_id(folder: Path) -> str | None:
-    path = folder / "run_results.json"
-    if not path.is_file():
-        return None
-    try:
-        results = json.loads(path.read_text(encoding="utf-8")).get("results", [])
-    except (OSError, ValueError):
-        return None
+    results = _run_results(folder)
     return str(results[0]["unique_id"]) if results else None
