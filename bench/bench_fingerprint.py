@@ -2,7 +2,8 @@
 
     python bench/bench_fingerprint.py [--rows N] [--large] [--repeat R] [--postgres URL]
 
-For SQLite, DuckDB and PostgreSQL (when reachable) it builds one N-row partition of four
+For SQLite, DuckDB and PostgreSQL (when reachable), and the Delta and Iceberg table formats
+(issue 21: within the same goal), it builds one N-row partition of four
 columns (id bigint, day date, fund text, amount decimal(12,2)): one sample row written by twice
 (so the table has twice's types), the rest generated inside the engine. On that partition it
 times, best of R:
@@ -166,6 +167,34 @@ def bench_postgres(rows: int, url: str, repeat: int) -> dict[str, float]:
         admin.close()
 
 
+def generated(rows: int) -> pa.Table:
+    """``rows`` rows of the four columns for DAY, built in Arrow (for the table formats, which
+    twice writes itself: no SQL engine behind them to generate rows in)."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    ids = pa.array(np.arange(rows, dtype=np.int64))
+    days = pa.array(np.full(rows, (DAY - date(1970, 1, 1)).days, dtype=np.int32)).cast(
+        pa.date32())
+    funds = pc.binary_join_element_wise(
+        "fund-", pc.cast(pc.bit_wise_and(ids, 255), pa.string()), "")
+    cents = pc.cast(pc.cast(pc.divide(pc.cast(pc.remainder(ids, 100_000), pa.float64()), 100.0),
+                            pa.float64()), pa.decimal128(12, 2), safe=False)
+    return pa.table({"id": ids, "day": days, "fund": funds, "amount": cents})
+
+
+def bench_table_format(scheme: str, rows: int, workdir: Path, repeat: int) -> dict[str, float]:
+    """Delta or Iceberg: the baseline is the engine's own Arrow read of the four columns of
+    the partition (delta-rs/pyarrow over the table's files; pyiceberg's scan), the same read
+    twice's fingerprint makes before hashing."""
+    spec = (f"delta://{workdir}/fp{rows}?partition_column=day" if scheme == "delta"
+            else f"iceberg://{workdir}/wh{rows}?partition_column=day#bench.fp")
+    dest = open_destination(spec)
+    dest.replace_partition(generated(rows), DAY)
+    scan = lambda: dest.read_partition(DAY, COLUMNS)  # noqa: E731
+    return measure(dest, scan, lambda: scan().num_rows, repeat)
+
+
 def report(rows: int, columns: dict[str, dict[str, float] | str]) -> None:
     width = 44
     print(f"\nfingerprint vs full scan: {rows:,} rows x 4 columns, one partition; seconds, "
@@ -236,6 +265,8 @@ def main(argv: list[str] | None = None) -> None:
                 "duckdb": bench_duckdb(rows, workdir, repeat),
                 "postgresql": _postgres(lambda r=rows, k=repeat: bench_postgres(
                     r, args.postgres, k), args.postgres),
+                "delta": bench_table_format("delta", rows, workdir, repeat),
+                "iceberg": bench_table_format("iceberg", rows, workdir, repeat),
             }
             report(rows, columns)
     finally:

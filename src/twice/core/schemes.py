@@ -22,6 +22,11 @@ ENGINE_MODULES: dict[str, str] = {
 }
 
 
+# schemes whose tables keep versions that map to twice's commit records (a write's key diff can
+# be read back from them after the write: twice.destinations.diff.commit_diff)
+VERSIONED_SCHEMES: frozenset[str] = frozenset({"delta", "iceberg"})
+
+
 def scheme_of(spec: str) -> str:
     return spec.partition(":")[0].strip().lower() if ":" in spec else ""
 

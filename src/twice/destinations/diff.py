@@ -168,7 +168,7 @@ def commit_diff(spec: str, uow_id: str, attempt: int, partition: Any, *,
     """The key diff one commit made to ``partition``: the slice at the table version that
     carries the commit record of (``uow_id``, ``attempt``) against the version before it (an
     empty slice when the commit created the table). None when it cannot be said: a destination
-    without versioned commit records (only Delta maps records to versions), no key columns,
+    without versioned commit records (Delta and Iceberg map records to versions), no key columns,
     no such record (e.g. a write already compacted out of the log), or any read failure: the
     summary is evidence for operators, never a reason to fail the write it describes."""
     from twice.destinations import open_destination
@@ -182,11 +182,13 @@ def commit_diff(spec: str, uow_id: str, attempt: int, partition: Any, *,
                      if r.uow_id == uow_id and r.attempt == attempt]
             if not found:
                 return None
-            version = max(found)
+            versions = dest.versions()  # in commit order (Iceberg's are snapshot ids)
+            version = max(found, key=versions.index)
+            at = versions.index(version)
             partition = partition if dest.partition_column else None
             new = dest.read_partition_at(partition, version)
-            old = (dest.read_partition_at(partition, version - 1)
-                   if version - 1 in dest.versions() else new.schema.empty_table())
+            old = (dest.read_partition_at(partition, versions[at - 1])
+                   if at > 0 else new.schema.empty_table())
             return diff_tables(old, new, dest.key_columns, samples=samples)
     except Exception:  # best-effort evidence, see the docstring
         return None

@@ -439,6 +439,22 @@ class IcebergDestination(BaseDestination):
             last_write = write
         return out
 
+    def commit_versions(self) -> dict[int, CommitRecord]:
+        """Version (as :meth:`versions` names them: a write's last snapshot id) -> the commit
+        record that write carries (stamped writes only)."""
+        table = self._load()
+        if table is None:
+            return {}
+        found: dict[str, tuple[int, CommitRecord]] = {}
+        for snapshot in _history(table):
+            props = snapshot.summary.additional_properties if snapshot.summary else {}
+            text = props.get(COMMIT_PROPERTY)
+            if text is not None:  # a later snapshot of the same write replaces the earlier
+                write = props.get(WRITE_PROPERTY) or text
+                found[write] = (snapshot.snapshot_id,
+                                CommitRecord.from_dict(json.loads(text)))
+        return dict(found.values())
+
     def read_partition_at(self, partition: PartitionSpec, version: int) -> pa.Table:
         """The slice ``partition`` as of snapshot ``version`` (an id from :meth:`versions`)."""
         table = self._require()

@@ -691,8 +691,10 @@ def _fixed(deadline: datetime) -> Callable[[Interval], datetime]:
 
 def _key_diff(task: Task, event: Any) -> dict[str, Any] | None:
     """Keys the verified write added, removed and changed, where the destination keeps
-    versions (Delta); None elsewhere (twice.destinations.diff.commit_diff)."""
-    if not task.owns_output or not task.destination.startswith("delta:"):
+    versions (Delta, Iceberg); None elsewhere (twice.destinations.diff.commit_diff)."""
+    from twice.core.schemes import VERSIONED_SCHEMES, scheme_of
+
+    if not task.owns_output or scheme_of(task.destination) not in VERSIONED_SCHEMES:
         return None
     from twice.destinations.diff import commit_diff
 

@@ -1,5 +1,6 @@
-"""A backfill into a Delta table records and prints each interval's key diff (added, removed,
-changed keys, read from the table's versions) next to its fingerprint diff."""
+"""A backfill into a table with versions (Delta, Iceberg) records and prints each interval's
+key diff (added, removed, changed keys, read from the table's versions) next to its
+fingerprint diff."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from datetime import date
 from pathlib import Path
 
 import pyarrow as pa
+import pytest
 
 from twice.cli.backfill_cmd import describe_run
 from twice.core.policy import RetryPolicy
@@ -19,7 +21,7 @@ SCHEDULE = Schedule.daily("UTC")
 
 
 def build(spec: str, version: dict[str, int]) -> Pipeline:
-    pipeline = Pipeline("deltafill", schedule=SCHEDULE)
+    pipeline = Pipeline("keydiff", schedule=SCHEDULE)
 
     @pipeline.task(destination=spec, write="replace", safe_repeat=True,
                    retry=RetryPolicy(max_attempts=1))
@@ -36,8 +38,15 @@ def build(spec: str, version: dict[str, int]) -> Pipeline:
     return pipeline
 
 
-def test_backfill_records_and_prints_the_key_diff(tmp_path: Path) -> None:
-    spec = f"delta://{tmp_path}/t?partition_column=day&key_columns=id"
+SPECS = {
+    "delta": "delta://{tmp}/t?partition_column=day&key_columns=id",
+    "iceberg": "iceberg://{tmp}/wh?partition_column=day&key_columns=id#ns.t",
+}
+
+
+@pytest.mark.parametrize("engine", sorted(SPECS))
+def test_backfill_records_and_prints_the_key_diff(tmp_path: Path, engine: str) -> None:
+    spec = SPECS[engine].format(tmp=tmp_path)
     version = {"v": 1}
     pipeline = build(spec, version)
     spans = [SCHEDULE.interval_for(date(2026, 11, 1 + i)) for i in range(2)]
