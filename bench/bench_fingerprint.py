@@ -39,6 +39,7 @@ from typing import Any
 
 import duckdb
 import pyarrow as pa
+from bench_writers import postgres_column  # run as a script: bench/ is on sys.path
 
 from twice.destinations import open_destination
 from twice.destinations.fingerprint import ALGORITHM_V2, fingerprint
@@ -228,20 +229,6 @@ def report(rows: int, columns: dict[str, dict[str, float] | str]) -> None:
     print(f"\ngoal at {rows:,} rows: " + "; ".join(verdicts))
 
 
-def _postgres(run: Callable[[], dict[str, float]], url: str | None) -> dict[str, float] | str:
-    if not url:
-        return "no --postgres URL, TWICE_BENCH_POSTGRES_URL and TWICE_TEST_POSTGRES_URL unset"
-    try:
-        return run()
-    except Exception as exc:  # report it, keep the other columns
-        import psycopg
-
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
-        why = ("unreachable" if isinstance(exc, psycopg.OperationalError)
-               else f"failed ({type(exc).__name__})")
-        return f"{why}: {first}"
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
@@ -263,7 +250,7 @@ def main(argv: list[str] | None = None) -> None:
             columns: dict[str, dict[str, float] | str] = {
                 "sqlite": bench_sqlite(rows, workdir, repeat),
                 "duckdb": bench_duckdb(rows, workdir, repeat),
-                "postgresql": _postgres(lambda r=rows, k=repeat: bench_postgres(
+                "postgresql": postgres_column(lambda r=rows, k=repeat: bench_postgres(
                     r, args.postgres, k), args.postgres),
                 "delta": bench_table_format("delta", rows, workdir, repeat),
                 "iceberg": bench_table_format("iceberg", rows, workdir, repeat),

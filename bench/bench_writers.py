@@ -39,7 +39,7 @@ from collections.abc import Callable
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import duckdb
 import pyarrow as pa
@@ -48,6 +48,8 @@ import pyarrow.csv as pacsv
 
 from twice.destinations import open_destination
 from twice.destinations.fingerprint import fingerprint
+
+Column = TypeVar("Column")  # one engine's figures, whatever their type
 
 DAY = date(2026, 11, 30)
 KEYS = ("id", "day")
@@ -372,8 +374,9 @@ def report_scale(rows: int, columns: dict[str, dict[str, float | None] | str]) -
             print(f"\n{name}: {column}")
 
 
-def _postgres_column(run: Callable[[], dict[str, float | None]],
-                     url: str | None) -> dict[str, float | None] | str:
+def postgres_column(run: Callable[[], Column], url: str | None) -> Column | str:
+    """``run()``'s column of figures, or why PostgreSQL has none (no URL, unreachable, failed):
+    the other engines' columns are kept (bench_fingerprint uses it too)."""
     if not url:
         return "no --postgres URL, TWICE_BENCH_POSTGRES_URL and TWICE_TEST_POSTGRES_URL unset"
     try:
@@ -427,13 +430,13 @@ def main(argv: list[str] | None = None) -> None:
             rundir.mkdir()
             _keep_best(columns, "sqlite", bench_sqlite(table, rundir))
             _keep_best(columns, "duckdb", bench_duckdb(table, rundir))
-            _keep_best(columns, "postgresql", _postgres_column(
+            _keep_best(columns, "postgresql", postgres_column(
                 lambda: bench_postgres(table, args.postgres), args.postgres))
         report(args.rows, columns, args.repeat)
         if args.fingerprint_rows:
             scale["sqlite"] = scale_sqlite(args.fingerprint_rows, workdir)
             scale["duckdb"] = scale_duckdb(args.fingerprint_rows, workdir)
-            scale["postgresql"] = _postgres_column(
+            scale["postgresql"] = postgres_column(
                 lambda: scale_postgres(args.fingerprint_rows, args.postgres), args.postgres)
             report_scale(args.fingerprint_rows, scale)
     finally:
