@@ -354,7 +354,7 @@ def _plan_interval(
     identify: Identify | None = None, began: datetime | None = None,
     unit_ids: set[str] | None = None,
 ) -> list[PlanItem]:
-    from twice.engine.executor import identify_unit
+    from twice.engine.executor import identify_unit, latest_attempt_before
 
     items: list[PlanItem] = []
     upstream_runs: set[str] = set()
@@ -385,9 +385,9 @@ def _plan_interval(
                           "its output changes")
         if action == "run":
             upstream_runs.add(name)
-        baseline = [a for a in recorded if began is None or a.started_at <= began]
+        baseline = latest_attempt_before(recorded, began)
         items.append(PlanItem(interval, name, uow, action, reason, new_input,
-                              baseline[-1].number if baseline else None, rerun, drift))
+                              None if baseline is None else baseline.number, rerun, drift))
     return items
 
 

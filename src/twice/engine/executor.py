@@ -43,7 +43,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
@@ -204,6 +204,15 @@ class RunResult:
             "outputsVerified": False,
             "idempotencyProven": False,
         }
+
+
+def latest_attempt_before(attempts: Sequence[AttemptRecord], began: datetime | None
+                          ) -> AttemptRecord | None:
+    """The latest of ``attempts`` (in number order) started at or before ``began`` (all of
+    them when None): what a deliberate rerun repeats, so a success another process recorded
+    after the rerun was decided stands (``twice run --force`` and a backfill's ``reruns``)."""
+    before = [a for a in attempts if began is None or a.started_at <= began]
+    return before[-1] if before else None
 
 
 def default_holder() -> str:
@@ -440,10 +449,8 @@ class Executor:
         """The attempt a forced rerun repeats: the unit's latest attempt started before this
         run began (0: none). A success another process recorded since stands, so racing forced
         runs execute the unit once (the same rule as a backfill's ``reruns``)."""
-        began = self._began
-        before = [a.number for a in self.ledger.attempts(uow_id)
-                  if began is None or a.started_at <= began]
-        return before[-1] if before else 0
+        before = latest_attempt_before(self.ledger.attempts(uow_id), self._began)
+        return 0 if before is None else before.number
 
     # -- scheduling ---------------------------------------------------------------------------
 
