@@ -7,6 +7,7 @@ lands exactly on the deadline is still inside it) and turned back for output.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -23,6 +24,17 @@ _DURATION = re.compile(
 
 class TimeValueError(InputError):
     """A time value that cannot be read; the caller adds where it was."""
+
+
+def nonnegative_seconds(value: object, name: str,
+                        error: type[Exception] = ValueError) -> float:
+    """``value`` as a float number of seconds >= 0, else ``error`` naming ``name`` (a bool,
+    a non-number, NaN or infinity is refused too)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise error(f"{name} must be a number of seconds, got {value!r}")
+    if not math.isfinite(value) or value < 0:
+        raise error(f"{name} must be a finite number of seconds >= 0, got {value!r}")
+    return float(value)
 
 
 def parse_instant(text: str) -> datetime:

@@ -226,6 +226,31 @@ class BaseDestination:
         """Release what the destination holds open (by default, nothing)."""
 
 
+class ArrowScanned(BaseDestination, ABC):
+    """A destination without a query engine to ask: null counts and fingerprint sums are
+    computed in Arrow over the rows :meth:`read_partition` returns."""
+
+    @abstractmethod
+    def read_partition(
+        self, partition: PartitionSpec = None, columns: Sequence[str] | None = None
+    ) -> pa.Table:
+        """The rows of one slice (all rows when ``partition`` is None), as Arrow."""
+
+    def null_counts(self, partition: PartitionSpec, columns: Sequence[str]) -> dict[str, int]:
+        table = self.read_partition(partition, columns)
+        return {c: table.column(c).null_count for c in columns}
+
+    def fingerprint_sums(
+        self, partition: PartitionSpec, columns: Sequence[str]
+    ) -> tuple[int, int, int]:
+        """Arrow-computed sums (see :mod:`twice.destinations.fingerprint`) over a read of the
+        slice; no SQL engine involved."""
+        from twice.destinations.fingerprint import arrow_sums
+
+        table = self.read_partition(partition, columns)
+        return arrow_sums(table, list(schema_of(table).items()))
+
+
 def required_partition_column(dest: BaseDestination) -> str:
     """``dest``'s partition column; a partition spec without one is refused."""
     if dest.partition_column is None:

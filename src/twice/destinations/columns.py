@@ -187,6 +187,19 @@ def schema_of(table: pa.Table) -> Schema:
     return {f.name: ColumnType.from_arrow(f.type, f.name) for f in table.schema}
 
 
+def stored_schema(schema: pa.Schema) -> Schema:
+    """A stored table's columns as twice's kinds; a type twice has no kind for (an Iceberg
+    ``time`` or ``uuid``, say) is ``unsupported``: never written, never left out of a
+    fingerprint. (Incoming rows go through :func:`schema_of`, which refuses such types.)"""
+    out: Schema = {}
+    for f in schema:
+        try:
+            out[f.name] = ColumnType.from_arrow(f.type, f.name)
+        except SchemaError:
+            out[f.name] = ColumnType("unsupported", engine_type=str(f.type))
+    return out
+
+
 def require_columns(schema: Schema, columns: Sequence[str]) -> None:
     """Refuse column names that are not safe identifiers, then any not in ``schema``."""
     for name in columns:

@@ -62,8 +62,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as pds
 
-from twice.destinations.base import BaseDestination, DestinationSpec, WriteResult
-from twice.destinations.columns import ColumnType, Schema, SchemaError, require_columns
+from twice.destinations.base import ArrowScanned, DestinationSpec, WriteResult
+from twice.destinations.columns import (
+    ColumnType,
+    Schema,
+    SchemaError,
+    require_columns,
+    stored_schema,
+)
 from twice.destinations.commits import (
     ACTIVE,
     CommitRecord,
@@ -97,7 +103,7 @@ def _deltalake() -> Any:
     return deltalake
 
 
-class DeltaDestination(BaseDestination):
+class DeltaDestination(ArrowScanned):
     """A Delta Lake table written with one Delta commit per write (see the module doc)."""
 
     engine = "delta"
@@ -286,7 +292,7 @@ class DeltaDestination(BaseDestination):
         """Rows conformed to the table (in its column order) and checked before anything is
         written: inside the slice, key columns present and unique."""
         table = to_arrow(rows, target=existing)
-        schema = existing or _schema_from_arrow(table.schema)
+        schema = existing or stored_schema(table.schema)
         if existing is not None:
             table = table.select(list(existing))
         if keyed:
@@ -343,7 +349,7 @@ class DeltaDestination(BaseDestination):
         fingerprint is the one ``fingerprint()`` computes after the commit."""
         from twice.destinations.fingerprint import slice_fingerprint
 
-        fp = slice_fingerprint(slice_after, _schema_from_arrow(new_rows.schema))
+        fp = slice_fingerprint(slice_after, stored_schema(new_rows.schema))
         return CommitRecord.create(
             owner, table=self.uri, slice=label, mode=mode, rows_written=new_rows.num_rows,
             row_count=fp.row_count, checksum=fp.checksum, algorithm=fp.algorithm,
@@ -367,10 +373,6 @@ class DeltaDestination(BaseDestination):
     def row_count(self, partition: PartitionSpec = None) -> int:
         table = self._require()
         return self._count(table, self._slice_of(table, partition))
-
-    def null_counts(self, partition: PartitionSpec, columns: Sequence[str]) -> dict[str, int]:
-        read = self.read_partition(partition, columns)
-        return {c: read.column(c).null_count for c in columns}
 
     def fingerprint_sums(
         self, partition: PartitionSpec, columns: Sequence[str]
@@ -430,18 +432,8 @@ class DeltaDestination(BaseDestination):
 # --------------------------------------------------------------------------- helpers
 
 
-def _schema_from_arrow(schema: pa.Schema) -> Schema:
-    out: Schema = {}
-    for f in schema:
-        try:
-            out[f.name] = ColumnType.from_arrow(f.type, f.name)
-        except SchemaError:
-            out[f.name] = ColumnType("unsupported", engine_type=str(f.type))
-    return out
-
-
 def _schema_of(table: Any) -> Schema:
-    return _schema_from_arrow(pa.schema(table.schema().to_arrow()))
+    return stored_schema(pa.schema(table.schema().to_arrow()))
 
 
 def _check_readable(table: Any, spec: str) -> None:

@@ -73,18 +73,18 @@ import pyarrow as pa
 
 from twice.core.identifiers import validate_identifier
 from twice.destinations.base import (
-    BaseDestination,
+    ArrowScanned,
     DestinationSpec,
     WriteResult,
     checked_slice_label,
     required_partition_column,
 )
 from twice.destinations.columns import (
-    ColumnType,
     Schema,
     SchemaError,
     require_columns,
     schema_of,
+    stored_schema,
 )
 from twice.destinations.commits import (
     ACTIVE,
@@ -117,7 +117,7 @@ IDENTITY_KINDS = ("date", "integer", "string")
 Plan = tuple[int, Callable[[], pa.Table], Callable[["Transaction", dict[str, str]], None]]
 
 
-class IcebergDestination(BaseDestination):
+class IcebergDestination(ArrowScanned):
     """One Iceberg table in a SQL catalog; see the module docstring."""
 
     engine = "iceberg"
@@ -500,19 +500,6 @@ class IcebergDestination(BaseDestination):
         where = self._slice_expression(_twice_schema(table), partition) or AlwaysTrue()
         return _count(table, where)
 
-    def null_counts(self, partition: PartitionSpec, columns: Sequence[str]) -> dict[str, int]:
-        data = self.read_partition(partition, columns)
-        return {c: data.column(c).null_count for c in columns}
-
-    def fingerprint_sums(
-        self, partition: PartitionSpec, columns: Sequence[str]
-    ) -> tuple[int, int, int]:
-        """Arrow-computed sums over a scan of the slice (see :mod:`...fingerprint`)."""
-        from twice.destinations.fingerprint import arrow_sums
-
-        data = self.read_partition(partition, columns)
-        return arrow_sums(data, list(schema_of(data).items()))
-
 
 # --------------------------------------------------------------------------- helpers
 
@@ -560,16 +547,8 @@ def _appended(records: list[CommitRecord], owner: WriteStamp) -> CommitRecord | 
 
 
 def _twice_schema(table: Table) -> Schema:
-    """The table's columns as twice's kinds (an Iceberg type twice has none for, such as
-    ``time`` or ``uuid``, is ``unsupported``: never written, never left out of a fingerprint)."""
-    arrow = table.schema().as_arrow()
-    schema: Schema = {}
-    for field in arrow:
-        try:
-            schema[field.name] = ColumnType.from_arrow(field.type, field.name)
-        except SchemaError:
-            schema[field.name] = ColumnType("unsupported", engine_type=str(field.type))
-    return schema
+    """The table's columns as twice's kinds (see :func:`stored_schema`)."""
+    return stored_schema(table.schema().as_arrow())
 
 
 def _to_table_schema(incoming: pa.Table, table: Table) -> pa.Table:

@@ -69,7 +69,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from twice.destinations.base import DestinationSpec, WriteResult
+from twice.destinations.base import ArrowScanned, DestinationSpec, WriteResult
 from twice.destinations.columns import ColumnType, Schema, require_columns, schema_of
 from twice.destinations.commits import (
     ACTIVE,
@@ -103,7 +103,7 @@ _RENAME_EXCHANGE = 2
 _AT_FDCWD = -100
 
 
-class ParquetDestination(HiveDestination):
+class ParquetDestination(HiveDestination, ArrowScanned):
     """A Hive-partitioned Parquet dataset written with atomic per-partition commits."""
 
     engine = "parquet"
@@ -518,26 +518,12 @@ class ParquetDestination(HiveDestination):
             return out_schema.empty_table()
         return pa.concat_tables(pieces).cast(out_schema)
 
-    def fingerprint_sums(
-        self, partition: PartitionSpec, columns: Sequence[str]
-    ) -> tuple[int, int, int]:
-        """Arrow-computed sums (see :mod:`twice.destinations.fingerprint`); no SQL engine
-        involved."""
-        from twice.destinations.fingerprint import arrow_sums
-
-        table = self.read_partition(partition, columns)
-        return arrow_sums(table, list(schema_of(table).items()))
-
     def row_count(self, partition: PartitionSpec = None) -> int:
         """From Parquet footers only: as cheap as ``count(*)`` gets."""
         schema = schema_of(self._schema_to_read().empty_table())
         column = self._require_partition_column(schema)
         slc = None if partition is None else Slice.of(column, schema[column], partition)
         return sum(_count_rows(self.root / name) for name in self._partitions(slc, schema[column]))
-
-    def null_counts(self, partition: PartitionSpec, columns: Sequence[str]) -> dict[str, int]:
-        table = self.read_partition(partition, columns)
-        return {c: table.column(c).null_count for c in columns}
 
     # -- helpers ----------------------------------------------------------------------------
 

@@ -39,7 +39,6 @@ sharing one object should pass their own ``log`` list via :func:`retry` instead.
 from __future__ import annotations
 
 import functools
-import math
 import random
 import time
 from collections.abc import Callable, Iterator
@@ -50,6 +49,7 @@ from typing import Any, ParamSpec, Protocol, TypeVar
 from twice.core.backoff import jittered_delay
 from twice.core.outcomes import RetryOutcome
 from twice.core.policy import RetryPolicy
+from twice.core.timescale import nonnegative_seconds
 from twice.errors import TwiceError
 
 P = ParamSpec("P")
@@ -101,14 +101,6 @@ def _class_name(error: BaseException) -> str:
     return cls.__name__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
 
 
-def _check_seconds(value: object, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"{name} must be a number of seconds, got {value!r}")
-    if not math.isfinite(value) or value < 0:
-        raise ValueError(f"{name} must be a finite number of seconds >= 0, got {value!r}")
-    return float(value)
-
-
 class Retrying:
     """A retry loop for ``policy`` (``twice.retry``): use it as a decorator, ``.call(fn, ...)``
     or ``for/with``. Reusable and cheap to create.
@@ -152,8 +144,8 @@ class Retrying:
         self._budget: float | None = None
         self._deadline: DeadlineLike | None = None
         if deadline is not None:
-            if isinstance(deadline, int | float):  # a bool is refused by _check_seconds
-                self._budget = _check_seconds(deadline, "deadline")
+            if isinstance(deadline, int | float):  # a bool is refused by nonnegative_seconds
+                self._budget = nonnegative_seconds(deadline, "deadline")
             elif callable(getattr(deadline, "remaining", None)):
                 self._deadline = deadline
             else:
@@ -164,9 +156,9 @@ class Retrying:
                     "attempt_duration is required with a deadline (or set the policy's "
                     "attempt_timeout): an attempt is started only if it can finish in time"
                 )
-            self._duration = _check_seconds(expected, "attempt_duration")
+            self._duration = nonnegative_seconds(expected, "attempt_duration")
         else:
-            self._duration = 0.0 if attempt_duration is None else _check_seconds(
+            self._duration = 0.0 if attempt_duration is None else nonnegative_seconds(
                 attempt_duration, "attempt_duration")
         if log is not None and not isinstance(log, list):
             raise TypeError("log must be a list (attempt rows are appended to it)")

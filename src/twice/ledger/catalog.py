@@ -9,7 +9,6 @@ because its rows were just replaced.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
@@ -17,6 +16,7 @@ from typing import Any, TypeVar
 from sqlalchemy import ColumnElement, and_, insert, not_, select, update
 from sqlalchemy.engine import Connection
 
+from twice.core.timescale import nonnegative_seconds
 from twice.core.unit import UnitOfWork
 from twice.ledger.checks import count
 from twice.ledger.engine import lock_key
@@ -56,14 +56,6 @@ def _name(value: object, field: str, limit: int = _MAX_NAME) -> str:
 
 def _size(value: object, field: str) -> int:
     return count(value, field, minimum=0)
-
-
-def _seconds(value: object, field: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise LedgerError(f"{field} must be a number of seconds, got {value!r}")
-    if not math.isfinite(value) or value < 0:
-        raise LedgerError(f"{field} must be finite and >= 0, got {value!r}")
-    return float(value)
 
 
 def get_entry(
@@ -141,7 +133,7 @@ def record_materialization(
     column_names = [_name(c, "column name") for c in columns]
     row_count = _size(row_count, "row_count")
     bytes_stored = _size(bytes_stored, "bytes_stored")
-    compute_seconds = _seconds(compute_seconds, "compute_seconds")
+    compute_seconds = nonnegative_seconds(compute_seconds, "compute_seconds", LedgerError)
     if bytes_scanned is not None:
         bytes_scanned = _size(bytes_scanned, "bytes_scanned")
     checksum = _name(checksum, "checksum", 64)
@@ -226,7 +218,7 @@ def record_reuse(
     reason: str, detail: Mapping[str, Any] | None = None,
 ) -> IntermediateRecord:
     """Count one reuse (its integrity check's time included); refused past retention."""
-    verify = _seconds(verify_seconds, "verify_seconds")
+    verify = nonnegative_seconds(verify_seconds, "verify_seconds", LedgerError)
     entry = _require_active(conn, name, version, "a reuse")
     if entry.expired(now):
         raise LedgerError(
@@ -244,7 +236,7 @@ def record_refusal(
     reason: str, detail: Mapping[str, Any] | None = None,
 ) -> IntermediateEvent:
     """Record that a stored version was not reused, and why (e.g. its fingerprint changed)."""
-    verify = _seconds(verify_seconds, "verify_seconds")
+    verify = nonnegative_seconds(verify_seconds, "verify_seconds", LedgerError)
     entry = get_entry(conn, name, version, for_update=True)
     if entry is None:
         raise LedgerError(f"no intermediate {name!r} version {version!r} in the catalog")

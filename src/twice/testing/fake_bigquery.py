@@ -25,7 +25,7 @@ from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict, Unpack
 
 from twice.remote.jobs import (
     STOPPED,
@@ -55,6 +55,17 @@ class JobPlan:
     duration: float = 0.0
     error_result: JobError | None = None
     errors: tuple[JobError, ...] = ()
+
+
+class JobScript(TypedDict, total=False):
+    """What ``plan_job``/``plan_next`` may script: a ``duration`` or ``pending`` time left out
+    (or None) takes the fake's default; ``error_result`` fails the job, ``errors`` are
+    non-fatal."""
+
+    duration: float | None
+    pending: float | None
+    error_result: JobError | None
+    errors: tuple[JobError, ...]
 
 
 @dataclass
@@ -159,30 +170,15 @@ class FakeBigQuery:
 
     # -- fault injection -------------------------------------------------------------------
 
-    def plan_job(
-        self,
-        job_id: str,
-        *,
-        duration: float | None = None,
-        pending: float | None = None,
-        error_result: JobError | None = None,
-        errors: tuple[JobError, ...] = (),
-    ) -> None:
+    def plan_job(self, job_id: str, **script: Unpack[JobScript]) -> None:
         """Script how job ``job_id`` will behave when it is created."""
         with self._lock:
-            self._plans[job_id] = self._plan(duration, pending, error_result, errors)
+            self._plans[job_id] = self._plan(script)
 
-    def plan_next(
-        self,
-        *,
-        duration: float | None = None,
-        pending: float | None = None,
-        error_result: JobError | None = None,
-        errors: tuple[JobError, ...] = (),
-    ) -> None:
+    def plan_next(self, **script: Unpack[JobScript]) -> None:
         """Script the next job created without a ``plan_job`` of its own (a queue)."""
         with self._lock:
-            self._next_plans.append(self._plan(duration, pending, error_result, errors))
+            self._next_plans.append(self._plan(script))
 
     def lose_acknowledgements(
         self,
@@ -324,18 +320,16 @@ class FakeBigQuery:
 
     # -- internals ---------------------------------------------------------------------------
 
-    def _plan(
-        self,
-        duration: float | None,
-        pending: float | None,
-        error_result: JobError | None,
-        errors: tuple[JobError, ...],
-    ) -> JobPlan:
+    def _plan(self, script: JobScript) -> JobPlan:
+        unknown = sorted(set(script) - JobScript.__optional_keys__)
+        if unknown:
+            raise TypeError(f"unexpected keyword argument(s): {', '.join(unknown)}")
+        pending, duration = script.get("pending"), script.get("duration")
         return JobPlan(
             pending=self._default.pending if pending is None else pending,
             duration=self._default.duration if duration is None else duration,
-            error_result=error_result,
-            errors=tuple(errors),
+            error_result=script.get("error_result"),
+            errors=tuple(script.get("errors", ())),
         )
 
     def _take_fault(self, method: Method) -> _Fault | None:
