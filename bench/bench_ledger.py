@@ -170,6 +170,8 @@ def bench_postgres(args: argparse.Namespace) -> Results:
 
 
 RATIOS = [
+    ("backfill per interval / bare commit (goal <= 4)", "backfill per interval",
+     "bare INSERT + commit"),
     ("attempt / bare INSERT + commit", "attempt: begin+observe+finish", "bare INSERT + commit"),
     ("backfill per interval / attempt", "backfill per interval", "attempt: begin+observe+finish"),
     ("Executor.run / backfill", "Executor.run (total)", "backfill (total)"),
@@ -180,7 +182,7 @@ RATIOS = [
 
 def report(args: argparse.Namespace, columns: dict[str, Results | str]) -> None:
     names = list(columns)
-    width = 42
+    width = 50
     print(f"\nledger benchmark: {args.attempts} attempts, {args.intervals}-interval backfill "
           "of a no-op task; milliseconds (wall clock, one run)\n")
     print("".ljust(width) + "".join(n.rjust(14) for n in names))

@@ -24,9 +24,11 @@ Points: ``extract`` / ``transform`` (inside the task, before its write: the stor
 ``transform_after`` (after transform's own write), ``in-write`` (inside the destination's write
 transaction: between the DELETE and the INSERT on SQL engines, before the directory swap on
 Parquet), ``before-finish`` / ``after-finish`` (around ``Ledger.finish_attempt`` of the task's
-succeeded attempt). ``hit`` picks the occurrence (1 = the first). Only test code is wrapped here;
-production code is not changed. ``controls: ["no-fencing"]`` turns the fencing check off in the
-child (the suite's control: then the zombie's stale rows must be caught).
+succeeded attempt, inside the transaction that finishes it; a ``stop`` at ``before-finish``
+pauses just before that transaction begins). ``hit`` picks the occurrence (1 = the first).
+Only test code is wrapped here; production code is not changed. ``controls: ["no-fencing"]``
+turns the fencing check off in the child (the suite's control: then the zombie's stale rows
+must be caught).
 """
 
 from __future__ import annotations
@@ -92,6 +94,7 @@ def _install(fault: Fault, hooks: dict[str, Any]) -> None:
 
     from twice.destinations import base, parquet
     from twice.destinations.commits import active_stamp
+    from twice.engine import executor as engine_executor
     from twice.ledger import Ledger
 
     renew = Ledger.renew_lease
@@ -125,13 +128,28 @@ def _install(fault: Fault, hooks: dict[str, Any]) -> None:
         parquet.ParquetDestination._before_swap)
 
     finish = Ledger.finish_attempt
+    # A pause at before-finish lands before the transaction that finishes the attempt: a
+    # process stopped INSIDE a ledger write transaction holds SQLite's write lock (as inside a
+    # renewal, see STOP_GUARD), which blocks every other process instead of testing fencing.
+    # A kill or a raise lands inside it, where nothing of the finish is recorded.
+    stop_early = fault.kind == "stop"
+    run_finish = engine_executor._UnitRun._finish
+
+    @functools.wraps(run_finish)
+    def finish_run(self: Any, record: Any, report: Any) -> Any:
+        if report.ending == "succeeded" and fault.reached("before-finish", self.task.name):
+            fault.strike("before-finish")
+        return run_finish(self, record, report)
+
+    if stop_early:
+        engine_executor._UnitRun._finish = finish_run  # type: ignore[method-assign]
 
     @functools.wraps(finish)
     def faulty_finish(self: Ledger, uow_id: str, number: int, outcome: str, *args: Any,
                       **kwargs: Any) -> Any:
         unit = self.unit(uow_id) if outcome == "succeeded" else None
         task = "" if unit is None else unit.task
-        if unit is not None and fault.reached("before-finish", task):
+        if unit is not None and not stop_early and fault.reached("before-finish", task):
             strike_finish("before-finish", task)
         value = finish(self, uow_id, number, outcome, *args, **kwargs)  # type: ignore[arg-type]
         if unit is not None and fault.reached("after-finish", task):

@@ -29,6 +29,15 @@ partition's diff (``rows_now``/``checksum_now``/``drifted``), so "rows 10 -> 10,
 (new output against the last record) never hides that the partition held 8 rows before the
 rerun ("drift: 10 -> 8 rows behind twice's back; change: 8 -> 10").
 
+Key diffs. Where the destination keeps table versions (Delta, Iceberg), each verified write's
+key diff (keys added, removed and changed against the table version before it, with up to
+``KEY_DIFF_SAMPLES`` keys of each kind: ``twice.destinations.diff.commit_diff``) is carried into
+the partition's diff and recorded in the ledger as a ``rows-changed`` observation (source
+``twice.destinations.diff``) of the unit and attempt that wrote, with a one-line summary
+(``+1 -1 ~1``, sample keys) for timelines. It is evidence for operators (``twice explain``,
+``twice report``): the planner reads only its time (the destination's log, read after the
+attempt finished, is the unit's freshest evidence), never its state.
+
 Reruns. A unit planned to run although it succeeded before (``--force``, a partition that no
 longer matches its fingerprint) is handed to the engine as a rerun of the attempt the plan saw
 (a new job generation): if another process reran it after the plan, that newer success stands.
@@ -74,6 +83,10 @@ __all__ = [
 
 DRIFT_STATE = "drift"  # observation state of a partition found changed behind twice's back
 DRIFT_SOURCE = "fingerprint"
+#: observation state of a verified write's key diff (Delta, Iceberg: see "Key diffs" above)
+ROWS_CHANGED_STATE = "rows-changed"
+ROWS_CHANGED_SOURCE = "twice.destinations.diff"
+KEY_DIFF_SAMPLES = 3  # keys of each kind (added, removed, changed) shown and recorded
 REUSE_DRIFT_SECONDS = 60.0  # a plan's measurement older than this is taken again before writing
 
 PlanAction = Literal["run", "skip"]
@@ -524,7 +537,8 @@ def run_backfill(
         raise BackfillError("the backfill range holds no interval")
     refuse_open_intervals(spans, clock() if clock is not None else ledger.now(),
                           allow_open=allow_open)
-    known = _known_inputs(pipeline, ledger)
+    unit_ids: set[str] = set()  # a unit unknown when the backfill began has no attempt to read
+    known = _known_inputs(pipeline, ledger, unit_ids)
     began = ledger.now()
     # The range and tasks, before any item is planned (the items follow, interval by interval).
     plan = BackfillPlan(pipeline.name, spans, tuple(names), tuple(dependents), (), force)
@@ -537,6 +551,7 @@ def run_backfill(
     diffs: dict[str, PartitionDiff] = {}
     drifts: dict[tuple[str, str], Drift] = {}  # (task, interval label) -> before it was written
     refused: dict[str, str] = {}  # uow_id -> why its schema change was refused
+    key_diffs: dict[str, _KeyDiffSeen] = {}  # uow_id -> its verified write's key diff
     reconciled: dict[str, list[tuple[str | None, str]]] = {}  # uow_id -> (job id, state)
     diffs_lock = threading.Lock()
 
@@ -544,12 +559,22 @@ def run_backfill(
         """Collect what the engine verified or refused (no re-reading of the ledger)."""
         from twice.engine.events import OutputRejected, OutputVerified, Reconciled
 
-        with diffs_lock:
-            if isinstance(event, OutputVerified) and event.diff is not None:
+        if isinstance(event, OutputVerified) and event.diff is not None:
+            # The destination is read outside the lock (other intervals' events wait on it);
+            # the key diff is recorded by the backfill thread once the engine returns
+            # (one_interval), never from inside this engine callback.
+            task = pipeline.get_task(event.task)
+            keys = _key_diff(task, event)
+            seen = None if keys is None else _KeyDiffSeen(
+                event.attempt, ledger.now(), _rows_changed_detail(task, event, keys))
+            with diffs_lock:
                 drift = drifts.get((event.task, event.interval.label))
-                diffs[event.uow_id] = event.diff.with_drift(drift).with_keys(
-                    _key_diff(pipeline.get_task(event.task), event))
-            elif isinstance(event, OutputRejected) and event.schema_change:
+                diffs[event.uow_id] = event.diff.with_drift(drift).with_keys(keys)
+                if seen is not None:
+                    key_diffs[event.uow_id] = seen
+            return
+        with diffs_lock:
+            if isinstance(event, OutputRejected) and event.schema_change:
                 refused[event.uow_id] = (
                     f"{pipeline.get_task(event.task).destination}: {event.reason}; a backfill "
                     "across a schema change must apply the new schema to every interval of the "
@@ -610,6 +635,10 @@ def run_backfill(
                 _describe(run, unit, pipeline.get_task(item.task), before.get(item.task),
                           ledger, diffs.get(actual), refused.get(actual), emit,
                           reconciled.get(actual, []))
+                with diffs_lock:
+                    seen = key_diffs.pop(actual, None)
+                if seen is not None:
+                    _record_key_diff(ledger, actual, seen)
                 if run.status == "refused":
                     refusal.append(run.reason)
                     stop.set()
@@ -624,7 +653,8 @@ def run_backfill(
     planned: list[PlanItem] = []
     # An interval is planned when a slot is free for it, so planning never waits for the range.
     upcoming = _plan_intervals(pipeline, ledger, spans, names, tasks, force, known,
-                               executor.unit_for if refresh_snapshots else None, began)
+                               executor.unit_for if refresh_snapshots else None, began,
+                               unit_ids)
     with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="twice-bf") as pool:
         pending: dict[Future[list[TaskRun]], Interval] = {}
         more = True
@@ -685,6 +715,78 @@ def _record_drift(ledger: Ledger, drift: Drift, uow_id: str, attempt: int | None
                               detail={**drift.to_dict(), "observed_by": "backfill"})
 
 
+@dataclass(frozen=True)
+class _KeyDiffSeen:
+    """A verified write's key diff as read in the engine's callback (at ``observed_at``), to
+    be recorded as a ``rows-changed`` observation of the attempt that wrote."""
+
+    attempt: int
+    observed_at: datetime
+    detail: dict[str, Any]
+
+
+def _record_key_diff(ledger: Ledger, uow_id: str, seen: _KeyDiffSeen) -> None:
+    """Record ``seen`` at the time it was read, with a timeline summary of its counts."""
+    detail = seen.detail
+    keys = "; ".join(
+        f"{what} {', '.join(map(_key_text, detail[name]))}"
+        for what, name in (("added", "added_keys"), ("removed", "removed_keys"),
+                           ("changed", "changed_keys"))
+        if detail.get(name)
+    )
+    summary = (
+        f"rows changed in {detail.get('partition')} by attempt {seen.attempt}: "
+        f"+{detail.get('added', 0)} -{detail.get('removed', 0)} ~{detail.get('changed', 0)} "
+        f"({detail.get('unchanged', 0)} unchanged)" + (f"; keys {keys}" if keys else "")
+    )
+    ledger.record_observation(uow_id, ROWS_CHANGED_STATE, source=ROWS_CHANGED_SOURCE,
+                              observed_at=seen.observed_at, attempt=seen.attempt,
+                              detail=detail, summary=summary)
+
+
+def _key_text(key: Any) -> str:
+    """``{"id": 7}`` as ``id=7`` (a key of several columns: ``a=1,b=2``)."""
+    if isinstance(key, Mapping):
+        return ",".join(f"{name}={value}" for name, value in key.items())
+    return str(key)
+
+
+def _rows_changed_detail(task: Task, event: Any, keys: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``rows-changed`` observation's detail: where, the key diff's counts and sampled
+    keys, the table versions compared (``from_version`` None: the write created the table;
+    both None: they could not be read again) and who observed it."""
+    before, after = _commit_table_versions(task.destination, event.uow_id, event.attempt)
+    return {
+        "destination": event.diff.destination, "partition": event.diff.partition,
+        "fingerprint_version": event.diff.version, **keys, "sample_limit": KEY_DIFF_SAMPLES,
+        "from_version": before, "to_version": after, "observed_by": "backfill",
+    }
+
+
+def _commit_table_versions(spec: str, uow_id: str, attempt: int
+                           ) -> tuple[int | None, int | None]:
+    """The table version carrying the commit record of (``uow_id``, ``attempt``) and the one
+    before it, as ``commit_diff`` compared them; (None, None) when they cannot be read."""
+    from twice.destinations import open_destination
+    from twice.destinations.diff import TimeTravel
+
+    try:
+        with open_destination(spec) as dest:
+            versions_of = getattr(dest, "commit_versions", None)
+            if versions_of is None or not isinstance(dest, TimeTravel):
+                return None, None
+            found = [v for v, r in versions_of().items()
+                     if r.uow_id == uow_id and r.attempt == attempt]
+            versions = dest.versions()  # in commit order (Iceberg's are snapshot ids)
+            if not found or any(v not in versions for v in found):
+                return None, None
+            version = max(found, key=versions.index)
+            at = versions.index(version)
+            return (versions[at - 1] if at > 0 else None), version
+    except Exception:  # best-effort evidence, like the key diff itself
+        return None, None
+
+
 def _fixed(deadline: datetime) -> Callable[[Interval], datetime]:
     return lambda _interval: deadline
 
@@ -698,7 +800,8 @@ def _key_diff(task: Task, event: Any) -> dict[str, Any] | None:
         return None
     from twice.destinations.diff import commit_diff
 
-    found = commit_diff(task.destination, event.uow_id, event.attempt, event.interval)
+    found = commit_diff(task.destination, event.uow_id, event.attempt, event.interval,
+                        samples=KEY_DIFF_SAMPLES)
     return None if found is None else found.to_dict()
 
 

@@ -53,7 +53,7 @@ from twice.errors import TwiceError
 
 if TYPE_CHECKING:
     from twice.define.pipeline import Pipeline
-    from twice.ledger import Ledger
+    from twice.ledger import AttemptRecord, Ledger
 
 StopReason = Literal["finished", "once", "max-units", "signal"]
 
@@ -354,19 +354,21 @@ class Worker:
         except Exception:
             return RUN  # the executor reports why the unit cannot be identified
         item.uow_id = unit.uow_id
-        if self.ledger.unit(item.uow_id) is None:
-            return RUN  # never recorded: nobody has touched it yet
-        latest = self.ledger.latest_attempt(item.uow_id)
-        if latest is not None and latest.outcome == "succeeded" and overwritten_by(
-            self.ledger, task, unit
-        ) is None:
-            return WorkerUnit(
-                item.task, item.interval, "done-elsewhere",
-                f"attempt {latest.number} by {latest.holder} succeeded; not run again",
-                uow_id=item.uow_id, by=latest.holder, outcome="succeeded",
-            )
+        # One consistent view: an attempt and its lease are settled in one transaction (the
+        # success and the lease's release), so reading them apart could see the attempt
+        # still running and the lease already free, and run a unit that is done.
+        with self.ledger.snapshot():
+            if self.ledger.unit(item.uow_id) is None:
+                return RUN  # never recorded: nobody has touched it yet
+            latest = self.ledger.latest_attempt(item.uow_id)
+            done = latest is not None and latest.outcome == "succeeded" and overwritten_by(
+                self.ledger, task, unit
+            ) is None
+            lease = self.ledger.lease(item.uow_id)
+        if done:
+            assert latest is not None
+            return _done_elsewhere(item, latest)
         now = self.ledger.now()
-        lease = self.ledger.lease(item.uow_id)
         if lease is not None and lease.active(now) and lease.holder != self.name:
             item.why = f"leased by {lease.holder} until {iso(lease.expires_at)}"
             return None
@@ -400,10 +402,23 @@ class Worker:
         if result.outcome == "leased-elsewhere":
             item.why = result.reason
             return None
+        if result.skipped and result.uow_id is not None and item.uow_id == result.uow_id:
+            # it succeeded before the executor took the lease: this worker ran nothing
+            latest = self.ledger.latest_attempt(result.uow_id)
+            if latest is not None and latest.outcome == "succeeded":
+                return _done_elsewhere(item, latest)
         return WorkerUnit(
             item.task, item.interval, "ran", result.reason, uow_id=result.uow_id,
             by=self.name, outcome=result.outcome, result=result,
         )
+
+
+def _done_elsewhere(item: _Open, latest: AttemptRecord) -> WorkerUnit:
+    return WorkerUnit(
+        item.task, item.interval, "done-elsewhere",
+        f"attempt {latest.number} by {latest.holder} succeeded; not run again",
+        uow_id=item.uow_id, by=latest.holder, outcome="succeeded",
+    )
 
 
 def _succeeded(unit: WorkerUnit) -> bool:

@@ -48,13 +48,14 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from twice.core.backoff import jittered_delay
 from twice.core.decision import Decision, DecisionResult
 from twice.core.interval import Interval
 from twice.core.outcomes import (
     STOPPING_DECISIONS,
+    ErrorClassification,
     RemoteState,
     UnitOutcome,
     attempt_outcome,
@@ -97,12 +98,24 @@ from twice.engine.pool import (
 )
 from twice.engine.reconcile import reconcile_attempt
 from twice.engine.timeouts import Deadline, WorkflowTimeout
-from twice.engine.verification import SchemaChangeError, record_partition
+from twice.engine.verification import (
+    MeasuredPartition,
+    PartitionDiff,
+    SchemaChangeError,
+    measure_partition,
+    record_measured,
+)
 from twice.errors import Interrupted, OutcomeUnknownError
 from twice.remote.jobs import JobFailed, JobStatus
 
 if TYPE_CHECKING:
-    from twice.ledger import AttemptRecord, FingerprintRecord, Ledger
+    from twice.ledger import (
+        AttemptRecord,
+        FingerprintRecord,
+        JobGenerationRecord,
+        LeaseResult,
+        Ledger,
+    )
     from twice.ledger.records import DecisionName
 
 Clock = Callable[[], datetime]
@@ -228,6 +241,7 @@ class _LeaseKeeper:
         self._ledger, self._uow_id, self._holder, self._ttl = ledger, uow_id, holder, ttl
         self._done = threading.Event()
         self.lost = False
+        self.released = False  # given back by the run itself (see stop_renewing)
         self.expires_at = expires_at  # of the last lease we know we hold
         self._thread = threading.Thread(target=self._renew, daemon=True, name="twice-lease")
 
@@ -236,10 +250,26 @@ class _LeaseKeeper:
         return self
 
     def __exit__(self, *_exc: object) -> None:
-        self._done.set()
-        self._thread.join()
+        self.stop_renewing()
+        if self.released:
+            return
         with contextlib.suppress(Exception):  # releasing is a courtesy; expiry also frees it
             self._ledger.release_lease(self._uow_id, self._holder)
+
+    def resume_renewing(self) -> None:
+        """Renew again after ``stop_renewing`` when the lease was not given back after all."""
+        if self.released or self._thread.is_alive():
+            return
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._renew, daemon=True, name="twice-lease")
+        self._thread.start()
+
+    def stop_renewing(self) -> None:
+        """No renewal after this returns: the run is about to give the lease back itself (in
+        the transaction that finishes its attempt, then setting ``released``)."""
+        self._done.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join()
 
     def _renew(self) -> None:
         while not self._done.wait(self._ttl / 3):
@@ -270,13 +300,27 @@ class FileWriters:
         self._locks: dict[str, threading.RLock] = {}
 
     def holding(self, spec: str) -> AbstractContextManager[object]:
+        lock = self._lock(spec)
+        return contextlib.nullcontext() if lock is None else lock
+
+    def held_if_free(self, spec: str) -> contextlib.ExitStack | None:
+        """The file's writer taken without waiting (held until the stack closes), or None
+        when another attempt holds it now."""
+        held = contextlib.ExitStack()
+        lock = self._lock(spec)
+        if lock is not None:
+            if not lock.acquire(blocking=False):
+                return None
+            held.callback(lock.release)
+        return held
+
+    def _lock(self, spec: str) -> Any:
         scheme = spec.partition(":")[0].lower()
         if not spec or scheme not in self.EMBEDDED:
-            return contextlib.nullcontext()
+            return None
         key = spec.split("?", 1)[0].split("#", 1)[0]
         with self._guard:
-            lock = self._locks.setdefault(key, threading.RLock())
-        return lock
+            return self._locks.setdefault(key, threading.RLock())
 
 
 class Executor:
@@ -589,7 +633,6 @@ class Executor:
                 f"cannot identify the unit of work: {type(exc).__name__}: {redact(str(exc))}",
                 error=f"{type(exc).__name__}: {redact(str(exc))}",
             ), False
-        self.ledger.record_unit(unit)
         try:
             settings = PlanSettings.for_task(
                 self.pipeline, task, unit.interval,
@@ -597,13 +640,46 @@ class Executor:
             )
         except Exception as exc:  # e.g. a deadline function that fails for this interval
             reason = f"cannot plan it: {type(exc).__name__}: {redact(str(exc))}"
-            self.ledger.record_observation(
-                unit.uow_id, "blocked", source=EXECUTOR_SOURCE, detail={"reason": reason}
-            )
+
+            def blocked(ledger: Ledger) -> None:
+                ledger.record_unit(unit)
+                ledger.record_observation(
+                    unit.uow_id, "blocked", source=EXECUTOR_SOURCE, detail={"reason": reason}
+                )
+
+            self.ledger.atomic(blocked)
             return UnitResult(task.name, interval, "blocked", reason, uow_id=unit.uow_id,
                               error=f"{type(exc).__name__}: {redact(str(exc))}"), False
-        lease = self.ledger.acquire_lease(unit.uow_id, self.holder, self.lease_ttl)
+
+        run = _UnitRun(self, task, unit, upstream, deadline, settings)
+
+        def claim(ledger: Ledger) -> tuple[LeaseResult, _Opening | None]:
+            """One durable write records the unit, takes its lease, opens the run and, when
+            nothing holds it back, begins its first attempt."""
+            ledger.record_unit(unit)
+            lease = ledger.acquire_lease(unit.uow_id, self.holder, self.lease_ttl)
+            if not lease.acquired:
+                return lease, None
+            opening = run._open()
+            opening.begun = run._begin_now(opening)
+            return lease, opening
+
+        # The claim may begin the attempt, which holds the file's writer: it is taken before
+        # the claim if it is free (never waited for inside a ledger transaction, nor by a unit
+        # that turns out to be skipped), and given back at once if no attempt began.
+        held = self.writers.held_if_free(task.destination)
+        run.may_begin = held is not None
+        early = held if held is not None else contextlib.ExitStack()
+        try:
+            lease, opening = self.ledger.atomic(claim)
+        except BaseException:
+            early.close()
+            raise
+        if opening is None or opening.begun is None:
+            early.close()
+        run.writer = early
         if not lease.acquired:
+            early.close()
             latest = self.ledger.latest_attempt(unit.uow_id)
             return UnitResult(
                 task.name, interval, "leased-elsewhere",
@@ -613,9 +689,13 @@ class Executor:
             ), False
         with _LeaseKeeper(self.ledger, unit.uow_id, self.holder, self.lease_ttl,
                           lease.expires_at) as keeper:
-            run = _UnitRun(self, task, unit, upstream, deadline, settings, lease.token)
+            run.token = lease.token
             run.lease_lost = lambda: keeper.expired(self.ledger.now())
-            result = run.drive()
+            run.give_back_lease = keeper
+            try:
+                result = run.drive(opening)
+            finally:
+                early.close()  # normally already handed to the attempt and released there
         if lease.taken_over_from is not None:
             note = self._takeover_note(unit.uow_id, lease.taken_over_from, result)
             result = _with_notes(result, note)
@@ -757,10 +837,62 @@ def _mask_error(error: BaseException | None) -> None:
         error = error.__cause__ or error.__context__
 
 
+def _error_classification(report: AttemptReport) -> ErrorClassification:
+    """How the ledger classifies an attempt's error: a job that succeeded but whose output
+    was rejected is ``unknown`` only if the ending stayed ``succeeded``."""
+    ending = report.ending
+    if ending == "succeeded":
+        return "unknown"
+    return ending
+
+
 def _with_notes(result: UnitResult, *notes: str) -> UnitResult:
     return replace(result, notes=(*result.notes, *notes))
 
 
+
+
+@dataclass(frozen=True)
+class _Check:
+    """What the validate-output step read (``_UnitRun._check_output``)."""
+
+    rejected: BaseException | None = None  # the output is not accepted: why
+    measured: MeasuredPartition | None = None  # the fingerprint to record as its next version
+    assertions: tuple[Any, ...] = ()  # the acceptance criteria checked, for the events
+
+
+@dataclass
+class _Ended:
+    """What the transaction that finished an attempt recorded (``_UnitRun._finish``)."""
+
+    report: AttemptReport  # the attempt, its ending changed if its output was rejected
+    diff: PartitionDiff | None = None  # the partition's version it recorded
+    rejected: BaseException | None = None  # recording the version was refused: why
+    released: bool = False  # the lease was given back
+
+
+@dataclass
+class _Opening:
+    """What ``_UnitRun._open`` found and recorded before the loop (see there)."""
+
+    prior: AttemptRecord | None  # the latest attempt when the run was claimed
+    rerun_of: int | None = None  # the succeeded attempt this run repeats
+    notes: list[str] = field(default_factory=list)
+    stop: tuple[UnitOutcome, str] | None = None  # the run ends here: its outcome and reason
+    skipped: bool = False
+    opened: bool = False  # the run marker is recorded
+    begun: _Begun | None = None  # the run's first attempt, begun in the same transaction
+
+
+@dataclass(frozen=True)
+class _Begun:
+    """An attempt begun in the transaction that claimed its unit (``_UnitRun._begin_now``)."""
+
+    evidence: UnitEvidence  # what the planner decided on, read in that transaction
+    record: AttemptRecord
+    generation: JobGenerationRecord
+    token: int  # the attempt's fencing token
+    timeout: float | None  # the attempt's timeout, capped by the workflow deadline
 
 
 class _UnitRun:
@@ -781,6 +913,13 @@ class _UnitRun:
         self.supersede = False  # a deliberate rerun: take a new job generation once
         self.superseded = False  # the inputs changed under us: the driver re-identifies it
         self.lease_lost: Callable[[], bool] = lambda: False
+        # Set by the driver that holds the lease: a success gives it back in the transaction
+        # that finishes the attempt (then nothing more is written in this run).
+        self.give_back_lease: _LeaseKeeper | None = None
+        self._evidence_now: UnitEvidence | None = None  # see _evidence
+        # the file's writer, taken before the claim when the claim begins the attempt
+        self.writer = contextlib.ExitStack()
+        self.may_begin = False  # the claim may begin the first attempt (its writer is held)
         self._waited_after: int | None = None  # the attempt whose backoff we already waited
         self.closed_elsewhere: str | None = None  # our attempt was settled by a taker
         self.diff: Any = None
@@ -806,15 +945,21 @@ class _UnitRun:
 
     # -- the loop -----------------------------------------------------------------------------
 
-    def drive(self) -> UnitResult:
+    def drive(self, opening: _Opening | None = None) -> UnitResult:
+        """Run the unit; ``opening`` is what ``_open`` found in the claiming transaction."""
         try:
-            return self._drive()
+            return self._drive(opening)
         finally:
             self._leave_slots()
 
-    def _drive(self) -> UnitResult:
+    def _open(self) -> _Opening:
+        """Everything before the decide/attempt loop that only reads and writes the ledger,
+        inside the transaction that claims the unit (one durable write with the lease): what
+        the latest attempt means for this run, the ``held`` refusal, an orphaned attempt made
+        ``unknown``, and the run marker. Re-runnable (``Ledger.atomic``): it changes nothing
+        of this object, and says what it found."""
         prior = self.ledger.latest_attempt(self.uow_id)
-        rerun_of: int | None = None
+        opening = _Opening(prior)
         if prior is not None and prior.outcome == "succeeded":
             stale = self.x.reruns.get(self.uow_id)
             if stale is None and self.task.name in self.x.force:
@@ -822,40 +967,84 @@ class _UnitRun:
             overwritten = self._slot_overwritten() if stale is None else None
             if overwritten is not None:  # e.g. a source reverted to an earlier version
                 stale = prior.number
-                self.notes.append(overwritten)
+                opening.notes.append(overwritten)
             if stale is None:
-                self.notes.append(
+                opening.notes.append(
                     f"already succeeded in attempt {prior.number}; not run again "
                     "(a new input or transform version is a new unit of work)"
                 )
-                return self._result("succeeded", "latest attempt succeeded in an earlier run",
-                                    skipped=True)
+                opening.stop = ("succeeded", "latest attempt succeeded in an earlier run")
+                opening.skipped = True
+                return opening
             if prior.number > stale:
-                self.notes.append(
+                opening.notes.append(
                     f"attempt {prior.number} (holder {prior.holder}) succeeded after the rerun "
                     f"was planned on attempt {stale or 'none'}; not run again"
                 )
-                return self._result(
-                    "succeeded", f"succeeded in attempt {prior.number} by {prior.holder} "
-                    "after this rerun was planned",
-                )
-            held = self._held(f"attempt {prior.number} of this unit succeeded")
-            if held is not None:
-                return held
-            rerun_of = prior.number
-            self.supersede = True
-            self.notes.append(
+                opening.stop = ("succeeded", f"succeeded in attempt {prior.number} by "
+                                f"{prior.holder} after this rerun was planned")
+                return opening
+            if self._held(opening, f"attempt {prior.number} of this unit succeeded"):
+                return opening
+            opening.rerun_of = prior.number
+            opening.notes.append(
                 f"attempt {prior.number} had succeeded; run again as requested (a new job "
                 "generation, so a remote job is really executed again)"
             )
         elif prior is None and not (self.task.safe_repeat or self.task.name in self.x.repeat):
             earlier = self._slot_success()
-            if earlier is not None:
-                held = self._held(earlier)
-                if held is not None:
-                    return held
+            if earlier is not None and self._held(opening, earlier):
+                return opening
         if prior is not None and prior.outcome == "running":
-            prior = self._orphaned(prior)
+            opening.prior = prior = self._orphaned(prior, opening.notes)
+        if prior is not None and prior.outcome in ("unknown", "running"):
+            return opening  # reconciled first, outside any transaction (remote calls)
+        if opening.rerun_of is not None or not (self.x.continue_run and self._has_run()):
+            self._open_run(opening.rerun_of, latest=prior, notes=opening.notes)
+            opening.opened = True
+        return opening
+
+    def _begin_now(self, opening: _Opening) -> _Begun | None:
+        """Inside the claiming transaction, right after ``_open``: begin the run's first
+        attempt there too when nothing can hold it back (no backoff to wait, no pool slots or
+        cost estimate to take, the workflow deadline leaves room), so a unit that succeeds
+        costs two durable writes: this one, and the one that finishes it. None: the loop
+        decides and begins it the usual way. Re-runnable, like ``_open``."""
+        if not self.may_begin or not opening.opened or opening.stop is not None:
+            return None
+        task = self.task
+        if self.x.pool_for(task) is not None or (
+            task.maximum_bytes_billed is not None and task.cost_estimate is not None
+        ):
+            return None
+        budget = self.x.attempts_per_call
+        if budget is not None and budget < 1:
+            return None
+        evidence = self._evidence()
+        decision = plan_unit(evidence)
+        if decision is None or evidence.attempts_in_run > 0 or decision.decision not in (
+            Decision.RETRY_ELIGIBLE, Decision.WAIT_BACKOFF
+        ):
+            return None
+        timeout = task.timeout
+        if self.deadline is not None:
+            try:
+                self.deadline.check(evidence.duration_seconds())
+                timeout = self.deadline.cap(task.timeout)
+            except WorkflowTimeout:
+                return None  # the loop records why it does not start
+        record, generation, token = self._begin_in(self.ledger, opening.rerun_of is not None)
+        return _Begun(evidence, record, generation, token, timeout)
+
+    def _drive(self, opening: _Opening | None) -> UnitResult:
+        if opening is None:
+            opening = self.ledger.atomic(lambda _ledger: self._open())
+        self.notes.extend(opening.notes)
+        if opening.rerun_of is not None:
+            self.supersede = True
+        if opening.stop is not None:
+            return self._result(*opening.stop, skipped=opening.skipped)
+        prior = opening.prior
         if prior is not None and prior.outcome in ("unknown", "running"):
             evidence = self._evidence()
             decision = plan_unit(evidence)
@@ -867,8 +1056,14 @@ class _UnitRun:
             if resolved is not None and resolved.outcome == "succeeded":
                 return self._result("succeeded", "reconcile found the earlier attempt's job "
                                     "succeeded; nothing resubmitted")
-        if rerun_of is not None or not (self.x.continue_run and self._has_run()):
-            self._open_run(rerun_of)
+        if not opening.opened and (
+            opening.rerun_of is not None or not (self.x.continue_run and self._has_run())
+        ):
+            self._open_run(opening.rerun_of)
+        if opening.begun is not None:
+            stop = self._attempt(opening.begun.evidence, opening.begun)
+            if stop is not None:
+                return stop
         refreshes = 0
         while True:
             evidence = self._evidence()
@@ -877,7 +1072,13 @@ class _UnitRun:
             kind = decision.decision
             latest = evidence.latest
             if kind is Decision.VALIDATE_OUTPUT:
-                return self._result("succeeded", "finished without error", decision)
+                return self._result("succeeded", "finished without error", decision,
+                                    planned=(decision, latest))
+            if self.give_back_lease is not None and self.give_back_lease.released:
+                # our success gave the lease back: whatever comes next is not ours to write
+                return self._result("succeeded", f"finished without error; next: "
+                                    f"{kind.value} ({decision.reason})", decision,
+                                    planned=(decision, latest))
             if kind in STOPPING_DECISIONS:
                 self._record(decision, evidence)
                 return self._result(STOPPING_DECISIONS[kind], decision.reason, decision)
@@ -918,12 +1119,12 @@ class _UnitRun:
 
     # -- steps --------------------------------------------------------------------------------
 
-    def _held(self, why: str) -> UnitResult | None:
+    def _held(self, opening: _Opening, why: str) -> bool:
         """A task not asserted ``safe_repeat`` that already succeeded is not executed again
         unless the operator named it (``repeat``): its effects (an email, an API call) would
-        happen twice. Returns the ``held`` result, or None when it may run."""
+        happen twice. Records the refusal in ``opening`` (True), or False when it may run."""
         if self.task.safe_repeat or self.task.name in self.x.repeat:
-            return None
+            return False
         reason = (
             f"held: {why}, and task {self.task.name!r} is not safe_repeat (running it again "
             f"may repeat its side effects); name it to execute it again (--repeat "
@@ -932,7 +1133,8 @@ class _UnitRun:
         self.ledger.record_observation(
             self.uow_id, "held", source=EXECUTOR_SOURCE, detail={"reason": reason}
         )
-        return self._result("held", reason)
+        opening.stop = ("held", reason)
+        return True
 
     def _slot_overwritten(self) -> str | None:
         """Why this unit's success no longer stands for its slot: the destination partition's
@@ -951,7 +1153,8 @@ class _UnitRun:
         """Another unit of the same task and interval (older input or transform version)
         that succeeded, described; None if there is none."""
         label = self.unit.interval.label
-        for other in self.ledger.units(pipeline=self.unit.pipeline, task=self.unit.task):
+        for other in self.ledger.units(pipeline=self.unit.pipeline, task=self.unit.task,
+                                       starting=self.unit.interval.start):
             if other.uow_id == self.uow_id or other.interval.label != label:
                 continue
             latest = self.ledger.latest_attempt(other.uow_id)
@@ -962,7 +1165,7 @@ class _UnitRun:
                 )
         return None
 
-    def _orphaned(self, prior: AttemptRecord) -> AttemptRecord:
+    def _orphaned(self, prior: AttemptRecord, notes: list[str]) -> AttemptRecord:
         """A ``running`` attempt found while WE hold the lease has lost its process.
 
         This run has started nothing yet, and the holder that began the attempt no longer
@@ -991,10 +1194,15 @@ class _UnitRun:
                 "started_at": iso(prior.started_at),
             },
         )
-        self.notes.append(why)
+        notes.append(why)
         return record
 
     def _evidence(self) -> UnitEvidence:
+        """The unit's evidence now (or as the transaction that finished a successful attempt
+        read it, after which this run writes nothing)."""
+        if self._evidence_now is not None:
+            evidence, self._evidence_now = self._evidence_now, None
+            return evidence
         return gather_evidence(
             self.ledger, self.uow_id, as_of=self.x.now(), settings=self.settings,
             include_workflow_deadline=True,
@@ -1003,10 +1211,17 @@ class _UnitRun:
     def _has_run(self) -> bool:
         return any(o.state == RUN_STARTED for o in self.ledger.observations(self.uow_id))
 
-    def _open_run(self, rerun_of: int | None = None) -> None:
+    def _open_run(self, rerun_of: int | None = None, *,
+                  latest: AttemptRecord | Literal["read"] | None = "read",
+                  notes: list[str] | None = None) -> None:
         """Record the run marker; ``rerun_of`` names the succeeded attempt this run repeats
-        (``twice.engine.evidence`` then stops treating that success as the unit's state)."""
-        latest = self.ledger.latest_attempt(self.uow_id)
+        (``twice.engine.evidence`` then stops treating that success as the unit's state).
+        ``latest``: the latest attempt, when the caller has just read it in this transaction;
+        ``notes``: where to say the interval is open (default: the run's notes)."""
+        if latest == "read":
+            latest = self.ledger.latest_attempt(self.uow_id)
+        if notes is None:
+            notes = self.notes
         detail: dict[str, Any] = {
             "holder": self.x.holder,
             "first_attempt": (0 if latest is None else latest.number) + 1,
@@ -1017,7 +1232,7 @@ class _UnitRun:
         now = self.x.now()
         if self.unit.interval.end > now:  # allowed (allow_open): say the output is partial
             detail["open_interval"] = {"as_of": iso(now), "ends": iso(self.unit.interval.end)}
-            self.notes.append(
+            notes.append(
                 f"the interval had not ended when run (it ends {iso(self.unit.interval.end)}): "
                 "its output covers a partial interval"
             )
@@ -1097,24 +1312,52 @@ class _UnitRun:
         )
         return self._result("failed-permanent", check.reason, decision_name="repair-cause")
 
-    def _generation(self) -> tuple[int, str]:
+    def _generation(self, ledger: Ledger, supersede: bool) -> JobGenerationRecord:
         """The job generation of the next attempt (every task has one; its job id is
         deterministic). The current one is reused until it is confirmed failed, so a
-        resubmission finds the existing job; a deliberate rerun takes a new one once."""
-        current = self.ledger.current_generation(self.uow_id)
+        resubmission finds the existing job; a deliberate rerun (``supersede``) takes a new
+        one once. Runs inside the transaction that begins the attempt."""
+        current = ledger.current_generation(self.uow_id)
         if current is None:
-            record = self.ledger.record_job_generation(self.uow_id, 1)
-        elif current.state == "confirmed-failed":
-            record = self.ledger.record_job_generation(self.uow_id)
-        elif self.supersede:
-            record = self.ledger.record_job_generation(self.uow_id, supersede=True)
-        else:
-            record = current
-        self.supersede = False
-        return record.generation, record.job_id
+            return ledger.record_job_generation(self.uow_id, 1)
+        if current.state == "confirmed-failed":
+            return ledger.record_job_generation(self.uow_id)
+        if supersede:
+            return ledger.record_job_generation(self.uow_id, supersede=True)
+        return current
 
-    def _attempt(self, evidence: UnitEvidence) -> UnitResult | None:
-        """Start, run and finish one attempt; a UnitResult if the unit stops right here."""
+    def _begin(self) -> tuple[AttemptRecord, JobGenerationRecord]:
+        """One durable write begins the attempt (``_begin_in``)."""
+        record, generation, self.token = self.ledger.atomic(
+            lambda ledger: self._begin_in(ledger, self.supersede)
+        )
+        self.supersede = False
+        return record, generation
+
+    def _begin_in(self, ledger: Ledger, supersede: bool
+                  ) -> tuple[AttemptRecord, JobGenerationRecord, int]:
+        """Begin the attempt in the caller's transaction: its job generation, a fresh fencing
+        token (above the lease's: a timed-out attempt whose thread writes late is refused once
+        its retry has committed) and the attempt itself."""
+        generation = self._generation(ledger, supersede)
+        token = ledger.next_fencing_token()
+        record = ledger.begin_attempt(
+            self.uow_id, holder=self.x.holder, generation=generation.generation,
+            job_id=generation.job_id,
+        )
+        return record, generation, token
+
+    def _attempt(self, evidence: UnitEvidence, begun: _Begun | None = None
+                 ) -> UnitResult | None:
+        """Start, run and finish one attempt; a UnitResult if the unit stops right here.
+        ``begun``: the claim began it (``_begin_now`` made the checks below)."""
+        if begun is not None:
+            self.supersede = False
+            self.token = begun.token
+            with contextlib.ExitStack() as slots:
+                slots.enter_context(self.writer.pop_all())  # the file's writer, held since
+                report = self._run_attempt(begun.record, begun.generation, begun.timeout)
+            return self._after_attempt(begun.record, report)
         needed = evidence.duration_seconds()
         if self.deadline is not None:
             try:
@@ -1136,7 +1379,6 @@ class _UnitRun:
                 self.uow_id, "lease-lost", source=EXECUTOR_SOURCE, detail={"reason": reason}
             )
             return self._result("leased-elsewhere", reason)
-        generation, job_id = self._generation()
         refused = self._take_slots()
         if refused is not None:
             return refused
@@ -1150,28 +1392,32 @@ class _UnitRun:
                 self._give_back_slots()
                 return self._not_started(f"not started: {exc}", "workflow-timeout")
             slots.enter_context(self._guard())
-            # A fresh fencing token per attempt (above the lease's): a timed-out attempt whose
-            # thread writes late is refused once its retry has committed.
-            with self.ledger.transaction():  # one durable write for both
-                self.token = self.ledger.next_fencing_token()
-                record = self.ledger.begin_attempt(
-                    self.uow_id, holder=self.x.holder, generation=generation, job_id=job_id
-                )
-            self.attempts += 1
-            if self.task.reconcile is not None:  # its job is observable: key the slots by it
-                self._keep_slots_for_job(record.number, "started")
-            self.x.emit(AttemptStarted(self.uow_id, self.task.name, self.unit.interval,
-                                       record.number, generation, job_id, self.token))
-            ctx = self._context(record, generation)
-            ctx, failed = self._with_snapshot(ctx, record.number)
-            report = failed or call_attempt(
-                self.task, ctx, timeout=timeout, isolation=self.x.isolation,
-                source_file=self.x.pipeline.source_file,
-            )
-            _mask_error(report.error)  # before it is recorded, emitted or printed
-            self._hold_while_running(report, record.number)
-            self._finish(record, report)
-            self._slots_after_attempt(report, record.number)
+            record, taken = self._begin()
+            report = self._run_attempt(record, taken, timeout)
+        return self._after_attempt(record, report)
+
+    def _run_attempt(self, record: AttemptRecord, taken: JobGenerationRecord,
+                     timeout: float | None) -> AttemptReport:
+        """Run the begun attempt ``record`` (the file's writer held) and record how it ended."""
+        generation, job_id = taken.generation, taken.job_id
+        self.attempts += 1
+        if self.task.reconcile is not None:  # its job is observable: key the slots by it
+            self._keep_slots_for_job(record.number, "started")
+        self.x.emit(AttemptStarted(self.uow_id, self.task.name, self.unit.interval,
+                                   record.number, generation, job_id, self.token))
+        ctx = self._context(record, generation)
+        ctx, failed = self._with_snapshot(ctx, record.number)
+        report = failed or call_attempt(
+            self.task, ctx, timeout=timeout, isolation=self.x.isolation,
+            source_file=self.x.pipeline.source_file,
+        )
+        _mask_error(report.error)  # before it is recorded, emitted or printed
+        self._hold_while_running(report, record.number)
+        self._finish(record, report)
+        self._slots_after_attempt(report, record.number)
+        return report
+
+    def _after_attempt(self, record: AttemptRecord, report: AttemptReport) -> UnitResult | None:
         if self.closed_elsewhere is not None:
             return self._result("leased-elsewhere", self.closed_elsewhere)
         if report.interrupted:
@@ -1261,7 +1507,7 @@ class _UnitRun:
     def _slots_after_attempt(self, report: AttemptReport, number: int) -> None:
         """Give the slots back unless the attempt's work may go on (see the section comment)."""
         if report.ending != "unknown":
-            self._job_ended(number)
+            self._job_ended(number, kept=self._handed_to_job())
             return
         remote = (
             self.task.reconcile is not None or report.remote is not None
@@ -1273,9 +1519,16 @@ class _UnitRun:
             return  # held while this run observes the job
         self._give_back_slots()  # a timed-out thread keeps them (_hold_while_running)
 
-    def _job_ended(self, number: int) -> None:
-        """Attempt ``number``'s work is confirmed ended: release what was kept for it."""
-        released = self.ledger.release_job_pool_slots(self.uow_id, number)
+    def _handed_to_job(self) -> bool:
+        """Whether this run handed its ledger pool holding to its job (only then is a holding
+        keyed by the attempt kept in the ledger)."""
+        lease = self._pool_lease
+        return isinstance(lease, LedgerLease) and lease.handed.is_set()
+
+    def _job_ended(self, number: int, *, kept: bool = True) -> None:
+        """Attempt ``number``'s work is confirmed ended: release what was kept for it
+        (``kept=False``: this run knows nothing was, so the ledger is not asked)."""
+        released = self.ledger.release_job_pool_slots(self.uow_id, number) if kept else []
         for holding in released:
             self.ledger.record_observation(
                 self.uow_id, "pool-released", source=EXECUTOR_SOURCE, attempt=number,
@@ -1377,63 +1630,148 @@ class _UnitRun:
         )
 
     def _finish(self, record: AttemptRecord, report: AttemptReport) -> None:
+        """Record how the attempt ended. The validate-output step reads the destination first,
+        outside any ledger transaction; then one durable write records the partition's new
+        version, the attempt's error, outcome, observation and job generation, and gives the
+        lease back when the unit succeeded (nothing more is written for it in this run)."""
+        from twice.ledger import LedgerError
+
         number = record.number
-        for event in report.nonfatals:
-            self.ledger.record_nonfatal(self.uow_id, event.message, count=event.count,
-                                        attempt=number)
+        marked_early = (  # a job whose output twice cannot read: say it ran before checking
+            report.ending == "succeeded" and record.generation is not None
+            and self.task.acceptance is not None and not self.task.owns_output
+        )
+        if report.nonfatals or marked_early:  # the output check counts the non-fatal errors
+            def before_check(ledger: Ledger) -> None:
+                for event in report.nonfatals:
+                    ledger.record_nonfatal(self.uow_id, event.message, count=event.count,
+                                           attempt=number)
+                if marked_early:
+                    assert record.generation is not None
+                    ledger.mark_generation(self.uow_id, record.generation, "succeeded")
+
+            self.ledger.atomic(before_check)
         if report.remote is not None:
             self._record_remote(report.remote, number)
         detail: dict[str, Any] = {"job_id": record.job_id, "generation": record.generation}
         written = getattr(report.written, "commit", None)
         if written is not None:
             detail["commit"] = written.to_dict()
-        if report.ending == "succeeded":
-            if record.generation is not None:  # the job did succeed, whatever its output
-                self.ledger.mark_generation(self.uow_id, record.generation, "succeeded")
-            rejected = self._check_output(number, report.value, detail,
-                                          commit=written, generation=record.generation)
-            if rejected is not None:
-                report = replace(report, ending="permanent", error=rejected)
-        outcome = attempt_outcome(report.ending)
-        if report.error is not None:  # recorded first: it stays evidence whatever follows
-            self.error = report.error_text
-            if _is_schema_refusal(report.error):
-                self.x.emit(OutputRejected(self.uow_id, self.task.name, self.unit.interval,
-                                           number, str(report.error), schema_change=True))
-            classification = "unknown" if report.ending == "succeeded" else report.ending
-            self.ledger.record_exception(
-                self.uow_id, report.error, classification=classification,
-                attempt=number, detail={"job_id": record.job_id},
-            )
-        if not self._finish_attempt(number, outcome, detail):
-            return
-        failed = report.error
-        if (
-            isinstance(failed, JobFailed) and record.generation is not None
-            and failed.job_id == record.job_id
-        ):
-            self.ledger.mark_generation(self.uow_id, record.generation, "confirmed-failed")
-        if report.ending == "succeeded":
-            self.value = report.value
+        job_succeeded = report.ending == "succeeded"  # the job did, whatever its output
+        check = _Check()
+        if job_succeeded:
+            check = self._check_output(number, report.value, detail,
+                                       commit=written, generation=record.generation)
+            if check.rejected is not None:
+                report = replace(report, ending="permanent", error=check.rejected)
         if report.ending == "unknown":
             detail["why"] = (
                 "the attempt timed out or lost its acknowledgement; remote work may continue "
                 "(a timed-out thread is not stopped), so the outcome is unknown, not failed"
             )
-        self.ledger.record_observation(
-            self.uow_id, outcome, source=EXECUTOR_SOURCE, attempt=number, detail=detail
-        )
-        self._emit_finished(number, outcome, report)
+        release = (self.give_back_lease if report.ending == "succeeded"
+                   and not self._handed_to_job() else None)
+        if release is not None:
+            release.stop_renewing()
 
-    def _finish_attempt(self, number: int, outcome: str, detail: dict[str, Any]) -> bool:
+        def finish(ledger: Ledger) -> _Ended | None:
+            ended = _Ended(report)
+            detail.pop("fingerprint", None)
+            detail.pop("output_check", None)
+            if check.measured is not None:
+                try:
+                    ended.diff = record_measured(
+                        ledger, self.task, self.uow_id, number, check.measured,
+                        accept_schema_change=self.x.accept_schema_change,
+                    )
+                except (SchemaChangeError, LedgerError) as exc:  # not verified
+                    _mask_error(exc)
+                    detail["output_check"] = f"{type(exc).__name__}: {exc}"
+                    ended = _Ended(replace(report, ending="permanent", error=exc), rejected=exc)
+                else:
+                    detail["fingerprint"] = ended.diff.to_dict()
+            if self.task.acceptance is None:  # the acceptance check read it already
+                self.nonfatal = self._nonfatal_count(number)
+            final, failed = ended.report, ended.report.error
+            outcome = attempt_outcome(final.ending)
+            if job_succeeded and record.generation is not None and not marked_early:
+                ledger.mark_generation(self.uow_id, record.generation, "succeeded")
+            if failed is not None:  # recorded first: it stays evidence whatever follows
+                ledger.record_exception(
+                    self.uow_id, failed, attempt=number, detail={"job_id": record.job_id},
+                    classification=_error_classification(final),
+                )
+            if not self._finish_attempt(ledger, number, outcome, detail):
+                return None
+            if (
+                isinstance(failed, JobFailed) and record.generation is not None
+                and failed.job_id == record.job_id
+            ):
+                ledger.mark_generation(self.uow_id, record.generation, "confirmed-failed")
+            ledger.record_observation(
+                self.uow_id, outcome, source=EXECUTOR_SOURCE, attempt=number, detail=detail
+            )
+            if release is not None and outcome == "succeeded":
+                ledger.release_lease(self.uow_id, self.x.holder)
+                ended.released = True
+                # what the loop plans on next, read in this transaction (nothing follows it)
+                self._evidence_now = self._evidence()
+            return ended
+
+        self.closed_elsewhere = None
+        self._evidence_now = None
+        try:
+            ended = self.ledger.atomic(finish)
+        except LedgerError:
+            if report.error is not None:  # the attempt's own error stays evidence
+                with contextlib.suppress(LedgerError):
+                    self.ledger.record_exception(
+                        self.uow_id, report.error, attempt=number,
+                        detail={"job_id": record.job_id},
+                        classification=_error_classification(report))
+            raise
+        if release is not None:
+            if ended is not None and ended.released:
+                release.released = True
+            else:
+                release.resume_renewing()
+        if ended is None:  # closed elsewhere
+            return
+        report = ended.report
+        if ended.diff is not None:
+            self.diff = ended.diff
+            self.x.emit(OutputVerified(self.uow_id, self.task.name, self.unit.interval, number,
+                                       self.acceptance, ended.diff, ended.diff.source,
+                                       assertions=check.assertions))
+        elif ended.rejected is not None:
+            self.x.emit(OutputRejected(
+                self.uow_id, self.task.name, self.unit.interval, number, str(ended.rejected),
+                schema_change=isinstance(ended.rejected, SchemaChangeError)))
+        if report.error is not None:
+            self.error = report.error_text
+            if _is_schema_refusal(report.error):
+                self.x.emit(OutputRejected(self.uow_id, self.task.name, self.unit.interval,
+                                           number, str(report.error), schema_change=True))
+        if report.ending == "succeeded":
+            self.value = report.value
+        self._emit_finished(number, attempt_outcome(report.ending), report)
+
+    def _nonfatal_count(self, number: int) -> int:
+        """Non-fatal errors recorded for attempt ``number`` (read in the caller's transaction
+        when there is one)."""
+        return sum(record.count for record in self.ledger.nonfatal_errors(self.uow_id)
+                   if record.attempt == number)
+
+    def _finish_attempt(self, ledger: Ledger, number: int, outcome: str,
+                        detail: dict[str, Any]) -> bool:
         """Record how our attempt ended; False if another holder has already closed it (it
         took our lease over while we were paused): then this run stops, and says so."""
         from twice.ledger import LedgerError
 
         try:
-            self.ledger.finish_attempt(self.uow_id, number, outcome)  # type: ignore[arg-type]
+            ledger.finish_attempt(self.uow_id, number, outcome)  # type: ignore[arg-type]
         except LedgerError:
-            current = self.ledger.attempt(self.uow_id, number)
+            current = ledger.attempt(self.uow_id, number)
             if current is None or current.outcome in ("running", "unknown"):
                 raise
             self.closed_elsewhere = (
@@ -1441,7 +1779,7 @@ class _UnitRun:
                 f"closed it as {current.outcome} after taking the lease over: that holder "
                 "settles the unit"
             )
-            self.ledger.record_observation(
+            ledger.record_observation(
                 self.uow_id, "closed-elsewhere", source=EXECUTOR_SOURCE, attempt=number,
                 detail={**detail, "ended_here": outcome, "recorded": current.outcome,
                         "why": self.closed_elsewhere},
@@ -1528,7 +1866,7 @@ class _UnitRun:
             detail: dict[str, Any] = {"job_id": attempt.job_id, "generation": generation,
                                       "reconcile": True}
             with self._guard():
-                rejected = self._check_output(number, None, detail, generation=generation)
+                rejected = self._verify_now(number, detail, generation=generation)
             self._close_verified(attempt, rejected, detail, "output check after reconcile")
             return None
         if report.state in (RemoteState.FAILED, RemoteState.NOT_FOUND):
@@ -1589,8 +1927,8 @@ class _UnitRun:
             detail: dict[str, Any] = {"job_id": attempt.job_id, "generation": attempt.generation,
                                       "reconcile": True, "commit": commit.to_dict()}
             with self._guard():
-                rejected = self._check_output(number, None, detail, commit=commit,
-                                              generation=attempt.generation)
+                rejected = self._verify_now(number, detail, commit=commit,
+                                            generation=attempt.generation)
             self._close_verified(attempt, rejected, detail, "output check after reconcile")
             return True, None
         if self.task.reconcile is not None and attempt.job_id is not None:
@@ -1608,6 +1946,30 @@ class _UnitRun:
         )
         self._reconciled(attempt, "not-found", "commit record absent in the destination")
         return True, None
+
+    def _verify_now(self, number: int, detail: dict[str, Any], *,
+                    commit: CommitRecord | None = None, generation: int | None = None
+                    ) -> BaseException | None:
+        """The validate-output step for an attempt settled by reconcile: checked, and its
+        partition's version recorded at once (the attempt is closed afterwards)."""
+        check = self._check_output(number, None, detail, commit=commit, generation=generation)
+        if check.measured is None:
+            return check.rejected
+        try:
+            diff = record_measured(self.ledger, self.task, self.uow_id, number, check.measured,
+                                   accept_schema_change=self.x.accept_schema_change)
+        except Exception as exc:
+            _mask_error(exc)
+            detail["output_check"] = f"{type(exc).__name__}: {exc}"
+            self.x.emit(OutputRejected(self.uow_id, self.task.name, self.unit.interval, number,
+                                       str(exc), schema_change=isinstance(exc, SchemaChangeError)))
+            return exc
+        self.diff = diff
+        detail["fingerprint"] = diff.to_dict()
+        self.x.emit(OutputVerified(self.uow_id, self.task.name, self.unit.interval, number,
+                                   self.acceptance, diff, diff.source,
+                                   assertions=check.assertions))
+        return None
 
     def _close_verified(self, attempt: AttemptRecord, rejected: BaseException | None,
                         detail: dict[str, Any], during: str) -> None:
@@ -1638,24 +2000,21 @@ class _UnitRun:
     def _check_output(
         self, number: int, returned: Any, detail: dict[str, Any], *,
         commit: CommitRecord | None = None, generation: int | None = None,
-    ) -> BaseException | None:
-        """The validate-output step (``twice.engine.verification``): acceptance criteria, then the
-        slice's fingerprint recorded as the partition's next version (from the commit record
-        when twice owned the write).
+    ) -> _Check:
+        """The validate-output step's reads (``twice.engine.verification``): acceptance
+        criteria, then the slice's fingerprint (from the commit record when twice owned the
+        write), which ``_finish`` records as the partition's next version.
 
-        Returns the reason the output is rejected (as an exception to record), else None; the
-        checks made go into ``detail`` (the attempt's observation) and the result.
+        A rejection comes back as an exception to record; the checks made go into ``detail``
+        (the attempt's observation) and the result.
         """
-        self.nonfatal = sum(
-            record.count for record in self.ledger.nonfatal_errors(self.uow_id)
-            if record.attempt == number
-        )
         criteria = self.task.acceptance  # Task checked it is AcceptanceCriteria + destination
         assertions: tuple[Any, ...] = ()  # the criteria checked, as data, for the events
         if criteria is not None:
             # imported only here: twice.define.acceptance loads the destinations (PyArrow)
             from twice.engine.verification import AcceptanceFailed, check_task_output
 
+            self.nonfatal = self._nonfatal_count(number)
             try:
                 verdict = check_task_output(
                     criteria, self.task.destination, self.unit.interval, returned,
@@ -1664,7 +2023,7 @@ class _UnitRun:
             except Exception as exc:  # the destination cannot be read: not verified
                 _mask_error(exc)
                 detail["acceptance"] = {"passed": False, "checks": [], "error": str(exc)}
-                return exc
+                return _Check(rejected=exc)
             self.acceptance = verdict.checks if verdict.passed else verdict.reasons
             detail["acceptance"] = {"passed": verdict.passed, "checks": list(verdict.checks)}
             assertions = verdict.assertions
@@ -1672,34 +2031,27 @@ class _UnitRun:
                 failed = AcceptanceFailed(verdict)
                 self.x.emit(OutputRejected(self.uow_id, self.task.name, self.unit.interval,
                                            number, str(failed), assertions=assertions))
-                return failed
+                return _Check(rejected=failed)
         if not self.task.owns_output:  # nothing twice can read: acceptance was the check
             self.x.emit(OutputVerified(self.uow_id, self.task.name, self.unit.interval, number,
                                        self.acceptance, assertions=assertions))
-            return None
+            return _Check()
         if commit is None:
             commit = self._commit_record(number, generation)
         superseded = self._superseded(commit)
         if superseded is not None:
             detail["superseded"] = superseded
             self.notes.append(superseded)
-            return None  # its write happened; the slot already holds a newer writer's rows
+            return _Check()  # its write happened; the slot already holds a newer writer's rows
         try:
-            diff = record_partition(
-                self.ledger, self.task, self.uow_id, number, self.unit.interval,
-                accept_schema_change=self.x.accept_schema_change, commit=commit,
-            )
+            measured = measure_partition(self.task, self.unit.interval, commit=commit)
         except Exception as exc:
             _mask_error(exc)
             detail["output_check"] = f"{type(exc).__name__}: {exc}"
             self.x.emit(OutputRejected(self.uow_id, self.task.name, self.unit.interval, number,
                                        str(exc), schema_change=isinstance(exc, SchemaChangeError)))
-            return exc
-        self.diff = diff
-        detail["fingerprint"] = diff.to_dict()
-        self.x.emit(OutputVerified(self.uow_id, self.task.name, self.unit.interval, number,
-                                   self.acceptance, diff, diff.source, assertions=assertions))
-        return None
+            return _Check(rejected=exc)
+        return _Check(measured=measured, assertions=assertions)
 
     def _superseded(self, commit: CommitRecord | None) -> str | None:
         """A commit of ours that a newer writer of the same slot has already replaced (we were
@@ -1741,12 +2093,18 @@ class _UnitRun:
         *,
         decision_name: str | None = None,
         skipped: bool = False,
+        planned: tuple[DecisionResult, AttemptRecord | None] | None = None,
     ) -> UnitResult:
-        latest = self.ledger.latest_attempt(self.uow_id)
-        final = plan_unit(gather_evidence(
-            self.ledger, self.uow_id, as_of=self.x.now(), settings=self.settings,
-            include_workflow_deadline=True,
-        ))
+        """The unit's result, with the planner's next decision on the ledger as it is now
+        (``planned``: that decision and the latest attempt, just read, nothing written since)."""
+        if planned is None:
+            latest = self.ledger.latest_attempt(self.uow_id)
+            final = plan_unit(gather_evidence(
+                self.ledger, self.uow_id, as_of=self.x.now(), settings=self.settings,
+                include_workflow_deadline=True,
+            ))
+        else:
+            final, latest = planned
         next_decision = final.decision.value if final is not None else (
             decision_name or (decision.decision.value if decision else None)
         )

@@ -237,18 +237,33 @@ def measure_drift(spec: str, interval: Interval, record: FingerprintRecord) -> D
 def record_partition(ledger: Ledger, task: Task, uow_id: str, attempt: int | None,
                      interval: Interval, *, accept_schema_change: bool = False,
                      commit: CommitRecord | None = None) -> PartitionDiff:
-    """Fingerprint the slice ``task`` wrote for ``interval``, record it, return the diff.
+    """Fingerprint the slice ``task`` wrote for ``interval``, record it, return the diff
+    (``measure_partition`` then ``record_measured``)."""
+    return record_measured(ledger, task, uow_id, attempt,
+                           measure_partition(task, interval, commit=commit),
+                           accept_schema_change=accept_schema_change)
+
+
+@dataclass(frozen=True)
+class MeasuredPartition:
+    """A written slice as the destination shows it: what ``record_measured`` records."""
+
+    partition: str
+    signature: str  # the destination's schema signature
+    current: Fingerprint
+    source: str  # "commit record" or "fingerprinted after the attempt"
+
+
+def measure_partition(task: Task, interval: Interval, *,
+                      commit: CommitRecord | None = None) -> MeasuredPartition:
+    """Read the destination (never the ledger): its schema, and the slice's fingerprint.
 
     ``commit`` is the write's commit record: its fingerprint (taken inside the write
-    transaction) is used when it covers the same slice, so nothing is scanned twice. Raises
-    :class:`SchemaChangeError` (recording nothing) when the schema signature differs from the
-    previous version's and the change was not accepted.
+    transaction) is used when it covers the same slice, so nothing is scanned twice.
     """
     from twice.destinations import open_destination
     from twice.destinations.fingerprint import Fingerprint, fingerprint
 
-    partition = partition_key(interval)
-    before = ledger.latest_fingerprint(task.destination, partition)
     dest = open_destination(task.destination)
     try:
         signature = schema_signature(dest.schema())
@@ -264,6 +279,20 @@ def record_partition(ledger: Ledger, task: Task, uow_id: str, attempt: int | Non
             source = "fingerprinted after the attempt"
     finally:
         dest.close()
+    return MeasuredPartition(partition_key(interval), signature, current, source)
+
+
+def record_measured(ledger: Ledger, task: Task, uow_id: str, attempt: int | None,
+                    measured: MeasuredPartition, *, accept_schema_change: bool = False
+                    ) -> PartitionDiff:
+    """Record ``measured`` as the partition's next version and return the diff with the
+    previous one; reads and writes only the ledger, so it joins the caller's transaction.
+
+    Raises :class:`SchemaChangeError` (recording nothing) when the schema signature differs
+    from the previous version's and the change was not accepted.
+    """
+    partition, signature, current = measured.partition, measured.signature, measured.current
+    before = ledger.latest_fingerprint(task.destination, partition)
     schema_changed = None
     if before is not None and before.schema is not None:
         schema_changed = before.schema != signature
@@ -282,7 +311,7 @@ def record_partition(ledger: Ledger, task: Task, uow_id: str, attempt: int | Non
         version=record.version,
         rows_before=None if before is None else before.row_count, rows_after=current.row_count,
         checksum_before=None if before is None else before.checksum,
-        checksum_after=current.checksum, schema_changed=schema_changed, source=source,
+        checksum_after=current.checksum, schema_changed=schema_changed, source=measured.source,
         columns=current.columns, algorithm=current.algorithm,
         definition_changed=before is not None and not comparable(before, current),
     )

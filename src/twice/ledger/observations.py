@@ -30,9 +30,11 @@ class ObservationStore:
 
     def record(
         self, uow_id: str, state: str, *, source: str, observed_at: datetime | None,
-        attempt: int | None, detail: Mapping[str, Any] | None,
+        attempt: int | None, detail: Mapping[str, Any] | None, summary: str | None = None,
     ) -> ObservationRecord:
         state = text(state, "state")
+        if summary is not None:
+            summary = text(summary, "summary")
         source = text(source, "source")
         with self._session.write() as conn:
             now = self._session.now()
@@ -40,7 +42,7 @@ class ObservationStore:
             units.require(conn, uow_id, attempt=attempt)
             return insert_observation(
                 conn, uow_id=uow_id, state=state, source=source, observed_at=observed,
-                recorded_at=now, attempt=attempt, detail=detail,
+                recorded_at=now, attempt=attempt, detail=detail, summary=summary,
             )
 
     def all(self, uow_id: str) -> list[ObservationRecord]:

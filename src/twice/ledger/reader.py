@@ -42,7 +42,8 @@ class LedgerReader(Protocol):
     def unit(self, uow_id: str) -> UnitRecord | None: ...
 
     def units(
-        self, *, pipeline: str | None = None, task: str | None = None
+        self, *, pipeline: str | None = None, task: str | None = None,
+        starting: datetime | None = None,
     ) -> list[UnitRecord]: ...
 
     def attempts(self, uow_id: str) -> list[AttemptRecord]: ...

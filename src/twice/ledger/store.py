@@ -346,9 +346,11 @@ class Ledger:
     def unit(self, uow_id: str) -> UnitRecord | None:
         return self._units.get(uow_id)
 
-    def units(self, *, pipeline: str | None = None, task: str | None = None) -> list[UnitRecord]:
-        """All recorded units of work (optionally of one pipeline/task), in interval order."""
-        return self._units.all(pipeline=pipeline, task=task)
+    def units(self, *, pipeline: str | None = None, task: str | None = None,
+              starting: datetime | None = None) -> list[UnitRecord]:
+        """All recorded units of work (optionally of one pipeline/task, and of the intervals
+        that start at ``starting``), in interval order."""
+        return self._units.all(pipeline=pipeline, task=task, starting=starting)
 
     # -- attempts -----------------------------------------------------------------------------
 
@@ -450,13 +452,16 @@ class Ledger:
         observed_at: datetime | None = None,
         attempt: int | None = None,
         detail: Mapping[str, Any] | None = None,
+        summary: str | None = None,
     ) -> ObservationRecord:
         """Record a status seen by ``source`` at ``observed_at`` (default: now).
 
         A stale ``observed_at`` is fine (the planner refreshes it); a future one is refused.
+        ``summary`` is the journal's one line for it (timelines show it; default: "observed
+        STATE via SOURCE").
         """
         return self._observations.record(uow_id, state, source=source, observed_at=observed_at,
-                                         attempt=attempt, detail=detail)
+                                         attempt=attempt, detail=detail, summary=summary)
 
     def observations(self, uow_id: str) -> list[ObservationRecord]:
         """All observations, oldest observation time first."""

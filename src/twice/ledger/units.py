@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from sqlalchemy import select
 from sqlalchemy.engine import Connection
 
 from twice.core.unit import UnitOfWork
-from twice.ledger.checks import count, text
-from twice.ledger.engine import insert_ignore
+from twice.ledger.checks import aware, count, text
+from twice.ledger.engine import insert_ignore, is_postgres
 from twice.ledger.errors import LedgerError, UnknownUnitError
 from twice.ledger.journal import append_event
 from twice.ledger.records import UnitRecord
@@ -58,8 +60,11 @@ class UnitStore:
         with self._session.read() as conn:
             return find(conn, uow_id)
 
-    def all(self, *, pipeline: str | None, task: str | None) -> list[UnitRecord]:
+    def all(self, *, pipeline: str | None, task: str | None,
+            starting: datetime | None = None) -> list[UnitRecord]:
         query = select(units)
+        if starting is not None:
+            query = query.where(units.c.interval_start_utc == aware(starting, "starting"))
         if pipeline is not None:
             query = query.where(units.c.pipeline == pipeline)
         if task is not None:
@@ -78,7 +83,30 @@ def unit_of_work(uow: object) -> UnitOfWork:
 
 
 def find(conn: Connection, uow_id: str, *, lock: bool = False) -> UnitRecord | None:
-    return first(conn, select(units).where(units.c.uow_id == uow_id), UNIT, lock=lock)
+    """The unit's record; read once per transaction (a unit never changes once recorded)
+    unless ``lock`` asks for its row lock on PostgreSQL (SQLite's writers are serialised by
+    the transaction itself)."""
+    known = _known_in_transaction(conn)
+    if uow_id in known and not (lock and is_postgres(conn)):
+        return known[uow_id]
+    record = first(conn, select(units).where(units.c.uow_id == uow_id), UNIT, lock=lock)
+    if record is not None:
+        known[uow_id] = record
+    return record
+
+
+def _known_in_transaction(conn: Connection) -> dict[str, UnitRecord]:
+    """The units this connection's current transaction has read (a pooled connection keeps
+    ``info`` across transactions, so the cache is tied to the transaction object)."""
+    transaction = conn.get_transaction()
+    if transaction is None:
+        return {}
+    cached = conn.info.get("twice_units")
+    if cached is None or cached[0] is not transaction:
+        cached = (transaction, {})
+        conn.info["twice_units"] = cached
+    known: dict[str, UnitRecord] = cached[1]
+    return known
 
 
 def require(

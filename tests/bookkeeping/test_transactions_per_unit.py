@@ -1,0 +1,164 @@
+"""Backfill bookkeeping: durable ledger transactions and reads per successful unit (issue 23).
+
+A unit that runs once and succeeds is claimed and begun in one write transaction and finished,
+verified (its partition's fingerprint recorded) and released in another: the floor the issue
+names. The reads are a fixed number per unit whatever the size of the range. Counted with
+SQLAlchemy's engine events on the ledger's own engine, so a change that adds a commit or a
+per-unit scan fails here, not only in bench/.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import date, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import event
+
+from twice.define.pipeline import Pipeline, TaskContext
+from twice.define.schedule import Schedule
+from twice.drivers.backfill import run_backfill
+from twice.ledger import Ledger
+
+FIRST_DAY = date(2024, 1, 1)
+WRITE = re.compile(r"^\s*(INSERT|UPDATE|DELETE)\b", re.IGNORECASE)
+
+
+@dataclass
+class Tally:
+    """Transactions that wrote, transactions that only read, and statements that read rows."""
+
+    writes: int = 0
+    reads: int = 0
+    selects: int = 0
+    tables: Counter[str] = field(default_factory=Counter)
+    scans: list[str] = field(default_factory=list)  # unit lists read without a unit's key
+
+
+@contextmanager
+def counting(ledger: Ledger) -> Iterator[Tally]:
+    """Count the ledger's committed transactions and SELECTs while the block runs."""
+    engine = ledger._session.engine
+    tally = Tally()
+    wrote: dict[int, bool] = {}
+
+    def on_begin(conn: Any) -> None:
+        wrote[id(conn)] = False
+
+    def on_execute(conn: Any, cursor: Any, statement: str, *_: Any) -> None:
+        if WRITE.match(statement):
+            wrote[id(conn)] = True
+        elif statement.lstrip().upper().startswith("SELECT"):
+            tally.selects += 1
+            found = re.search(r"FROM (\w+)", statement)
+            table = found.group(1) if found else "?"
+            tally.tables[table] += 1
+            if table == "twice_units_of_work" and not re.search(
+                r"\.(uow_id|interval_start_utc) = ", statement
+            ):
+                tally.scans.append(statement)
+
+    def on_commit(conn: Any) -> None:
+        if wrote.pop(id(conn), False):
+            tally.writes += 1
+        else:
+            tally.reads += 1
+
+    listeners = [("begin", on_begin), ("before_cursor_execute", on_execute),
+                 ("commit", on_commit)]
+    for name, fn in listeners:
+        event.listen(engine, name, fn)
+    try:
+        yield tally
+    finally:
+        for name, fn in listeners:
+            event.remove(engine, name, fn)
+
+
+def noop_pipeline() -> Pipeline:
+    pipeline = Pipeline("bookkeeping", schedule=Schedule.daily("UTC"))
+
+    def noop(ctx: TaskContext) -> None:
+        """Does nothing: what is counted is the bookkeeping around it."""
+
+    pipeline.task(noop)
+    return pipeline
+
+
+def owned_pipeline(warehouse: Path) -> Pipeline:
+    """One task whose output twice writes (replace the interval's slice) and fingerprints."""
+    pipeline = Pipeline("bookkeeping_owned", schedule=Schedule.daily("UTC"))
+    destination = f"sqlite:///{warehouse}?partition_column=day#daily"
+
+    @pipeline.task(destination=destination, write="replace")
+    def daily(ctx: TaskContext) -> list[dict[str, Any]]:
+        day = ctx.interval.start.date()
+        return [{"day": day, "n": i, "value": i * 1.5} for i in range(3)]
+
+    return pipeline
+
+
+def spans(pipeline: Pipeline, first: int, count: int) -> list[Any]:
+    start = FIRST_DAY + timedelta(days=first)
+    return pipeline.schedule.intervals(start, start + timedelta(days=count))
+
+
+def per_unit(ledger: Ledger, pipeline: Pipeline, first: int, count: int) -> Tally:
+    """Backfill ``count`` fresh intervals; every unit must succeed once."""
+    with counting(ledger) as tally:
+        result = run_backfill(pipeline, ledger, spans(pipeline, first, count))
+    assert result.ok, result.counts()
+    assert [r.status for r in result.runs] == ["succeeded"] * count
+    return tally
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def ledger_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'ledger.db'}"
+    return str(request.getfixturevalue("postgres_url"))
+
+
+def test_a_successful_unit_costs_two_durable_transactions(ledger_url: str) -> None:
+    pipeline = noop_pipeline()
+    with Ledger.open(ledger_url) as ledger:
+        per_unit(ledger, pipeline, 0, 2)  # the ledger's first writes (counters, schema) aside
+        tally = per_unit(ledger, pipeline, 10, 12)
+    assert tally.writes == 2 * 12, tally
+
+
+def test_an_owned_write_is_verified_in_the_finishing_transaction(
+    ledger_url: str, tmp_path: Path
+) -> None:
+    """The partition's fingerprint is recorded with the attempt's outcome, not on its own."""
+    pipeline = owned_pipeline(tmp_path / "warehouse.db")
+    with Ledger.open(ledger_url) as ledger:
+        per_unit(ledger, pipeline, 0, 2)
+        tally = per_unit(ledger, pipeline, 10, 12)
+        versions = [ledger.latest_fingerprint(f"sqlite:///{tmp_path / 'warehouse.db'}"
+                                              "?partition_column=day#daily", span.label)
+                    for span in spans(pipeline, 10, 12)]
+    assert tally.writes == 2 * 12, tally
+    assert [v.version if v else None for v in versions] == [1] * 12
+    assert all(v is not None and v.row_count == 3 for v in versions)
+
+
+def test_reads_per_unit_do_not_grow_with_the_range(tmp_path: Path) -> None:
+    """Each further unit costs the same reads whatever the size of the range, and no unit
+    reads the list of units (a scan that grows with the ledger): only the plan does, once."""
+    pipeline = noop_pipeline()
+    with Ledger.open(f"sqlite:///{tmp_path / 'ledger.db'}") as ledger:
+        per_unit(ledger, pipeline, 0, 2)
+        four = per_unit(ledger, pipeline, 10, 4)
+        eight = per_unit(ledger, pipeline, 20, 8)
+        forty = per_unit(ledger, pipeline, 100, 40)
+    each = (eight.selects - four.selects) / 4
+    assert forty.selects - eight.selects == each * 32, (four, eight, forty)
+    assert each <= 23, eight  # today's count: a new per-unit read must be argued for
+    assert len(forty.scans) == len(four.scans), forty.scans
