@@ -70,7 +70,7 @@ class AttemptStore:
             row = {"uow_id": uow_id, "number": number, "holder": holder,
                    "generation": generation, "job_id": job_id, "started_at": started,
                    "finished_at": None, "outcome": "running"}
-            conn.execute(insert(attempts).values(started_seq=seq, **row))
+            conn.execute(insert(attempts), {"started_seq": seq, **row})
         return ATTEMPT(row)
 
     def finish(

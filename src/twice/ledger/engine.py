@@ -261,8 +261,8 @@ def insert_ignore(conn: Connection, table: Table, values: dict[str, Any]) -> boo
     insert = pg_insert if is_postgres(conn) else sqlite_insert
     # RETURNING, not rowcount: SQLAlchemy does not report rowcount for INSERT by default.
     key = next(iter(table.primary_key.columns))
-    statement = insert(table).values(**values).on_conflict_do_nothing().returning(key)
-    return conn.execute(statement).first() is not None
+    statement = insert(table).on_conflict_do_nothing().returning(key)
+    return conn.execute(statement, values).first() is not None
 
 
 def lock_key(conn: Connection, kind: str, name: str) -> None:

@@ -89,7 +89,7 @@ class GenerationStore:
             )
             row = {"uow_id": uow_id, "generation": number, "job_id": job_id, "state": "active",
                    "created_at": now, "updated_at": now}
-            conn.execute(insert(job_generations).values(seq=seq, **row))
+            conn.execute(insert(job_generations), {"seq": seq, **row})
         return GENERATION(row)
 
     def mark(self, uow_id: str, generation: int, state: GenerationState) -> JobGenerationRecord:

@@ -41,7 +41,7 @@ def append_event(
 
 def inserted_key(conn: Connection, table: Table, values: Mapping[str, Any]) -> int:
     """Insert one row and return its generated integer key."""
-    key = conn.execute(insert(table).values(dict(values))).inserted_primary_key
+    key = conn.execute(insert(table), dict(values)).inserted_primary_key
     assert key is not None
     return int(key[0])
 
@@ -67,7 +67,7 @@ def append_entry(
         summary=summary, uow_id=values.get("uow_id"), attempt=values.get("attempt"), data=data,
     )
     row = {"seq": seq, **values}
-    conn.execute(insert(table).values(row))
+    conn.execute(insert(table), row)
     return row
 
 
