@@ -8,15 +8,13 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import pytest
 from click.testing import CliRunner
+from tests.destinations.key_diff_pipeline import SCHEDULE, SPECS, build
 
 from twice.cli.app import cli
 from twice.core.decision import Decision
 from twice.core.policy import RetryPolicy
-from twice.define.pipeline import Pipeline, TaskContext
-from twice.define.schedule import Schedule
 from twice.drivers.backfill import (
     KEY_DIFF_SAMPLES,
     ROWS_CHANGED_SOURCE,
@@ -26,30 +24,6 @@ from twice.drivers.backfill import (
 from twice.engine.evidence import EXECUTOR_SOURCE, PlanSettings, gather_evidence, plan_unit
 from twice.ledger import Ledger, ObservationRecord
 from twice.reports import gather
-
-SCHEDULE = Schedule.daily("UTC")
-SPECS = {
-    "delta": "delta://{tmp}/t?partition_column=day&key_columns=id",
-    "iceberg": "iceberg://{tmp}/wh?partition_column=day&key_columns=id#ns.t",
-}
-SCHEMA = pa.schema([("day", pa.date32()), ("id", pa.int64()), ("v", pa.int64())])
-
-
-def build(spec: str, version: dict[str, int]) -> Pipeline:
-    pipeline = Pipeline("keydiff", schedule=SCHEDULE)
-
-    @pipeline.task(destination=spec, write="replace", safe_repeat=True,
-                   retry=RetryPolicy(max_attempts=1))
-    def load(ctx: TaskContext) -> pa.Table:
-        day = ctx.interval.start.date()
-        if version["v"] == 1:
-            rows = [{"day": day, "id": i, "v": i} for i in range(4)]
-        else:  # 0 removed, 1 changed, 2 and 3 kept, 7 added
-            rows = [{"day": day, "id": 1, "v": 100}, {"day": day, "id": 2, "v": 2},
-                    {"day": day, "id": 3, "v": 3}, {"day": day, "id": 7, "v": 7}]
-        return pa.Table.from_pylist(rows, schema=SCHEMA)
-
-    return pipeline
 
 
 class WithoutRowsChanged:
