@@ -129,3 +129,18 @@ def test_an_unreachable_ledger_is_named_without_its_password(command: str) -> No
     assert done.returncode != 0
     assert "s3cretpw" not in done.stdout + done.stderr
     assert "127.0.0.1:9" in done.stdout + done.stderr
+
+
+def test_a_registered_password_is_masked_as_a_token_not_inside_words() -> None:
+    """``postgresql://postgres:postgres@localhost/db`` is the most common development spec:
+    its password must be masked wherever it stands on its own, but the words that merely
+    contain it (``postgresql``) stay readable."""
+    remember("postgresql://etl:postgres@localhost/wh?partition_column=day#public.t")
+    assert redact("cannot reach postgresql://etl@localhost/wh") == (
+        "cannot reach postgresql://etl@localhost/wh")
+    assert redact("auth failed: 'postgres' rejected") == "auth failed: '***' rejected"
+    assert redact("postgres") == "***"
+    assert redact("key postgres_old and postgres2") == "key postgres_old and postgres2"
+    remember("postgresql://etl:s3cr%21t@localhost/wh#public.u")  # "s3cr!t" decoded
+    # a secret that is not a plain word is masked wherever it appears, even inside a word
+    assert redact("got s3cr!t, s3cr%21t and xs3cr!t") == "got ***, *** and x***"

@@ -18,7 +18,9 @@ with it. So a spec has two forms:
   registered opens as written: the engine's own sources (``PGPASSWORD``, ``~/.pgpass``) apply.
 
 :func:`redact` masks passwords in free text (a driver's error message can echo the connection
-string it was given): URL passwords, ``password=`` pairs, and every password registered here.
+string it was given): URL passwords, ``password=`` pairs, and every password registered here
+(one made of word characters only where it stands as a word: a development password such as
+``postgres`` leaves ``postgresql`` readable).
 
 Standard library only, like the rest of ``twice.core``.
 """
@@ -42,6 +44,10 @@ _lock = threading.Lock()
 _registered: dict[str, str] = {}  # public identity -> the spec as written (with its password)
 _secrets: set[str] = set()  # every password registered, as written and percent-decoded
 
+#: A secret made of word characters only is masked where it stands as a word of its own, so
+#: a common word used as a development password (``postgres``) leaves longer words readable;
+#: any other secret is masked wherever it appears.
+_WORD = re.compile(r"\w+")
 _URL_PASSWORD = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.-]*://[^:/?#@\s]*:)[^@/\s]+@")
 _PAIR_NAMES = "|".join(sorted(SECRET_PARAMETERS, key=len, reverse=True))
 _PASSWORD_PAIR = re.compile(
@@ -149,5 +155,8 @@ def redact(text: str) -> str:
     with _lock:
         known = sorted(_secrets, key=len, reverse=True)
     for secret in known:
-        text = text.replace(secret, MASK)
+        if _WORD.fullmatch(secret):  # "postgres": not inside "postgresql"
+            text = re.sub(rf"(?<!\w){re.escape(secret)}(?!\w)", MASK, text)
+        else:
+            text = text.replace(secret, MASK)
     return text
