@@ -163,8 +163,18 @@ def diff_versions(destination: Any, partition: Any, old: int, new: int,
                        destination.read_partition_at(partition, new), keys, samples=samples)
 
 
+@dataclass(frozen=True)
+class CommitDiff:
+    """What one commit changed in a slice (:func:`commit_diff`), and the table versions
+    compared (``from_version`` None: the commit created the table)."""
+
+    keys: PartitionDiff
+    from_version: int | None
+    to_version: int
+
+
 def commit_diff(spec: str, uow_id: str, attempt: int, partition: Any, *,
-                samples: int = 3) -> PartitionDiff | None:
+                samples: int = 3) -> CommitDiff | None:
     """The key diff one commit made to ``partition``: the slice at the table version that
     carries the commit record of (``uow_id``, ``attempt``) against the version before it (an
     empty slice when the commit created the table). None when it cannot be said: a destination
@@ -185,11 +195,13 @@ def commit_diff(spec: str, uow_id: str, attempt: int, partition: Any, *,
             versions = dest.versions()  # in commit order (Iceberg's are snapshot ids)
             version = max(found, key=versions.index)
             at = versions.index(version)
+            before = versions[at - 1] if at > 0 else None
             partition = partition if dest.partition_column else None
             new = dest.read_partition_at(partition, version)
-            old = (dest.read_partition_at(partition, versions[at - 1])
-                   if at > 0 else new.schema.empty_table())
-            return diff_tables(old, new, dest.key_columns, samples=samples)
+            old = (new.schema.empty_table() if before is None
+                   else dest.read_partition_at(partition, before))
+            return CommitDiff(diff_tables(old, new, dest.key_columns, samples=samples),
+                              before, version)
     except Exception:  # best-effort evidence, see the docstring
         return None
 
@@ -237,5 +249,5 @@ def _jsonable(key: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-__all__ = ["DiffError", "PartitionDiff", "TimeTravel", "commit_diff", "diff_tables",
+__all__ = ["CommitDiff", "DiffError", "PartitionDiff", "TimeTravel", "commit_diff", "diff_tables",
            "diff_versions"]

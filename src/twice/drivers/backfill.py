@@ -71,6 +71,7 @@ from twice.errors import InputError, OutcomeUnknownError
 
 if TYPE_CHECKING:
     from twice.core.unit import UnitOfWork
+    from twice.destinations.diff import CommitDiff
     from twice.engine.events import Event
     from twice.engine.executor import UnitResult
     from twice.ledger import AttemptRecord, FingerprintRecord, Ledger
@@ -563,10 +564,10 @@ def run_backfill(
             # The destination is read outside the lock (other intervals' events wait on it);
             # the key diff is recorded by the backfill thread once the engine returns
             # (one_interval), never from inside this engine callback.
-            task = pipeline.get_task(event.task)
-            keys = _key_diff(task, event)
-            seen = None if keys is None else _KeyDiffSeen(
-                event.attempt, ledger.now(), _rows_changed_detail(task, event, keys))
+            found = _key_diff(pipeline.get_task(event.task), event)
+            keys = None if found is None else found.keys.to_dict()
+            seen = None if found is None else _KeyDiffSeen(
+                event.attempt, ledger.now(), _rows_changed_detail(event, found))
             with diffs_lock:
                 drift = drifts.get((event.task, event.interval.label))
                 diffs[event.uow_id] = event.diff.with_drift(drift).with_keys(keys)
@@ -751,58 +752,34 @@ def _key_text(key: Any) -> str:
     return str(key)
 
 
-def _rows_changed_detail(task: Task, event: Any, keys: Mapping[str, Any]) -> dict[str, Any]:
+def _rows_changed_detail(event: Any, found: CommitDiff) -> dict[str, Any]:
     """The ``rows-changed`` observation's detail: where, the key diff's counts and sampled
-    keys, the table versions compared (``from_version`` None: the write created the table;
-    both None: they could not be read again) and who observed it."""
-    before, after = _commit_table_versions(task.destination, event.uow_id, event.attempt)
+    keys, the table versions compared (``from_version`` None: the write created the table)
+    and who observed it."""
     return {
         "destination": event.diff.destination, "partition": event.diff.partition,
-        "fingerprint_version": event.diff.version, **keys, "sample_limit": KEY_DIFF_SAMPLES,
-        "from_version": before, "to_version": after, "observed_by": "backfill",
+        "fingerprint_version": event.diff.version, **found.keys.to_dict(),
+        "sample_limit": KEY_DIFF_SAMPLES, "from_version": found.from_version,
+        "to_version": found.to_version, "observed_by": "backfill",
     }
-
-
-def _commit_table_versions(spec: str, uow_id: str, attempt: int
-                           ) -> tuple[int | None, int | None]:
-    """The table version carrying the commit record of (``uow_id``, ``attempt``) and the one
-    before it, as ``commit_diff`` compared them; (None, None) when they cannot be read."""
-    from twice.destinations import open_destination
-    from twice.destinations.diff import TimeTravel
-
-    try:
-        with open_destination(spec) as dest:
-            versions_of = getattr(dest, "commit_versions", None)
-            if versions_of is None or not isinstance(dest, TimeTravel):
-                return None, None
-            found = [v for v, r in versions_of().items()
-                     if r.uow_id == uow_id and r.attempt == attempt]
-            versions = dest.versions()  # in commit order (Iceberg's are snapshot ids)
-            if not found or any(v not in versions for v in found):
-                return None, None
-            version = max(found, key=versions.index)
-            at = versions.index(version)
-            return (versions[at - 1] if at > 0 else None), version
-    except Exception:  # best-effort evidence, like the key diff itself
-        return None, None
 
 
 def _fixed(deadline: datetime) -> Callable[[Interval], datetime]:
     return lambda _interval: deadline
 
 
-def _key_diff(task: Task, event: Any) -> dict[str, Any] | None:
-    """Keys the verified write added, removed and changed, where the destination keeps
-    versions (Delta, Iceberg); None elsewhere (twice.destinations.diff.commit_diff)."""
+def _key_diff(task: Task, event: Any) -> CommitDiff | None:
+    """Keys the verified write added, removed and changed, and the table versions compared,
+    where the destination keeps versions (Delta, Iceberg); None elsewhere
+    (twice.destinations.diff.commit_diff)."""
     from twice.core.schemes import VERSIONED_SCHEMES, scheme_of
 
     if not task.owns_output or scheme_of(task.destination) not in VERSIONED_SCHEMES:
         return None
     from twice.destinations.diff import commit_diff
 
-    found = commit_diff(task.destination, event.uow_id, event.attempt, event.interval,
-                        samples=KEY_DIFF_SAMPLES)
-    return None if found is None else found.to_dict()
+    return commit_diff(task.destination, event.uow_id, event.attempt, event.interval,
+                       samples=KEY_DIFF_SAMPLES)
 
 
 def _describe(run: TaskRun, unit: UnitResult, task: Task, before: AttemptRecord | None,

@@ -677,9 +677,7 @@ class Executor:
             raise
         if opening is None or opening.begun is None:
             early.close()
-        run.writer = early
-        if not lease.acquired:
-            early.close()
+        if opening is None:  # the lease is held elsewhere: nothing was opened
             latest = self.ledger.latest_attempt(unit.uow_id)
             return UnitResult(
                 task.name, interval, "leased-elsewhere",
@@ -687,6 +685,7 @@ class Executor:
                 uow_id=unit.uow_id, holder=lease.holder, lease_expires_at=lease.expires_at,
                 total_attempts=0 if latest is None else latest.number,
             ), False
+        run.writer = early
         with _LeaseKeeper(self.ledger, unit.uow_id, self.holder, self.lease_ttl,
                           lease.expires_at) as keeper:
             run.token = lease.token
@@ -945,7 +944,7 @@ class _UnitRun:
 
     # -- the loop -----------------------------------------------------------------------------
 
-    def drive(self, opening: _Opening | None = None) -> UnitResult:
+    def drive(self, opening: _Opening) -> UnitResult:
         """Run the unit; ``opening`` is what ``_open`` found in the claiming transaction."""
         try:
             return self._drive(opening)
@@ -1026,19 +1025,16 @@ class _UnitRun:
             Decision.RETRY_ELIGIBLE, Decision.WAIT_BACKOFF
         ):
             return None
-        timeout = task.timeout
-        if self.deadline is not None:
-            try:
+        try:
+            if self.deadline is not None:
                 self.deadline.check(evidence.duration_seconds())
-                timeout = self.deadline.cap(task.timeout)
-            except WorkflowTimeout:
-                return None  # the loop records why it does not start
+            timeout = self._attempt_timeout()
+        except WorkflowTimeout:
+            return None  # the loop records why it does not start
         record, generation, token = self._begin_in(self.ledger, opening.rerun_of is not None)
         return _Begun(evidence, record, generation, token, timeout)
 
-    def _drive(self, opening: _Opening | None) -> UnitResult:
-        if opening is None:
-            opening = self.ledger.atomic(lambda _ledger: self._open())
+    def _drive(self, opening: _Opening) -> UnitResult:
         self.notes.extend(opening.notes)
         if opening.rerun_of is not None:
             self.supersede = True
@@ -1384,10 +1380,7 @@ class _UnitRun:
             return refused
         with contextlib.ExitStack() as slots:
             try:
-                timeout = (
-                    self.task.timeout if self.deadline is None
-                    else self.deadline.cap(self.task.timeout)
-                )
+                timeout = self._attempt_timeout()
             except WorkflowTimeout as exc:
                 self._give_back_slots()
                 return self._not_started(f"not started: {exc}", "workflow-timeout")
@@ -1395,6 +1388,11 @@ class _UnitRun:
             record, taken = self._begin()
             report = self._run_attempt(record, taken, timeout)
         return self._after_attempt(record, report)
+
+    def _attempt_timeout(self) -> float | None:
+        """The next attempt's timeout: the task's own, capped by the workflow deadline
+        (``WorkflowTimeout`` when no time is left)."""
+        return self.task.timeout if self.deadline is None else self.deadline.cap(self.task.timeout)
 
     def _run_attempt(self, record: AttemptRecord, taken: JobGenerationRecord,
                      timeout: float | None) -> AttemptReport:
@@ -1738,15 +1736,7 @@ class _UnitRun:
         if ended is None:  # closed elsewhere
             return
         report = ended.report
-        if ended.diff is not None:
-            self.diff = ended.diff
-            self.x.emit(OutputVerified(self.uow_id, self.task.name, self.unit.interval, number,
-                                       self.acceptance, ended.diff, ended.diff.source,
-                                       assertions=check.assertions))
-        elif ended.rejected is not None:
-            self.x.emit(OutputRejected(
-                self.uow_id, self.task.name, self.unit.interval, number, str(ended.rejected),
-                schema_change=isinstance(ended.rejected, SchemaChangeError)))
+        self._emit_checked(number, ended.diff, ended.rejected, check.assertions)
         if report.error is not None:
             self.error = report.error_text
             if _is_schema_refusal(report.error):
@@ -1961,15 +1951,25 @@ class _UnitRun:
         except Exception as exc:
             _mask_error(exc)
             detail["output_check"] = f"{type(exc).__name__}: {exc}"
-            self.x.emit(OutputRejected(self.uow_id, self.task.name, self.unit.interval, number,
-                                       str(exc), schema_change=isinstance(exc, SchemaChangeError)))
+            self._emit_checked(number, None, exc)
             return exc
-        self.diff = diff
         detail["fingerprint"] = diff.to_dict()
-        self.x.emit(OutputVerified(self.uow_id, self.task.name, self.unit.interval, number,
-                                   self.acceptance, diff, diff.source,
-                                   assertions=check.assertions))
+        self._emit_checked(number, diff, None, check.assertions)
         return None
+
+    def _emit_checked(self, number: int, diff: PartitionDiff | None,
+                      rejected: BaseException | None, assertions: tuple[Any, ...] = ()) -> None:
+        """Tell the listeners how recording the partition's new version went: verified (the
+        diff), or rejected (why; a refused schema change says so)."""
+        if diff is not None:
+            self.diff = diff
+            self.x.emit(OutputVerified(self.uow_id, self.task.name, self.unit.interval, number,
+                                       self.acceptance, diff, diff.source,
+                                       assertions=assertions))
+        elif rejected is not None:
+            self.x.emit(OutputRejected(
+                self.uow_id, self.task.name, self.unit.interval, number, str(rejected),
+                schema_change=isinstance(rejected, SchemaChangeError)))
 
     def _close_verified(self, attempt: AttemptRecord, rejected: BaseException | None,
                         detail: dict[str, Any], during: str) -> None:
@@ -2048,8 +2048,7 @@ class _UnitRun:
         except Exception as exc:
             _mask_error(exc)
             detail["output_check"] = f"{type(exc).__name__}: {exc}"
-            self.x.emit(OutputRejected(self.uow_id, self.task.name, self.unit.interval, number,
-                                       str(exc), schema_change=isinstance(exc, SchemaChangeError)))
+            self._emit_checked(number, None, exc)
             return _Check(rejected=exc)
         return _Check(measured=measured, assertions=assertions)
 
