@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import datetime
 
-from sqlalchemy import ColumnElement, func, insert, select, update
+from sqlalchemy import bindparam, func, select
 from sqlalchemy.engine import Connection
 
 from twice.core.outcomes import FINISH_OUTCOMES, AttemptOutcome
@@ -14,6 +14,7 @@ from twice.ledger import units
 from twice.ledger.checks import count, past, text
 from twice.ledger.errors import LedgerError
 from twice.ledger.journal import append_event
+from twice.ledger.prepared import inserting, rows_where, update_where
 from twice.ledger.records import AttemptRecord
 from twice.ledger.rows import ATTEMPT, first
 from twice.ledger.schema import attempts, job_generations
@@ -70,7 +71,7 @@ class AttemptStore:
             row = {"uow_id": uow_id, "number": number, "holder": holder,
                    "generation": generation, "job_id": job_id, "started_at": started,
                    "finished_at": None, "outcome": "running"}
-            conn.execute(insert(attempts), {"started_seq": seq, **row})
+            conn.execute(inserting(attempts), {"started_seq": seq, **row})
         return ATTEMPT(row)
 
     def finish(
@@ -100,35 +101,33 @@ class AttemptStore:
                          summary=f"attempt {number} finished: {outcome}")
 
     def all(self, uow_id: str) -> list[AttemptRecord]:
-        query = select(attempts).where(attempts.c.uow_id == uow_id).order_by(attempts.c.number)
+        query = rows_where(attempts, "uow_id", order=("number",))
         with self._session.read() as conn:
-            return [ATTEMPT(row) for row in conn.execute(query).mappings()]
+            return [ATTEMPT(row) for row in conn.execute(query, {"uow_id": uow_id}).mappings()]
 
     def get(self, uow_id: str, number: int) -> AttemptRecord | None:
-        return self._first(attempts.c.uow_id == uow_id, attempts.c.number == number)
+        with self._session.read() as conn:
+            return first(conn, rows_where(attempts, "uow_id", "number"), ATTEMPT,
+                         params={"uow_id": uow_id, "number": number})
 
     def latest(self, uow_id: str) -> AttemptRecord | None:
-        return self._first(attempts.c.uow_id == uow_id, latest=True)
-
-    def _first(self, *where: ColumnElement[bool], latest: bool = False) -> AttemptRecord | None:
-        query = select(attempts).where(*where)
-        if latest:
-            query = query.order_by(attempts.c.number.desc()).limit(1)
         with self._session.read() as conn:
-            return first(conn, query, ATTEMPT)
+            return first(conn, rows_where(attempts, "uow_id", order=("-number",), limit=1),
+                         ATTEMPT, params={"uow_id": uow_id})
+
+
+_MAX_NUMBER = select(func.max(attempts.c.number)).where(attempts.c.uow_id == bindparam("uow_id"))
 
 
 def max_number(conn: Connection, uow_id: str) -> int:
-    value = conn.execute(
-        select(func.max(attempts.c.number)).where(attempts.c.uow_id == uow_id)
-    ).scalar()
+    value = conn.execute(_MAX_NUMBER, {"uow_id": uow_id}).scalar()
     return int(value or 0)
 
 
 def locked(conn: Connection, uow_id: str, number: int) -> AttemptRecord:
     """Attempt ``number`` of ``uow_id``, its row locked for the rest of the transaction."""
-    query = select(attempts).where(attempts.c.uow_id == uow_id, attempts.c.number == number)
-    found = first(conn, query, ATTEMPT, lock=True)
+    found = first(conn, rows_where(attempts, "uow_id", "number", lock=True), ATTEMPT,
+                  params={"uow_id": uow_id, "number": number})
     if found is None:
         raise LedgerError(f"unit of work {uow_id} has no attempt {number}")
     return found
@@ -149,9 +148,6 @@ def close(
         attempt=current.number,
         data={"outcome": outcome, "previous_outcome": current.outcome, **data},
     )
-    conn.execute(
-        update(attempts)
-        .where(attempts.c.uow_id == current.uow_id, attempts.c.number == current.number)
-        .values(outcome=outcome, finished_at=finished, finished_seq=seq)
-    )
+    update_where(conn, attempts, {"uow_id": current.uow_id, "number": current.number},
+                 {"outcome": outcome, "finished_at": finished, "finished_seq": seq})
     return replace(current, outcome=outcome, finished_at=finished)

@@ -24,13 +24,12 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine, Table, create_engine, event, select
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import URL, Connection, make_url
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.pool import StaticPool
 
 from twice.ledger.errors import LedgerError
+from twice.ledger.prepared import inserting_new
 from twice.ledger.schema import locks
 
 DEFAULT_PATH = "twice-ledger.db"
@@ -258,11 +257,7 @@ def insert_ignore(conn: Connection, table: Table, values: dict[str, Any]) -> boo
     On PostgreSQL a concurrent uncommitted insert of the same key makes this wait for that
     transaction, so exactly one of two racing callers gets True.
     """
-    insert = pg_insert if is_postgres(conn) else sqlite_insert
-    # RETURNING, not rowcount: SQLAlchemy does not report rowcount for INSERT by default.
-    key = next(iter(table.primary_key.columns))
-    statement = insert(table).on_conflict_do_nothing().returning(key)
-    return conn.execute(statement, values).first() is not None
+    return conn.execute(inserting_new(conn.dialect.name, table), values).first() is not None
 
 
 def lock_key(conn: Connection, kind: str, name: str) -> None:

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import bindparam, select
 from sqlalchemy.engine import Connection
 
 from twice.ledger import units
 from twice.ledger.checks import count, text
 from twice.ledger.errors import LedgerError
 from twice.ledger.journal import append_event, unit_entries
+from twice.ledger.prepared import inserting, rows_where, update_where
 from twice.ledger.records import GENERATION_STATES, GenerationState, JobGenerationRecord
 from twice.ledger.rows import GENERATION, first
 from twice.ledger.schema import job_generations
@@ -27,6 +28,10 @@ _GENERATION_TRANSITIONS: dict[str, frozenset[str]] = {
     "confirmed-failed": frozenset({"confirmed-failed", "succeeded"}),
     "succeeded": frozenset({"succeeded"}),
 }
+
+
+_JOB_OWNER = select(job_generations.c.uow_id).where(
+    job_generations.c.job_id == bindparam("job_id"))
 
 
 class GenerationStore:
@@ -71,9 +76,7 @@ class GenerationStore:
                 if job_id is not None
                 else (unit.to_unit_of_work().job_id(number))
             )
-            clash = conn.execute(
-                select(job_generations.c.uow_id).where(job_generations.c.job_id == job_id)
-            ).scalar()
+            clash = conn.execute(_JOB_OWNER, {"job_id": job_id}).scalar()
             if clash is not None:
                 raise LedgerError(f"job id {job_id} is already used by unit of work {clash}")
             seq = append_event(
@@ -89,7 +92,7 @@ class GenerationStore:
             )
             row = {"uow_id": uow_id, "generation": number, "job_id": job_id, "state": "active",
                    "created_at": now, "updated_at": now}
-            conn.execute(insert(job_generations), {"seq": seq, **row})
+            conn.execute(inserting(job_generations), {"seq": seq, **row})
         return GENERATION(row)
 
     def mark(self, uow_id: str, generation: int, state: GenerationState) -> JobGenerationRecord:
@@ -98,9 +101,8 @@ class GenerationStore:
         with self._session.write() as conn:
             now = self._session.now()
             units.require(conn, uow_id, lock=True)
-            mine = (job_generations.c.uow_id == uow_id,
-                    job_generations.c.generation == generation)
-            current = first(conn, select(job_generations).where(*mine), GENERATION)
+            current = first(conn, rows_where(job_generations, "uow_id", "generation"),
+                            GENERATION, params={"uow_id": uow_id, "generation": generation})
             if current is None:
                 raise LedgerError(f"unit of work {uow_id} has no job generation {generation}")
             if current.state == state:
@@ -119,7 +121,8 @@ class GenerationStore:
                 uow_id=uow_id,
                 data={"generation": generation, "state": state, "previous_state": current.state},
             )
-            conn.execute(update(job_generations).where(*mine).values(state=state, updated_at=now))
+            update_where(conn, job_generations, {"uow_id": uow_id, "generation": generation},
+                         {"state": state, "updated_at": now})
         return replace(current, state=state, updated_at=now)
 
     def all(self, uow_id: str) -> list[JobGenerationRecord]:

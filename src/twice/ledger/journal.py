@@ -11,9 +11,10 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, TypeVar
 
-from sqlalchemy import ColumnElement, Table, insert, select
+from sqlalchemy import Column, Table
 from sqlalchemy.engine import Connection
 
+from twice.ledger.prepared import inserting, rows_where
 from twice.ledger.records import EventKind, ObservationRecord
 from twice.ledger.rows import OBSERVATION, RowMapper, encode_detail
 from twice.ledger.schema import events, observations
@@ -41,7 +42,7 @@ def append_event(
 
 def inserted_key(conn: Connection, table: Table, values: Mapping[str, Any]) -> int:
     """Insert one row and return its generated integer key."""
-    key = conn.execute(insert(table), dict(values)).inserted_primary_key
+    key = conn.execute(inserting(table), dict(values)).inserted_primary_key
     assert key is not None
     return int(key[0])
 
@@ -67,7 +68,7 @@ def append_entry(
         summary=summary, uow_id=values.get("uow_id"), attempt=values.get("attempt"), data=data,
     )
     row = {"seq": seq, **values}
-    conn.execute(insert(table), row)
+    conn.execute(inserting(table), row)
     return row
 
 
@@ -99,9 +100,8 @@ def insert_observation(
 
 
 def unit_entries(
-    conn: Connection, table: Table, build: RowMapper[R], uow_id: str, *order: ColumnElement[Any]
+    conn: Connection, table: Table, build: RowMapper[R], uow_id: str, *order: Column[Any]
 ) -> list[R]:
     """The rows of ``table`` about one unit of work, in recording order unless ``order``."""
-    query = select(table).where(table.c.uow_id == uow_id)
-    return [build(row) for row in conn.execute(query.order_by(*order or (table.c.seq,)))
-            .mappings()]
+    query = rows_where(table, "uow_id", order=tuple(column.name for column in order) or ("seq",))
+    return [build(row) for row in conn.execute(query, {"uow_id": uow_id}).mappings()]

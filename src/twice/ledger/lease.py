@@ -47,6 +47,7 @@ from twice.ledger import units
 from twice.ledger.engine import insert_ignore, is_postgres, lock_key
 from twice.ledger.errors import LedgerError
 from twice.ledger.journal import insert_observation
+from twice.ledger.prepared import rows_where, update_where
 from twice.ledger.records import (
     LEASE_SOURCE,
     LEASE_TAKEOVER_STATE,
@@ -84,7 +85,17 @@ def _holder(holder: str) -> str:
 
 
 def get_lease(conn: Connection, uow_id: str, *, for_update: bool = False) -> LeaseRecord | None:
-    return first(conn, select(leases).where(leases.c.uow_id == uow_id), LEASE, lock=for_update)
+    return first(conn, rows_where(leases, "uow_id", lock=for_update), LEASE,
+                 params={"uow_id": uow_id})
+
+
+_NEXT_SEQUENCE_TOKEN = text(f"SELECT nextval('{LEASE_TOKEN_SEQUENCE}')")
+_NEXT_TOKEN = (
+    update(counters)
+    .where(counters.c.name == LEASE_TOKEN_COUNTER)
+    .values(value=counters.c.value + 1)
+    .returning(counters.c.value)
+)
 
 
 def next_fencing_token(conn: Connection) -> int:
@@ -95,13 +106,8 @@ def next_fencing_token(conn: Connection) -> int:
     inside the ``BEGIN IMMEDIATE`` write transaction that already excludes every other writer.
     """
     if is_postgres(conn):
-        return int(conn.execute(text(f"SELECT nextval('{LEASE_TOKEN_SEQUENCE}')")).scalar_one())
-    row = conn.execute(
-        update(counters)
-        .where(counters.c.name == LEASE_TOKEN_COUNTER)
-        .values(value=counters.c.value + 1)
-        .returning(counters.c.value)
-    ).first()
+        return int(conn.execute(_NEXT_SEQUENCE_TOKEN).scalar_one())
+    row = conn.execute(_NEXT_TOKEN).first()
     if row is None:
         raise LedgerError(
             f"the ledger has no {LEASE_TOKEN_COUNTER!r} counter: its schema is incomplete"
@@ -259,15 +265,8 @@ def _extend(
 def release_lease(conn: Connection, *, uow_id: str, holder: str, clock: Clock) -> bool:
     """Give the lease back; False if ``holder`` did not hold it (nothing is changed then)."""
     now = clock()
-    result = conn.execute(
-        update(leases)
-        .where(
-            leases.c.uow_id == uow_id,
-            leases.c.holder == _holder(holder),
-            leases.c.released_at.is_(None),
-        )
-        .values(released_at=now)
-    )
+    result = update_where(conn, leases, {"uow_id": uow_id, "holder": _holder(holder)},
+                          {"released_at": now}, null=("released_at",))
     return result.rowcount == 1
 
 

@@ -139,13 +139,15 @@ class RowMapper(Generic[R]):
 
 
 def first(
-    conn: Connection, query: Select[Any], build: RowMapper[R], *, lock: bool = False
+    conn: Connection, query: Select[Any], build: RowMapper[R], *, lock: bool = False,
+    params: Mapping[str, Any] | None = None,
 ) -> R | None:
-    """The first row of ``query`` as a record; ``lock`` locks it for the transaction
-    (PostgreSQL; SQLite writers are serialised anyway)."""
+    """The first row of ``query`` (run with ``params``: see ``twice.ledger.prepared``) as a
+    record; ``lock`` locks it for the transaction (PostgreSQL; SQLite writers are serialised
+    anyway)."""
     if lock:
         query = query.with_for_update(key_share=True)
-    row = conn.execute(query).mappings().first()
+    row = conn.execute(query, params).mappings().first()
     return None if row is None else build(row)
 
 

@@ -12,6 +12,7 @@ from twice.ledger.checks import aware, count, text
 from twice.ledger.engine import insert_ignore, is_postgres
 from twice.ledger.errors import LedgerError, UnknownUnitError
 from twice.ledger.journal import append_event
+from twice.ledger.prepared import rows_where
 from twice.ledger.records import UnitRecord
 from twice.ledger.rows import UNIT, first
 from twice.ledger.schema import attempts, units
@@ -62,6 +63,11 @@ class UnitStore:
 
     def all(self, *, pipeline: str | None, task: str | None,
             starting: datetime | None = None) -> list[UnitRecord]:
+        if None not in (starting, pipeline, task):  # a slot's units: the per-unit hot path
+            with self._session.read() as conn:
+                return [UNIT(row) for row in conn.execute(_SLOT, {
+                    "interval_start_utc": aware(starting, "starting"), "pipeline": pipeline,
+                    "task": task}).mappings()]
         query = select(units)
         if starting is not None:
             query = query.where(units.c.interval_start_utc == aware(starting, "starting"))
@@ -74,6 +80,9 @@ class UnitStore:
         )
         with self._session.read() as conn:
             return [UNIT(row) for row in conn.execute(query).mappings()]
+
+
+_SLOT = rows_where(units, "interval_start_utc", "pipeline", "task", order=("uow_id",))
 
 
 def unit_of_work(uow: object) -> UnitOfWork:
@@ -89,7 +98,7 @@ def find(conn: Connection, uow_id: str, *, lock: bool = False) -> UnitRecord | N
     known = _known_in_transaction(conn)
     if uow_id in known and not (lock and is_postgres(conn)):
         return known[uow_id]
-    record = first(conn, select(units).where(units.c.uow_id == uow_id), UNIT, lock=lock)
+    record = first(conn, rows_where(units, "uow_id", lock=lock), UNIT, params={"uow_id": uow_id})
     if record is not None:
         known[uow_id] = record
     return record
@@ -120,9 +129,7 @@ def require(
     if attempt is not None:
         count(attempt, "attempt", minimum=1)
         found = conn.execute(
-            select(attempts.c.number).where(
-                attempts.c.uow_id == uow_id, attempts.c.number == attempt
-            )
+            rows_where(attempts, "uow_id", "number"), {"uow_id": uow_id, "number": attempt}
         ).first()
         if found is None:
             raise LedgerError(f"unit of work {uow_id} has no attempt {attempt}")
