@@ -12,6 +12,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass
+from functools import cached_property
 
 from twice.core.interval import Interval
 
@@ -41,9 +42,10 @@ class UnitOfWork:
             "destination": self.destination,
         }
 
-    @property
+    @cached_property
     def uow_id(self) -> str:
-        """Deterministic id: readable prefix + 12 hex digits of a hash of the identity."""
+        """Deterministic id: readable prefix + 12 hex digits of a hash of the identity
+        (computed once per instance: the fields are frozen, and the engine asks often)."""
         digest = hashlib.sha256(
             json.dumps(self.identity(), sort_keys=True, separators=(",", ":")).encode()
         ).hexdigest()[:12]

@@ -147,7 +147,8 @@ class PlanItem:
     """One (interval, task) of a backfill plan: run it or skip it, and why.
 
     ``latest_attempt`` is the unit's latest attempt number when the plan was made: a success
-    recorded after it (by another process) is not repeated.
+    recorded after it (by another process) is not repeated. ``latest_seen`` is the latest
+    attempt the plan read.
     """
 
     interval: Interval
@@ -159,6 +160,7 @@ class PlanItem:
     latest_attempt: int | None = None
     rerun: bool = True  # a deliberate rerun of a success (False: follows its upstream)
     drift: Drift | None = None  # the partition vs its latest record, when the plan measured it
+    latest_seen: AttemptRecord | None = field(default=None, compare=False, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -401,7 +403,8 @@ def _plan_interval(
             upstream_runs.add(name)
         baseline = latest_attempt_before(recorded, began)
         items.append(PlanItem(interval, name, uow, action, reason, new_input,
-                              None if baseline is None else baseline.number, rerun, drift))
+                              None if baseline is None else baseline.number, rerun, drift,
+                              recorded[-1] if recorded else None))
     return items
 
 
@@ -599,11 +602,9 @@ def run_backfill(
     def one_interval(interval: Interval, items: list[PlanItem]) -> list[TaskRun]:
         _emit(emit, "interval-started", interval=interval.label)
         units: dict[str, UnitResult] = {}
-        before: dict[str, AttemptRecord | None] = {}
         runnable = [item for item in items if item.action == "run"]
         measured: dict[str, Drift] = {}
         if runnable and not stop.is_set():
-            before = {item.task: ledger.latest_attempt(item.uow.uow_id) for item in runnable}
             for item in runnable:
                 drift = _drift_before_write(pipeline.get_task(item.task), item, ledger, emit)
                 if drift is not None:
@@ -622,18 +623,19 @@ def run_backfill(
                 run.reason = "backfill stopped: " + (refusal[0] if refusal else "")
             elif unit is not None:
                 actual = unit.uow_id or item.uow.uow_id
+                before = item.latest_seen
                 if actual != item.uow.uow_id:  # its upstream output changed: a new unit
                     run.uow_id = actual
                     record = ledger.unit(actual)
                     if record is not None:
                         run.input_version = record.input_version
                     run.new_input_version = True
-                    before[item.task] = None
+                    before = None
                 run.drift = measured.get(item.task)
                 if (run.drift is not None and run.drift.drifted and run.drift.uow_id is None
                         and ledger.unit(actual) is not None):
                     _record_drift(ledger, run.drift, actual, None)  # recorded by no unit
-                _describe(run, unit, pipeline.get_task(item.task), before.get(item.task),
+                _describe(run, unit, pipeline.get_task(item.task), before,
                           ledger, diffs.get(actual), refused.get(actual), emit,
                           reconciled.get(actual, []))
                 with diffs_lock:
@@ -786,23 +788,26 @@ def _describe(run: TaskRun, unit: UnitResult, task: Task, before: AttemptRecord 
               ledger: Ledger, diff: PartitionDiff | None, refusal: str | None,
               emit: EventSink | None,
               reconciled: Sequence[tuple[str | None, str]] = ()) -> None:
-    """Fill ``run`` from the executor's result and the ledger's record of this backfill's
-    attempts (emitting what they show: failed attempts). ``refusal`` is the schema change the
-    engine refused, ``reconciled`` the unknown outcomes it settled (job id, state)."""
+    """Fill ``run`` from the executor's result and this backfill's attempts, as the engine
+    read them (``UnitResult.history``) or else from the ledger after ``before``, the latest
+    attempt the plan saw (emitting what they show: failed attempts). ``refusal`` is the schema
+    change the engine refused, ``reconciled`` the unknown outcomes it settled (job id,
+    state)."""
     run.outcome, run.notes = unit.outcome, unit.notes
     run.acceptance, run.nonfatal, run.diff = unit.acceptance, unit.nonfatal, diff
-    with ledger.snapshot():
-        recorded = ledger.attempts(run.uow_id)
-        recorded_errors = ledger.errors(run.uow_id)
+    from twice.engine.executor import attempts_of_run
+
     ours: list[AttemptRecord] = []
-    if unit.outcome != "leased-elsewhere":
-        first = 1 if before is None else before.number + 1
-        if before is not None and before.outcome in ("unknown", "running"):
-            first = before.number  # resolved (or left) by this backfill
-        ours = [a for a in recorded if a.number >= first]
+    if unit.outcome == "leased-elsewhere":
+        pass
+    elif unit.history is not None:  # as the engine read them: no read of the ledger here
+        ours = unit.history.ours()
+    else:  # the engine never claimed the unit, or the ledger failed under it
+        ours = attempts_of_run(ledger.attempts(run.uow_id), before)
     run.attempts = [(a.number, a.outcome) for a in ours]
     run.duration = sum(a.duration.total_seconds() for a in ours if a.duration is not None)
-    numbers = {a.number for a in ours}
+    numbers = {a.number for a in ours if a.outcome.startswith("failed-")}
+    recorded_errors = ledger.errors(run.uow_id) if numbers else []
     errors = {e.attempt: e for e in recorded_errors if e.attempt in numbers}
     for attempt in ours:
         error = errors.get(attempt.number)

@@ -122,6 +122,30 @@ Clock = Callable[[], datetime]
 Sleep = Callable[[float], None]
 
 
+def attempts_of_run(recorded: Sequence[AttemptRecord], before: AttemptRecord | None
+                    ) -> list[AttemptRecord]:
+    """The attempts in ``recorded`` that a run started or settled, given the unit's latest
+    attempt ``before`` it: those after it, and ``before`` itself when its outcome was open
+    (unknown or running: the run resolved it, or left it)."""
+    first = 1 if before is None else before.number + 1
+    if before is not None and before.outcome in ("unknown", "running"):
+        first = before.number
+    return [attempt for attempt in recorded if attempt.number >= first]
+
+
+@dataclass(frozen=True)
+class AttemptHistory:
+    """A unit's attempts around one run, as the run itself read them: the latest when it
+    claimed the unit (``before``), and every one when it left it (``recorded``), so a driver
+    describes the run without reading the ledger again."""
+
+    before: AttemptRecord | None
+    recorded: tuple[AttemptRecord, ...]
+
+    def ours(self) -> list[AttemptRecord]:
+        return attempts_of_run(self.recorded, self.before)
+
+
 @dataclass(frozen=True)
 class UnitResult:
     """What happened to one unit of work in this run, and what the planner says now.
@@ -129,6 +153,8 @@ class UnitResult:
     ``attempts`` counts attempts started in this run, ``total_attempts`` all recorded ones.
     ``next_decision`` is the planner's decision over the ledger when the run left the unit.
     ``skipped``: it had already succeeded in an earlier run and was not run again.
+    ``history``: the attempts around this run (None when it never claimed the unit, or the
+    ledger failed under it).
     """
 
     task: str
@@ -149,6 +175,7 @@ class UnitResult:
     nonfatal: int = 0
     skipped: bool = False
     value: Any = field(default=None, compare=False, repr=False)
+    history: AttemptHistory | None = field(default=None, compare=False, repr=False)
 
     @property
     def ok(self) -> bool:
@@ -512,6 +539,10 @@ class Executor:
         self, plan: Pipeline, order: list[str], interval: Interval
     ) -> list[UnitResult]:
         deadline, wall_deadline = self._workflow_deadline()
+        if self.max_workers == 1 and threading.current_thread() is not threading.main_thread():
+            # A driver's worker thread (a backfill's interval): no signal lands here, so the
+            # units run in this thread instead of a pool started for each interval.
+            return self._run_in_order(plan, order, interval, deadline, wall_deadline)
         done: dict[str, UnitResult] = {}
         pending = list(order)
         running: dict[Future[UnitResult], str] = {}
@@ -541,6 +572,24 @@ class Executor:
                 finished, _ = wait(running, return_when=FIRST_COMPLETED)
                 for future in finished:
                     done[running.pop(future)] = future.result()
+        return [done[name] for name in order]
+
+    def _run_in_order(
+        self, plan: Pipeline, order: list[str], interval: Interval, deadline: Deadline | None,
+        wall_deadline: datetime | None,
+    ) -> list[UnitResult]:
+        """``_run_interval`` with one worker, in the calling thread: each unit in topological
+        order once its dependencies are done, the same scheduling as the pool's."""
+        done: dict[str, UnitResult] = {}
+        for name in order:
+            task = plan.get_task(name)
+            internal = [d for d in task.depends_on if d in plan]
+            blocked = self._blocked_reason(task, internal, done, interval)
+            if blocked is not None:
+                done[name] = self._blocked(task, interval, blocked)
+                continue
+            upstream = {dep: done[dep].value for dep in internal}
+            done[name] = self._run_unit(task, interval, upstream, deadline, wall_deadline)
         return [done[name] for name in order]
 
     def _blocked_reason(
@@ -930,6 +979,7 @@ class _UnitRun:
         self.deadline = deadline
         self.settings = settings
         self.attempts = 0
+        self.before: AttemptRecord | None = None  # the latest attempt when the run claimed it
         self.notes: list[str] = []
         self.error: str | None = None
         self.value: Any = None
@@ -1036,6 +1086,7 @@ class _UnitRun:
 
     def _drive(self, opening: _Opening) -> UnitResult:
         self.notes.extend(opening.notes)
+        self.before = opening.prior
         if opening.rerun_of is not None:
             self.supersede = True
         if opening.stop is not None:
@@ -1069,12 +1120,12 @@ class _UnitRun:
             latest = evidence.latest
             if kind is Decision.VALIDATE_OUTPUT:
                 return self._result("succeeded", "finished without error", decision,
-                                    planned=(decision, latest))
+                                    planned=(decision, evidence))
             if self.give_back_lease is not None and self.give_back_lease.released:
                 # our success gave the lease back: whatever comes next is not ours to write
                 return self._result("succeeded", f"finished without error; next: "
                                     f"{kind.value} ({decision.reason})", decision,
-                                    planned=(decision, latest))
+                                    planned=(decision, evidence))
             if kind in STOPPING_DECISIONS:
                 self._record(decision, evidence)
                 return self._result(STOPPING_DECISIONS[kind], decision.reason, decision)
@@ -1313,14 +1364,7 @@ class _UnitRun:
         deterministic). The current one is reused until it is confirmed failed, so a
         resubmission finds the existing job; a deliberate rerun (``supersede``) takes a new
         one once. Runs inside the transaction that begins the attempt."""
-        current = ledger.current_generation(self.uow_id)
-        if current is None:
-            return ledger.record_job_generation(self.uow_id, 1)
-        if current.state == "confirmed-failed":
-            return ledger.record_job_generation(self.uow_id)
-        if supersede:
-            return ledger.record_job_generation(self.uow_id, supersede=True)
-        return current
+        return ledger.generation_for_attempt(self.uow_id, supersede=supersede)
 
     def _begin(self) -> tuple[AttemptRecord, JobGenerationRecord]:
         """One durable write begins the attempt (``_begin_in``)."""
@@ -2092,18 +2136,19 @@ class _UnitRun:
         *,
         decision_name: str | None = None,
         skipped: bool = False,
-        planned: tuple[DecisionResult, AttemptRecord | None] | None = None,
+        planned: tuple[DecisionResult, UnitEvidence] | None = None,
     ) -> UnitResult:
         """The unit's result, with the planner's next decision on the ledger as it is now
-        (``planned``: that decision and the latest attempt, just read, nothing written since)."""
+        (``planned``: that decision and its evidence, just read, nothing written since)."""
         if planned is None:
-            latest = self.ledger.latest_attempt(self.uow_id)
-            final = plan_unit(gather_evidence(
+            evidence = gather_evidence(
                 self.ledger, self.uow_id, as_of=self.x.now(), settings=self.settings,
                 include_workflow_deadline=True,
-            ))
+            )
+            final = plan_unit(evidence)
         else:
-            final, latest = planned
+            final, evidence = planned
+        latest = evidence.attempts[-1] if evidence.attempts else None
         next_decision = final.decision.value if final is not None else (
             decision_name or (decision.decision.value if decision else None)
         )
@@ -2124,4 +2169,5 @@ class _UnitRun:
             nonfatal=self.nonfatal,
             skipped=skipped,
             value=self.value,
+            history=AttemptHistory(self.before, evidence.attempts),
         )

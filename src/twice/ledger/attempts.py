@@ -72,6 +72,7 @@ class AttemptStore:
                    "generation": generation, "job_id": job_id, "started_at": started,
                    "finished_at": None, "outcome": "running"}
             conn.execute(inserting(attempts), {"started_seq": seq, **row})
+            units.attempt_seen(conn, uow_id, number)
         return ATTEMPT(row)
 
     def finish(
@@ -130,6 +131,7 @@ def locked(conn: Connection, uow_id: str, number: int) -> AttemptRecord:
                   params={"uow_id": uow_id, "number": number})
     if found is None:
         raise LedgerError(f"unit of work {uow_id} has no attempt {number}")
+    units.attempt_seen(conn, uow_id, number)
     return found
 
 

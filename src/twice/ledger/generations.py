@@ -16,7 +16,12 @@ from twice.ledger.checks import count, text
 from twice.ledger.errors import LedgerError
 from twice.ledger.journal import append_event, unit_entries
 from twice.ledger.prepared import inserting, rows_where, update_where
-from twice.ledger.records import GENERATION_STATES, GenerationState, JobGenerationRecord
+from twice.ledger.records import (
+    GENERATION_STATES,
+    GenerationState,
+    JobGenerationRecord,
+    UnitRecord,
+)
 from twice.ledger.rows import GENERATION, first
 from twice.ledger.schema import job_generations
 from twice.ledger.session import Session
@@ -42,57 +47,77 @@ class GenerationStore:
         self, uow_id: str, generation: int | None, *, job_id: str | None, supersede: bool
     ) -> JobGenerationRecord:
         with self._session.write() as conn:
-            now = self._session.now()
+            unit = units.require(conn, uow_id, lock=True)
+            return self._take(conn, unit, _generations(conn, uow_id), generation,
+                              job_id=job_id, supersede=supersede)
+
+    def for_attempt(self, uow_id: str, *, supersede: bool) -> JobGenerationRecord:
+        """The generation an attempt uses: the current one until it is confirmed failed (a
+        resubmission finds the existing job); a new one when there is none yet, the current
+        one is confirmed failed, or ``supersede`` (a deliberate rerun). One read of the
+        unit's generations, in the caller's transaction."""
+        with self._session.write() as conn:
             unit = units.require(conn, uow_id, lock=True)
             existing = _generations(conn, uow_id)
-            following = (existing[-1].generation if existing else 0) + 1
-            number = (
-                following if generation is None else count(generation, "generation", minimum=1)
-            )
-            by_number = {record.generation: record for record in existing}
-            if number in by_number:
-                found = by_number[number]
-                if job_id is not None and job_id != found.job_id:
-                    raise LedgerError(
-                        f"generation {number} of {uow_id} has job id {found.job_id}, not {job_id}"
-                    )
-                return found
-            if number != following:
+            if existing and existing[-1].state != "confirmed-failed" and not supersede:
+                return existing[-1]
+            return self._take(conn, unit, existing, None, job_id=None, supersede=supersede)
+
+    def _take(
+        self, conn: Connection, unit: UnitRecord, existing: list[JobGenerationRecord],
+        generation: int | None, *, job_id: str | None, supersede: bool,
+    ) -> JobGenerationRecord:
+        """``record`` once the unit's generations (``existing``) are read."""
+        uow_id = unit.uow_id
+        now = self._session.now()
+        following = (existing[-1].generation if existing else 0) + 1
+        number = (
+            following if generation is None else count(generation, "generation", minimum=1)
+        )
+        by_number = {record.generation: record for record in existing}
+        if number in by_number:
+            found = by_number[number]
+            if job_id is not None and job_id != found.job_id:
                 raise LedgerError(
-                    f"generations of {uow_id} are taken in order: the next is {following}, "
-                    f"not {number}"
+                    f"generation {number} of {uow_id} has job id {found.job_id}, not {job_id}"
                 )
-            settled = ("confirmed-failed", "succeeded") if supersede else ("confirmed-failed",)
-            blocking = [record for record in existing if record.state not in settled]
-            if blocking:
-                last = blocking[-1]
-                raise LedgerError(
-                    f"cannot take generation {number} of {uow_id}: generation {last.generation} "
-                    f"({last.job_id}) is {last.state}; a new generation is taken only after "
-                    "the earlier ones are confirmed failed"
-                )
-            job_id = (
-                text(job_id, "job_id")
-                if job_id is not None
-                else (unit.to_unit_of_work().job_id(number))
+            return found
+        if number != following:
+            raise LedgerError(
+                f"generations of {uow_id} are taken in order: the next is {following}, "
+                f"not {number}"
             )
-            clash = conn.execute(_JOB_OWNER, {"job_id": job_id}).scalar()
-            if clash is not None:
-                raise LedgerError(f"job id {job_id} is already used by unit of work {clash}")
-            seq = append_event(
-                conn,
-                kind="job-generation",
-                at=now,
-                recorded_at=now,
-                summary=f"job generation {number}: {job_id}"
-                + (" (a deliberate rerun: supersedes the succeeded one)" if supersede else ""),
-                uow_id=uow_id,
-                data={"generation": number, "job_id": job_id, "state": "active",
-                      "supersede": supersede},
+        settled = ("confirmed-failed", "succeeded") if supersede else ("confirmed-failed",)
+        blocking = [record for record in existing if record.state not in settled]
+        if blocking:
+            last = blocking[-1]
+            raise LedgerError(
+                f"cannot take generation {number} of {uow_id}: generation {last.generation} "
+                f"({last.job_id}) is {last.state}; a new generation is taken only after "
+                "the earlier ones are confirmed failed"
             )
-            row = {"uow_id": uow_id, "generation": number, "job_id": job_id, "state": "active",
-                   "created_at": now, "updated_at": now}
-            conn.execute(inserting(job_generations), {"seq": seq, **row})
+        job_id = (
+            text(job_id, "job_id")
+            if job_id is not None
+            else (unit.to_unit_of_work().job_id(number))
+        )
+        clash = conn.execute(_JOB_OWNER, {"job_id": job_id}).scalar()
+        if clash is not None:
+            raise LedgerError(f"job id {job_id} is already used by unit of work {clash}")
+        seq = append_event(
+            conn,
+            kind="job-generation",
+            at=now,
+            recorded_at=now,
+            summary=f"job generation {number}: {job_id}"
+            + (" (a deliberate rerun: supersedes the succeeded one)" if supersede else ""),
+            uow_id=uow_id,
+            data={"generation": number, "job_id": job_id, "state": "active",
+                  "supersede": supersede},
+        )
+        row = {"uow_id": uow_id, "generation": number, "job_id": job_id, "state": "active",
+               "created_at": now, "updated_at": now}
+        conn.execute(inserting(job_generations), {"seq": seq, **row})
         return GENERATION(row)
 
     def mark(self, uow_id: str, generation: int, state: GenerationState) -> JobGenerationRecord:

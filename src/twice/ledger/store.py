@@ -562,6 +562,14 @@ class Ledger:
         """
         return self._generations.mark(uow_id, generation, state)
 
+    def generation_for_attempt(self, uow_id: str, *, supersede: bool = False
+                               ) -> JobGenerationRecord:
+        """The job generation the unit's next attempt uses: the current one until it is
+        confirmed failed, so a resubmission finds the existing job; a new one (by the rules of
+        ``record_job_generation``) when there is none yet, the current one is confirmed
+        failed, or ``supersede`` (a deliberate rerun)."""
+        return self._generations.for_attempt(uow_id, supersede=supersede)
+
     def job_generations(self, uow_id: str) -> list[JobGenerationRecord]:
         return self._generations.all(uow_id)
 

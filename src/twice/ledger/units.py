@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.engine import Connection
@@ -50,6 +52,10 @@ class UnitStore:
                 uow_id=uow_id,
                 data=identity,
             )
+            # what a read would return (times as UTC), without reading it back
+            inserted = UNIT({**values, "created_at": now.astimezone(UTC)})
+            _known_in_transaction(conn)[uow_id] = inserted
+            return inserted
         record = find(conn, uow_id)
         assert record is not None
         stored = record.to_unit_of_work().identity()
@@ -105,17 +111,30 @@ def find(conn: Connection, uow_id: str, *, lock: bool = False) -> UnitRecord | N
 
 
 def _known_in_transaction(conn: Connection) -> dict[str, UnitRecord]:
-    """The units this connection's current transaction has read (a pooled connection keeps
-    ``info`` across transactions, so the cache is tied to the transaction object)."""
+    """The units this connection's current transaction has read or recorded."""
+    known: dict[str, UnitRecord] = _transaction_memo(conn, "twice_units", dict)
+    return known
+
+
+def attempt_seen(conn: Connection, uow_id: str, number: int) -> None:
+    """Attempt ``number`` of ``uow_id`` exists (just begun, read or locked in this
+    transaction): ``require`` need not look for it again (attempts are never deleted)."""
+    seen: set[tuple[str, int]] = _transaction_memo(conn, "twice_attempts", set)
+    seen.add((uow_id, number))
+
+
+def _transaction_memo(conn: Connection, name: str, empty: Callable[[], Any]) -> Any:
+    """What this connection's current transaction keeps under ``name`` (a pooled connection
+    keeps ``info`` across transactions, so the memo is tied to the transaction object; no
+    transaction: a fresh, unkept one)."""
     transaction = conn.get_transaction()
     if transaction is None:
-        return {}
-    cached = conn.info.get("twice_units")
-    if cached is None or cached[0] is not transaction:
-        cached = (transaction, {})
-        conn.info["twice_units"] = cached
-    known: dict[str, UnitRecord] = cached[1]
-    return known
+        return empty()
+    kept = conn.info.get(name)
+    if kept is None or kept[0] is not transaction:
+        kept = (transaction, empty())
+        conn.info[name] = kept
+    return kept[1]
 
 
 def require(
@@ -128,9 +147,12 @@ def require(
         raise UnknownUnitError(f"unknown unit of work {uow_id!r}: record_unit() it first")
     if attempt is not None:
         count(attempt, "attempt", minimum=1)
+        if (uow_id, attempt) in _transaction_memo(conn, "twice_attempts", set):
+            return record
         found = conn.execute(
             rows_where(attempts, "uow_id", "number"), {"uow_id": uow_id, "number": attempt}
         ).first()
         if found is None:
             raise LedgerError(f"unit of work {uow_id} has no attempt {attempt}")
+        attempt_seen(conn, uow_id, attempt)
     return record
