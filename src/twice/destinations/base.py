@@ -39,6 +39,7 @@ from twice.core.identifiers import (
     validate_identifier,
     validate_identifiers,
 )
+from twice.core.resources import Closeable
 from twice.destinations.columns import ColumnType, Schema, require_columns, schema_of
 from twice.destinations.commits import (
     ACTIVE,
@@ -198,8 +199,9 @@ def split_table_name(fragment: str, *, default_schema: str | None) -> tuple[str 
 # --------------------------------------------------------------------------- shared shell
 
 
-class BaseDestination:
-    """What every destination class shares: its validated names, ``with`` support, repr."""
+class BaseDestination(Closeable):
+    """What every destination class shares: its validated names, ``with`` support (closing
+    releases nothing unless the engine holds something open), repr."""
 
     engine: str  # the engine's name, set by each class
 
@@ -213,17 +215,8 @@ class BaseDestination:
         )
         self.key_columns = validate_identifiers(key_columns, "key column")
 
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.spec}>"
-
-    def close(self) -> None:
-        """Release what the destination holds open (by default, nothing)."""
 
 
 class ArrowScanned(BaseDestination, ABC):

@@ -169,22 +169,21 @@ class DeltaDestination(ArrowScanned):
         owner = resolve_stamp(stamp)
         dl = _deltalake()
 
-        def write(table: Any, incoming: pa.Table, slc: Slice | None) -> WriteResult:
+        def write(table: Any, incoming: pa.Table, slc: Slice | None, label: str) -> WriteResult:
             deleted = 0 if table is None else self._count(table, slc)
-            label = "all rows" if slc is None else slc.label
             record = None
             if owner is not None:
                 record = self._record(owner, "replace", label, incoming, [incoming],
                                       {"rows_deleted": deleted})
-            self._before_commit()
-            dl.write_deltalake(
-                self.uri if table is None else table, incoming, mode="overwrite",
-                predicate=None if slc is None else _predicate(slc),
-                commit_properties=_properties(dl, owner, record),
-            )
-            self._after_commit()
-            return WriteResult(self.spec, label, "replace", incoming.num_rows, deleted,
-                               commit=record)
+
+            def commit() -> None:
+                dl.write_deltalake(
+                    self.uri if table is None else table, incoming, mode="overwrite",
+                    predicate=None if slc is None else _predicate(slc),
+                    commit_properties=_properties(dl, owner, record),
+                )
+
+            return self._commit(commit, "replace", label, incoming, record, deleted)
 
         return self._committing(rows, partition, owner, write, whole_table=False)
 
@@ -197,8 +196,7 @@ class DeltaDestination(ArrowScanned):
         owner = resolve_stamp(stamp)
         dl = _deltalake()
 
-        def write(table: Any, incoming: pa.Table, slc: Slice | None) -> WriteResult:
-            label = "all rows" if slc is None else slc.label
+        def write(table: Any, incoming: pa.Table, slc: Slice | None, label: str) -> WriteResult:
             record = None
             if owner is not None:
                 done = self._appended(table, owner)
@@ -206,12 +204,12 @@ class DeltaDestination(ArrowScanned):
                     return WriteResult(self.spec, label, "append", 0, None, commit=done)
                 kept = [] if table is None else [self._read(table, slc, None)]
                 record = self._record(owner, "append", label, incoming, [*kept, incoming], {})
-            self._before_commit()
-            dl.write_deltalake(self.uri if table is None else table, incoming, mode="append",
-                               commit_properties=_properties(dl, owner, record))
-            self._after_commit()
-            return WriteResult(self.spec, label, "append", incoming.num_rows, None,
-                               commit=record)
+
+            def commit() -> None:
+                dl.write_deltalake(self.uri if table is None else table, incoming, mode="append",
+                                   commit_properties=_properties(dl, owner, record))
+
+            return self._commit(commit, "append", label, incoming, record)
 
         return self._committing(rows, partition, owner, write, whole_table=True)
 
@@ -227,8 +225,7 @@ class DeltaDestination(ArrowScanned):
         dl = _deltalake()
         keys = list(self.key_columns)
 
-        def write(table: Any, incoming: pa.Table, slc: Slice | None) -> WriteResult:
-            label = "all rows" if slc is None else slc.label
+        def write(table: Any, incoming: pa.Table, slc: Slice | None, label: str) -> WriteResult:
             record = None
             if owner is not None:
                 kept = [] if table is None else [
@@ -237,32 +234,32 @@ class DeltaDestination(ArrowScanned):
                     )
                 ]
                 record = self._record(owner, "upsert", label, incoming, [*kept, incoming], {})
-            properties = _properties(dl, owner, record)
-            self._before_commit()
-            if table is None:
-                dl.write_deltalake(self.uri, incoming, mode="append",
-                                   commit_properties=properties)
-            else:
+
+            def commit() -> None:
+                properties = _properties(dl, owner, record)
+                if table is None:
+                    dl.write_deltalake(self.uri, incoming, mode="append",
+                                       commit_properties=properties)
+                    return
                 on = " AND ".join(f"s.{_quote(k)} = t.{_quote(k)}" for k in keys)
                 merger = table.merge(incoming, on, source_alias="s", target_alias="t",
                                      commit_properties=properties)
                 if any(c not in keys for c in incoming.column_names):
                     merger = merger.when_matched_update_all()
                 merger.when_not_matched_insert_all().execute()
-            self._after_commit()
-            return WriteResult(self.spec, label, "upsert", incoming.num_rows, None,
-                               commit=record)
+
+            return self._commit(commit, "upsert", label, incoming, record)
 
         return self._committing(rows, partition, owner, write, whole_table=True, keyed=True)
 
     def _committing(
         self, rows: RowsLike, partition: PartitionSpec, owner: WriteStamp | None,
-        write: Callable[[Any, pa.Table, Slice | None], WriteResult], *, whole_table: bool,
+        write: Callable[[Any, pa.Table, Slice | None, str], WriteResult], *, whole_table: bool,
         keyed: bool = False,
     ) -> WriteResult:
-        """Run ``write(table, rows, slice)`` on the latest version until it commits: the rows
-        are checked (and ``rows`` consumed) once, the fence is checked on every version read,
-        and a commit that conflicts with a concurrent one is redone on the new version."""
+        """Run ``write(table, rows, slice, label)`` on the latest version until it commits: the
+        rows are checked (and ``rows`` consumed) once, the fence is checked on every version
+        read, and a commit that conflicts with a concurrent one is redone on the new version."""
         dl = _deltalake()
         incoming: pa.Table | None = None
         slc: Slice | None = None
@@ -276,7 +273,7 @@ class DeltaDestination(ArrowScanned):
                 newest = table.transaction_version(FENCE_APP + owner.fence_key)
                 check_fence(owner, newest, self.spec)
             try:
-                return write(table, incoming, slc)
+                return write(table, incoming, slc, "all rows" if slc is None else slc.label)
             except dl.exceptions.CommitFailedError as exc:
                 if tries == MAX_COMMIT_TRIES:
                     raise DestinationError(
@@ -304,6 +301,17 @@ class DeltaDestination(ArrowScanned):
                 slc.check_rows(table)
         check_keys(table, self.key_columns)
         return table, slc
+
+    def _commit(
+        self, commit: Callable[[], None], mode: str, label: str, incoming: pa.Table,
+        record: CommitRecord | None, deleted: int | None = None,
+    ) -> WriteResult:
+        """Make the Delta ``commit`` between the two crash-test seams, and say what it wrote:
+        every write mode passes both seams in the same order."""
+        self._before_commit()
+        commit()
+        self._after_commit()
+        return WriteResult(self.spec, label, mode, incoming.num_rows, deleted, commit=record)
 
     def _before_commit(self) -> None:
         """Seam after the fence check and the record, before delta-rs writes anything

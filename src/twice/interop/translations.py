@@ -289,6 +289,12 @@ _TIMEOUT_UNKNOWN = "twice treats a timed-out attempt as outcome unknown and reco
     "retrying"
 
 
+def _timeout_difference(timeout: float | None, effect: str) -> list[str]:
+    """What the tool does when an attempt times out (``effect``) against what twice does, when
+    a timeout is set at all: a timed-out attempt may still have had its effect."""
+    return [] if timeout is None else [f"{effect}; {_TIMEOUT_UNKNOWN}"]
+
+
 # --- Apache Airflow ---------------------------------------------------------------------------
 
 
@@ -371,11 +377,10 @@ def _airflow(
         "clearing a task grants a fresh retries budget while try_number keeps growing, so "
         "exponential backoff continues from the higher count",
     ]
-    if execution_timeout is not None:
-        differences.append(
-            "execution_timeout raises AirflowTaskTimeout, which Airflow retries like any failure; "
-            + _TIMEOUT_UNKNOWN
-        )
+    differences += _timeout_difference(
+        execution_timeout,
+        "execution_timeout raises AirflowTaskTimeout, which Airflow retries like any failure",
+    )
     return Translation(
         tool="airflow",
         direction=direction,
@@ -477,11 +482,10 @@ def _workflows(
         "Workflows does not check that a retry can finish before the execution's deadline; "
         + _DEADLINE_PLANNER,
     ]
-    if policy.attempt_timeout is not None:
-        differences.append(
-            "attempt_timeout maps to the http call's own timeout argument, not to the retry "
-            "block; " + _TIMEOUT_UNKNOWN
-        )
+    differences += _timeout_difference(
+        policy.attempt_timeout,
+        "attempt_timeout maps to the http call's own timeout argument, not to the retry block",
+    )
     return Translation(
         tool="workflows", direction=direction, policy=policy, config=config, snippet=snippet,
         counting=_counting("Workflows", f"max_retries={max_retries}", max_retries + 1,
@@ -552,11 +556,9 @@ def _stepfunctions(
         "Step Functions does not check that a retry can finish before the state machine's "
         "TimeoutSeconds; " + _DEADLINE_PLANNER,
     ]
-    if timeout_seconds is not None:
-        differences.append(
-            "TimeoutSeconds raises States.Timeout, retried like any listed error; "
-            + _TIMEOUT_UNKNOWN
-        )
+    differences += _timeout_difference(
+        timeout_seconds, "TimeoutSeconds raises States.Timeout, retried like any listed error"
+    )
     return Translation(
         tool="stepfunctions", direction=direction, policy=policy, config=state,
         snippet=json.dumps(state, indent=2), counting=counting, differences=tuple(differences),
@@ -681,10 +683,9 @@ def _temporal(
         "schedule_to_close_timeout bounds all attempts together, but the next attempt's run "
         "time is not weighed against it; " + _DEADLINE_PLANNER,
     ]
-    if start_to_close_timeout is not None:
-        differences.append(
-            "a start_to_close_timeout is retried like a failure; " + _TIMEOUT_UNKNOWN
-        )
+    differences += _timeout_difference(
+        start_to_close_timeout, "a start_to_close_timeout is retried like a failure"
+    )
     return Translation(
         tool="temporal", direction=direction, policy=policy, config=config, snippet=snippet,
         counting=_counting("Temporal", f"maximum_attempts={maximum_attempts}", maximum_attempts,
@@ -799,11 +800,11 @@ def _tenacity(
         "tenacity's stop_before_delay refuses a sleep that would cross a deadline but ignores "
         "the next attempt's run time; " + _DEADLINE_PLANNER,
     ]
-    if policy.attempt_timeout is not None:
-        differences.append(
-            "tenacity has no per-attempt timeout: wrap the call in twice.engine.timeouts."
-            "run_with_timeout or run_in_process; " + _TIMEOUT_UNKNOWN
-        )
+    differences += _timeout_difference(
+        policy.attempt_timeout,
+        "tenacity has no per-attempt timeout: wrap the call in twice.engine.timeouts."
+        "run_with_timeout or run_in_process",
+    )
     return Translation(
         tool="tenacity", direction=direction, policy=policy, config=config, snippet=snippet,
         counting=_counting("tenacity", f"stop_after_attempt({stop_after_attempt})",
@@ -973,11 +974,10 @@ def _stamina(
     else:
         differences.append("stamina does not check that a retry fits before a deadline; "
                            + _DEADLINE_PLANNER)
-    if policy.attempt_timeout is not None:
-        differences.append(
-            "stamina has no per-attempt timeout: wrap the call in twice.engine.timeouts; "
-            + _TIMEOUT_UNKNOWN
-        )
+    differences += _timeout_difference(
+        policy.attempt_timeout,
+        "stamina has no per-attempt timeout: wrap the call in twice.engine.timeouts",
+    )
     return Translation(
         tool="stamina", direction=direction, policy=policy, config=config, snippet=snippet,
         counting=_counting("stamina", f"attempts={attempts}", attempts, counts_first=True),
@@ -1114,9 +1114,9 @@ def to_prefect(policy: RetryPolicy) -> Translation:
         "a crashed task run (the process died) is never retried",
         "Prefect does not check that a retry fits before a deadline; " + _DEADLINE_PLANNER,
     ]
-    if policy.attempt_timeout is not None:
-        differences.append("timeout_seconds cannot interrupt a thread blocked in I/O; "
-                           + _TIMEOUT_UNKNOWN)
+    differences += _timeout_difference(
+        policy.attempt_timeout, "timeout_seconds cannot interrupt a thread blocked in I/O"
+    )
     return Translation(
         tool="prefect", direction="to", policy=policy, config=config,
         snippet="@" + _call("task", arguments),

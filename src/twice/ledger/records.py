@@ -12,7 +12,7 @@ recorded "evidence".
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal, get_args
 
@@ -145,16 +145,26 @@ class UnitRecord:
 
 
 @dataclass(frozen=True)
-class AttemptRecord:
-    """One execution of a unit of work; ``number`` starts at 1 for the first try."""
+class AttemptFacts:
+    """One execution of a unit of work as seen at some moment: ``number`` (1 for the first
+    try), who ran it and when it started, its outcome then and the remote job generation it
+    used. The ledger's record and a report's as-of view of an attempt both carry these."""
 
-    uow_id: str
     number: int
     holder: str
     started_at: datetime
     outcome: AttemptOutcome
     generation: int | None = None
     job_id: str | None = None
+
+
+@dataclass(frozen=True)
+class AttemptRecord(AttemptFacts):
+    """One execution of a unit of work as the ledger holds it now; ``uow_id`` and
+    ``finished_at`` are keyword only."""
+
+    _: KW_ONLY
+    uow_id: str
     finished_at: datetime | None = None
 
     @property
@@ -168,17 +178,26 @@ class AttemptRecord:
 
 
 @dataclass(frozen=True)
-class ObservationRecord:
-    """A status seen by ``source`` at ``observed_at`` and written down at ``recorded_at``."""
+class _JournaledDetail:
+    """What every journaled detail record about one unit of work carries, as its table does
+    (``twice.ledger.schema._evidence``): the journal entry's ``seq``, the unit, and, keyword
+    only, when it was recorded, the attempt it concerns and its JSON ``detail``."""
 
     seq: int
     uow_id: str
-    state: str
-    source: str
-    observed_at: datetime
+    _: KW_ONLY
     recorded_at: datetime
     attempt: int | None = None
     detail: Mapping[str, Any] = _detail()
+
+
+@dataclass(frozen=True)
+class ObservationRecord(_JournaledDetail):
+    """A status seen by ``source`` at ``observed_at`` and written down at ``recorded_at``."""
+
+    state: str
+    source: str
+    observed_at: datetime
 
     def age(self, now: datetime) -> timedelta:
         """How old the evidence is at ``now``: the planner refreshes observations that are stale."""
@@ -186,30 +205,20 @@ class ObservationRecord:
 
 
 @dataclass(frozen=True)
-class ErrorRecord:
+class ErrorRecord(_JournaledDetail):
     """An error that ended (or threatened) an attempt, with how it was classified."""
 
-    seq: int
-    uow_id: str
     error_class: str
     message: str
     classification: ErrorClassification
-    recorded_at: datetime
-    attempt: int | None = None
-    detail: Mapping[str, Any] = _detail()
 
 
 @dataclass(frozen=True)
-class NonfatalErrorRecord:
+class NonfatalErrorRecord(_JournaledDetail):
     """A problem that did not fail the attempt (e.g. rows dropped under ``maxBadRecords``)."""
 
-    seq: int
-    uow_id: str
     message: str
     count: int
-    recorded_at: datetime
-    attempt: int | None = None
-    detail: Mapping[str, Any] = _detail()
 
 
 @dataclass(frozen=True)
@@ -298,22 +307,17 @@ class FingerprintDiff:
 
 
 @dataclass(frozen=True)
-class DecisionRecord:
+class DecisionRecord(_JournaledDetail):
     """What the planner decided for a unit of work, from evidence as of ``as_of``.
 
     ``not_started`` marks a decision that kept attempt ``attempt`` from starting (for example
     ``deadline-infeasible``): the attempt is not recorded at all, so attempt counts stay true.
     """
 
-    seq: int
-    uow_id: str
     decision: DecisionName
     reason: str
     as_of: datetime
-    recorded_at: datetime
-    attempt: int | None = None
     not_started: bool = False
-    detail: Mapping[str, Any] = _detail()
 
 
 @dataclass(frozen=True)
@@ -354,11 +358,15 @@ class ResolutionRecord:
     repeated: bool = False
 
 
+@dataclass(frozen=True)
 class _Held:
-    """Something held until it expires or is released (a lease, pool slots)."""
+    """Something held from ``acquired_at`` until it expires or is released (a lease, pool
+    slots); keyword only, so each record's own fields keep their positions."""
 
+    _: KW_ONLY
+    acquired_at: datetime
     expires_at: datetime
-    released_at: datetime | None
+    released_at: datetime | None = None
 
     def active(self, now: datetime) -> bool:
         return self.released_at is None and self.expires_at > now
@@ -371,10 +379,7 @@ class LeaseRecord(_Held):
     uow_id: str
     holder: str
     token: int
-    acquired_at: datetime
     renewed_at: datetime
-    expires_at: datetime
-    released_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -386,9 +391,6 @@ class PoolHolding(_Held):
     holder: str
     slots: int
     capacity: int
-    acquired_at: datetime
-    expires_at: datetime
-    released_at: datetime | None = None
 
 
 @dataclass(frozen=True)

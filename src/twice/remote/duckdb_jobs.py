@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from twice.core.resources import Closeable
 from twice.remote.jobs import (
     STOPPED,
     Clock,
@@ -78,7 +79,7 @@ def _error_reason(exc: BaseException) -> str:
     return "internalError"
 
 
-class DuckDBJobs:
+class DuckDBJobs(Closeable):
     """Run DuckDB SQL as jobs with client-selected ids; see the module docstring.
 
     ``datasets`` maps view names to Parquet directories (hive partitions): each job sees them as
@@ -206,12 +207,6 @@ class DuckDBJobs:
             _LIVE.discard(self._owner)
         self._meta.close()
         self._db.close()
-
-    def __enter__(self) -> DuckDBJobs:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     # -- internals ---------------------------------------------------------------------------
 

@@ -28,6 +28,7 @@ from twice.errors import InputError
 from twice.ledger.records import (
     LEASE_SOURCE,
     OPERATOR_SOURCE_PREFIX,
+    AttemptFacts,
     AttemptOutcome,
     DecisionRecord,
     ErrorRecord,
@@ -176,15 +177,9 @@ class OutcomeChange:
 
 
 @dataclass(frozen=True)
-class Attempt:
+class Attempt(AttemptFacts):
     """One attempt as known at the report's ``as_of`` (executed: twice ran it)."""
 
-    number: int
-    holder: str
-    started_at: datetime
-    outcome: AttemptOutcome
-    generation: int | None = None
-    job_id: str | None = None
     changes: tuple[OutcomeChange, ...] = ()
     gap_before: timedelta | None = None
     basis: Basis = "executed"
