@@ -36,6 +36,7 @@ from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 
 from twice.core.outcomes import AttemptOutcome, ErrorClassification
+from twice.core.resources import Closeable
 from twice.core.unit import UnitOfWork
 from twice.ledger import catalog
 from twice.ledger import migrations as schema_steps
@@ -93,7 +94,7 @@ __all__ = ["Clock", "Ledger"]
 T = TypeVar("T")
 
 
-class Ledger:
+class Ledger(Closeable):
     """Durable record of units of work, attempts, evidence, decisions, leases and pool slots.
 
     Open with :meth:`Ledger.open`; one instance may be shared by threads (each thread has its
@@ -292,12 +293,6 @@ class Ledger:
     def close(self) -> None:
         """Dispose of the engine's connections; the ledger cannot be used afterwards."""
         self._session.close()
-
-    def __enter__(self) -> Ledger:
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"Ledger({self._session.label!r})"
