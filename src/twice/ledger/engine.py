@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine, Table, create_engine, event, select
-from sqlalchemy.engine import URL, Connection, make_url
+from sqlalchemy.engine import URL, Connection, RootTransaction, make_url
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.pool import StaticPool
 
@@ -36,9 +36,6 @@ DEFAULT_PATH = "twice-ledger.db"
 ENV_VAR = "TWICE_LEDGER"
 SQLITE_BUSY_TIMEOUT_SECONDS = 30.0
 POSTGRES_CONNECT_TIMEOUT_SECONDS = 5
-#: Execution option asking for a plain (deferred) SQLite transaction: reads must not queue
-#: behind writers for the write lock.
-READ_ONLY_OPTION = "twice_read_only"
 
 _PASSWORD_IN_URL = re.compile(r"(?P<head>://[^:/?#@]*:)[^@/]*@")
 
@@ -213,14 +210,18 @@ def _sqlite_engine(url: URL, *, busy_timeout: float, read_only: bool, immutable:
         finally:
             cursor.close()
 
-    @event.listens_for(engine, "begin")
-    def _on_begin(conn: Connection) -> None:
-        if read_only or conn.get_execution_options().get(READ_ONLY_OPTION):
-            conn.exec_driver_sql("BEGIN DEFERRED")
-        else:
-            conn.exec_driver_sql("BEGIN IMMEDIATE")
-
     return engine
+
+
+def begin(conn: Connection, *, read_only: bool) -> RootTransaction:
+    """Begin ``conn``'s transaction; on SQLite, ``BEGIN DEFERRED`` to read and ``BEGIN
+    IMMEDIATE`` to write (see the module docstring). Issued here, by the one place that
+    starts the ledger's transactions (``Session``), rather than from an engine ``begin``
+    listener: any connection event makes SQLAlchemy dispatch events around every statement."""
+    transaction = conn.begin()
+    if conn.dialect.name == "sqlite":
+        conn.exec_driver_sql("BEGIN DEFERRED" if read_only else "BEGIN IMMEDIATE")
+    return transaction
 
 
 def _enter_wal(cursor: Any, busy_timeout: float = SQLITE_BUSY_TIMEOUT_SECONDS) -> None:

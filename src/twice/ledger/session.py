@@ -15,13 +15,13 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Any, TypeVar, cast
+from typing import TypeVar, cast
 
 from sqlalchemy import Engine
 from sqlalchemy.engine import Connection, RootTransaction
 
 from twice.ledger.checks import aware
-from twice.ledger.engine import READ_ONLY_OPTION
+from twice.ledger.engine import begin
 from twice.ledger.errors import LedgerError, LedgerStorageError, LedgerUnavailableError
 from twice.ledger.faults import (
     DEFAULT_RETRY_SECONDS,
@@ -195,14 +195,10 @@ class Session:
             mark_phase(exc, "connect")
             raise
         try:
-            options: dict[str, Any] = {}
-            if read_only:
-                options[READ_ONLY_OPTION] = True
             if isolation is not None:
-                options["isolation_level"] = isolation
-            if options:
-                conn.execution_options(**options)
-            return conn, conn.begin()
+                conn.execution_options(isolation_level=isolation)
+            # a read-only ledger's SQLite connections cannot take the write lock
+            return conn, begin(conn, read_only=read_only or self.read_only is not None)
         except BaseException:
             _close_quietly(conn)
             raise
