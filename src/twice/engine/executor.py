@@ -1007,7 +1007,8 @@ class _UnitRun:
         the latest attempt means for this run, the ``held`` refusal, an orphaned attempt made
         ``unknown``, and the run marker. Re-runnable (``Ledger.atomic``): it changes nothing
         of this object, and says what it found."""
-        prior = self.ledger.latest_attempt(self.uow_id)
+        recorded = self.ledger.attempts(self.uow_id)  # kept for the evidence read below
+        prior = recorded[-1] if recorded else None
         opening = _Opening(prior)
         if prior is not None and prior.outcome == "succeeded":
             stale = self.x.reruns.get(self.uow_id)

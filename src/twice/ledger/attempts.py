@@ -18,7 +18,7 @@ from twice.ledger.prepared import inserting, rows_where, update_where
 from twice.ledger.records import AttemptRecord
 from twice.ledger.rows import ATTEMPT, first
 from twice.ledger.schema import attempts, job_generations
-from twice.ledger.session import Session
+from twice.ledger.session import Session, transaction_memo
 
 _TERMINAL_OUTCOMES = frozenset({"succeeded", "failed-transient", "failed-permanent"})
 
@@ -35,7 +35,8 @@ class AttemptStore:
         with self._session.write() as conn:
             now = self._session.now()
             unit = units.require(conn, uow_id, lock=True)
-            current = leasing.get_lease(conn, uow_id)
+            taken_here = leasing.holder_in_transaction(conn, uow_id) == holder
+            current = None if taken_here else leasing.get_lease(conn, uow_id)
             if current is not None and current.active(now) and current.holder != holder:
                 raise LedgerError(
                     f"unit of work {uow_id} is leased by {current.holder} until "
@@ -72,6 +73,7 @@ class AttemptStore:
                    "generation": generation, "job_id": job_id, "started_at": started,
                    "finished_at": None, "outcome": "running"}
             conn.execute(inserting(attempts), {"started_seq": seq, **row})
+            changed(conn, uow_id)
             units.attempt_seen(conn, uow_id, number)
         return ATTEMPT(row)
 
@@ -102,9 +104,8 @@ class AttemptStore:
                          summary=f"attempt {number} finished: {outcome}")
 
     def all(self, uow_id: str) -> list[AttemptRecord]:
-        query = rows_where(attempts, "uow_id", order=("number",))
         with self._session.read() as conn:
-            return [ATTEMPT(row) for row in conn.execute(query, {"uow_id": uow_id}).mappings()]
+            return list(_all(conn, uow_id))
 
     def get(self, uow_id: str, number: int) -> AttemptRecord | None:
         with self._session.read() as conn:
@@ -118,9 +119,35 @@ class AttemptStore:
 
 
 _MAX_NUMBER = select(func.max(attempts.c.number)).where(attempts.c.uow_id == bindparam("uow_id"))
+_ALL = rows_where(attempts, "uow_id", order=("number",))
+
+
+def _all(conn: Connection, uow_id: str) -> tuple[AttemptRecord, ...]:
+    """The unit's attempts in number order, read once per transaction: every write to them
+    (``begin``, ``close``, a lease takeover) forgets what was read (``changed``)."""
+    read = _read_in_transaction(conn)
+    found = read.get(uow_id)
+    if found is None:
+        rows = conn.execute(_ALL, {"uow_id": uow_id}).mappings()
+        found = read[uow_id] = tuple(ATTEMPT(row) for row in rows)
+    return found
+
+
+def changed(conn: Connection, uow_id: str) -> None:
+    """The unit's attempts were written in this transaction: read them again next time."""
+    _read_in_transaction(conn).pop(uow_id, None)
+
+
+def _read_in_transaction(conn: Connection) -> dict[str, tuple[AttemptRecord, ...]]:
+    read: dict[str, tuple[AttemptRecord, ...]] = transaction_memo(conn, "twice_attempt_lists",
+                                                                  dict)
+    return read
 
 
 def max_number(conn: Connection, uow_id: str) -> int:
+    read = _read_in_transaction(conn).get(uow_id)
+    if read is not None:
+        return read[-1].number if read else 0
     value = conn.execute(_MAX_NUMBER, {"uow_id": uow_id}).scalar()
     return int(value or 0)
 
@@ -152,4 +179,5 @@ def close(
     )
     update_where(conn, attempts, {"uow_id": current.uow_id, "number": current.number},
                  {"outcome": outcome, "finished_at": finished, "finished_seq": seq})
+    changed(conn, current.uow_id)
     return replace(current, outcome=outcome, finished_at=finished)

@@ -64,7 +64,7 @@ from twice.ledger.schema import (
     leases,
     pool_holdings,
 )
-from twice.ledger.session import Session
+from twice.ledger.session import Session, transaction_memo
 
 Clock = Callable[[], datetime]
 T = TypeVar("T")
@@ -121,7 +121,29 @@ def acquire_lease(
     """Take the lease if it is free, released, expired, or already ours (then it is extended).
 
     A new holding (anything but extending our own active lease) takes the next fencing token.
+    The row stays locked to the end of the transaction, which remembers who holds it
+    (``holder_in_transaction``).
     """
+    result = _acquire(conn, uow_id=uow_id, holder=holder, ttl_seconds=ttl_seconds, clock=clock)
+    held: dict[str, str] = transaction_memo(conn, "twice_lease_holders", dict)
+    if result.acquired:
+        held[uow_id] = result.holder
+    else:
+        held.pop(uow_id, None)
+    return result
+
+
+def holder_in_transaction(conn: Connection, uow_id: str) -> str | None:
+    """Who took the unit's lease earlier in this transaction (None: it was not taken here).
+    Nobody else can change the row before the transaction ends: SQLite's writers are
+    serialised, and PostgreSQL's row stays locked ``FOR NO KEY UPDATE``."""
+    held: dict[str, str] = transaction_memo(conn, "twice_lease_holders", dict)
+    return held.get(uow_id)
+
+
+def _acquire(
+    conn: Connection, *, uow_id: str, holder: str, ttl_seconds: float, clock: Clock
+) -> LeaseResult:
     holder = _holder(holder)
     ttl = _ttl(ttl_seconds)
     current = get_lease(conn, uow_id, for_update=True)
@@ -197,11 +219,14 @@ def _record_takeover(
         )
     ]
     if running:
+        from twice.ledger.attempts import changed  # attempts imports this module
+
         conn.execute(
             update(attempts)
             .where(attempts.c.uow_id == previous.uow_id, attempts.c.number.in_(running))
             .values(outcome="unknown")
         )
+        changed(conn, previous.uow_id)
     summary = (
         f"lease taken over by {new_holder} from {previous.holder} "
         f"(expired {previous.expires_at.isoformat()})"

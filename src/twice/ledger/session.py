@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import TypeVar, cast
+from typing import Any, TypeVar, cast
 
 from sqlalchemy import Engine
 from sqlalchemy.engine import Connection, RootTransaction
@@ -41,6 +41,21 @@ T = TypeVar("T")
 
 def system_clock() -> datetime:
     return datetime.now(UTC)
+
+
+def transaction_memo(conn: Connection, name: str, empty: Callable[[], Any]) -> Any:
+    """What this connection's current transaction keeps under ``name``: what a store read or
+    wrote earlier in the same transaction and need not read again (a pooled connection keeps
+    ``info`` across transactions, so the memo is tied to the transaction object; without a
+    transaction, a fresh one that is not kept)."""
+    transaction = conn.get_transaction()
+    if transaction is None:
+        return empty()
+    kept = conn.info.get(name)
+    if kept is None or kept[0] is not transaction:
+        kept = (transaction, empty())
+        conn.info[name] = kept
+    return kept[1]
 
 
 class Session:

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.engine import Connection
@@ -18,7 +16,7 @@ from twice.ledger.prepared import rows_where
 from twice.ledger.records import UnitRecord
 from twice.ledger.rows import UNIT, first
 from twice.ledger.schema import attempts, units
-from twice.ledger.session import Session
+from twice.ledger.session import Session, transaction_memo
 
 
 class UnitStore:
@@ -112,29 +110,17 @@ def find(conn: Connection, uow_id: str, *, lock: bool = False) -> UnitRecord | N
 
 def _known_in_transaction(conn: Connection) -> dict[str, UnitRecord]:
     """The units this connection's current transaction has read or recorded."""
-    known: dict[str, UnitRecord] = _transaction_memo(conn, "twice_units", dict)
+    known: dict[str, UnitRecord] = transaction_memo(conn, "twice_units", dict)
     return known
 
 
 def attempt_seen(conn: Connection, uow_id: str, number: int) -> None:
     """Attempt ``number`` of ``uow_id`` exists (just begun, read or locked in this
     transaction): ``require`` need not look for it again (attempts are never deleted)."""
-    seen: set[tuple[str, int]] = _transaction_memo(conn, "twice_attempts", set)
+    seen: set[tuple[str, int]] = transaction_memo(conn, "twice_attempts", set)
     seen.add((uow_id, number))
 
 
-def _transaction_memo(conn: Connection, name: str, empty: Callable[[], Any]) -> Any:
-    """What this connection's current transaction keeps under ``name`` (a pooled connection
-    keeps ``info`` across transactions, so the memo is tied to the transaction object; no
-    transaction: a fresh, unkept one)."""
-    transaction = conn.get_transaction()
-    if transaction is None:
-        return empty()
-    kept = conn.info.get(name)
-    if kept is None or kept[0] is not transaction:
-        kept = (transaction, empty())
-        conn.info[name] = kept
-    return kept[1]
 
 
 def require(
@@ -147,7 +133,7 @@ def require(
         raise UnknownUnitError(f"unknown unit of work {uow_id!r}: record_unit() it first")
     if attempt is not None:
         count(attempt, "attempt", minimum=1)
-        if (uow_id, attempt) in _transaction_memo(conn, "twice_attempts", set):
+        if (uow_id, attempt) in transaction_memo(conn, "twice_attempts", set):
             return record
         found = conn.execute(
             rows_where(attempts, "uow_id", "number"), {"uow_id": uow_id, "number": attempt}
