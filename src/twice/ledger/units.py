@@ -53,6 +53,7 @@ class UnitStore:
             # what a read would return (times as UTC), without reading it back
             inserted = UNIT({**values, "created_at": now.astimezone(UTC)})
             _known_in_transaction(conn)[uow_id] = inserted
+            _locked_in_transaction(conn).add(uow_id)  # a new row is ours until commit
             return inserted
         record = find(conn, uow_id)
         assert record is not None
@@ -97,14 +98,17 @@ def unit_of_work(uow: object) -> UnitOfWork:
 
 def find(conn: Connection, uow_id: str, *, lock: bool = False) -> UnitRecord | None:
     """The unit's record; read once per transaction (a unit never changes once recorded)
-    unless ``lock`` asks for its row lock on PostgreSQL (SQLite's writers are serialised by
-    the transaction itself)."""
+    unless ``lock`` asks for its row lock on PostgreSQL and this transaction does not hold it
+    yet (SQLite's writers are serialised by the transaction itself)."""
     known = _known_in_transaction(conn)
-    if uow_id in known and not (lock and is_postgres(conn)):
+    locking = lock and is_postgres(conn)
+    if uow_id in known and not (locking and uow_id not in _locked_in_transaction(conn)):
         return known[uow_id]
     record = first(conn, rows_where(units, "uow_id", lock=lock), UNIT, params={"uow_id": uow_id})
     if record is not None:
         known[uow_id] = record
+        if locking:
+            _locked_in_transaction(conn).add(uow_id)
     return record
 
 
@@ -112,6 +116,12 @@ def _known_in_transaction(conn: Connection) -> dict[str, UnitRecord]:
     """The units this connection's current transaction has read or recorded."""
     known: dict[str, UnitRecord] = transaction_memo(conn, "twice_units", dict)
     return known
+
+
+def _locked_in_transaction(conn: Connection) -> set[str]:
+    """The units whose rows this transaction has locked, or inserted (held until it ends)."""
+    locked: set[str] = transaction_memo(conn, "twice_units_locked", set)
+    return locked
 
 
 def attempt_seen(conn: Connection, uow_id: str, number: int) -> None:
