@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from twice.destinations import fingerprint as fp
-from twice.destinations.columns import schema_of
+from twice.destinations.columns import DICTIONARY_MIN, schema_of
 
 VALUES = st.lists(
     st.one_of(st.none(), st.text(max_size=40), st.just(""), st.just("ü✓😀" * 20)),
@@ -29,7 +29,7 @@ def checksum(table: pa.Table) -> str:
 
 
 @settings(max_examples=25, deadline=None)
-@given(values=VALUES, rows=st.integers(fp._DICTIONARY_MIN, 3 * fp._DICTIONARY_MIN),
+@given(values=VALUES, rows=st.integers(DICTIONARY_MIN, 3 * DICTIONARY_MIN),
        seed=st.integers(0, 2**32 - 1))
 def test_repeated_text_fingerprint_is_the_definition(values: list[str | None], rows: int,
                                                      seed: int) -> None:

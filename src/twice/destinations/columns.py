@@ -63,6 +63,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -209,13 +210,65 @@ def require_columns(schema: Schema, columns: Sequence[str]) -> None:
         raise SchemaError(f"columns {missing} are not in the table (has {list(schema)})")
 
 
+#: A slice of at least this many values whose first ``DICTIONARY_SAMPLE`` values hold at most
+#: a quarter distinct ones is converted (or hashed) once per distinct value, through Arrow's
+#: dictionary encoding (see ``mostly_repeated``).
+DICTIONARY_MIN = 1024
+DICTIONARY_SAMPLE = 4096
+
+
+def mostly_repeated(array: pa.Array) -> bool:
+    """Whether ``array``'s values repeat enough that working on each distinct value once and
+    gathering (``pc.dictionary_encode``, then ``take``) is cheaper than working on every value:
+    a partition column within its slice, codes, names, statuses. A column of mostly distinct
+    values, where the encoding would cost more than it saves, is not."""
+    if len(array) < DICTIONARY_MIN:
+        return False
+    sample = array.slice(0, DICTIONARY_SAMPLE)
+    return bool(pc.count_distinct(sample, mode="all").as_py() <= len(sample) // 4)
+
+
+def python_values(array: pa.ChunkedArray) -> list[object]:
+    """``array.to_pylist()``; a chunk whose values repeat (``mostly_repeated``) makes one
+    Python object per distinct value, shared by its repeats (the values are immutable)."""
+    values: list[object] = []
+    for chunk in array.chunks:
+        if not mostly_repeated(chunk):
+            values.extend(chunk.to_pylist())
+            continue
+        encoded = pc.dictionary_encode(chunk)
+        distinct = encoded.dictionary.to_pylist()
+        objects = np.empty(len(distinct) + 1, dtype=object)  # the last one stands for null
+        for index, value in enumerate(distinct):
+            objects[index] = value
+        indices = pc.fill_null(encoded.indices, len(distinct))
+        values.extend(objects[indices.to_numpy(zero_copy_only=False)].tolist())
+    return values
+
+
 def canonical_text(array: pa.Array | pa.ChunkedArray, ctype: ColumnType) -> pa.ChunkedArray:
     """Canonical text of every value (nulls stay null); ``array`` is already normalised.
 
     Vectorised with Arrow compute except decimals with scale > 6 (Arrow would print
-    ``1E-7``) and binary (no hex kernel), which go through Python.
+    ``1E-7``) and binary (no hex kernel), which go through Python. A chunk whose values
+    repeat is converted once per distinct value (``mostly_repeated``): the same text.
     """
     arr = array if isinstance(array, pa.ChunkedArray) else pa.chunked_array([array])
+    if ctype.kind == "string" or not any(mostly_repeated(chunk) for chunk in arr.chunks):
+        return _canonical_texts(arr, ctype)
+    chunks = []
+    for chunk in arr.chunks:
+        if not mostly_repeated(chunk):
+            chunks.extend(_canonical_texts(pa.chunked_array([chunk]), ctype).chunks)
+            continue
+        encoded = pc.dictionary_encode(chunk)
+        texts = _canonical_texts(pa.chunked_array([encoded.dictionary]), ctype)
+        chunks.append(pc.take(texts.combine_chunks(), encoded.indices))
+    return pa.chunked_array(chunks, pa.string())
+
+
+def _canonical_texts(arr: pa.ChunkedArray, ctype: ColumnType) -> pa.ChunkedArray:
+    """``canonical_text`` of every value, one by one."""
     kind = ctype.kind
     if kind in ("integer", "boolean", "date", "string"):
         return pc.cast(arr, pa.string())

@@ -101,6 +101,7 @@ from twice.destinations.columns import (
     Schema,
     canonical_text,
     float_text,
+    mostly_repeated,
 )
 from twice.destinations.commits import NO_FINGERPRINT
 from twice.destinations.errors import DestinationError
@@ -581,12 +582,6 @@ def _byte_hashes(array: pa.Array) -> np.ndarray:
     return _fmix(sums)
 
 
-#: A slice of at least this many values whose first ``_SAMPLE`` values hold at most
-#: ``_SAMPLE // 4`` distinct ones is hashed through a dictionary (see _text_hashes).
-_DICTIONARY_MIN = 1024
-_SAMPLE = 4096
-
-
 def _text_hashes(array: pa.Array) -> np.ndarray:
     """:func:`_byte_hashes` of every value, each distinct value hashed once when values
     repeat (codes, names, statuses: most text columns): Arrow's dictionary encoding is ~4x
@@ -594,10 +589,7 @@ def _text_hashes(array: pa.Array) -> np.ndarray:
     (a value's hash depends on its bytes alone); a column of mostly distinct values, where
     encoding would cost more than it saves, is hashed directly."""
     n = len(array)
-    if n < _DICTIONARY_MIN:
-        return _byte_hashes(array)
-    sample = array.slice(0, _SAMPLE)
-    if pc.count_distinct(sample, mode="all").as_py() > len(sample) // 4:
+    if not mostly_repeated(array):
         return _byte_hashes(array)
     encoded = pc.dictionary_encode(array)
     if len(encoded.dictionary) == 0:  # all null: masked by the caller

@@ -35,6 +35,7 @@ from twice.destinations.columns import (
     canonical_text,
     float_text,
     from_canonical_text,
+    python_values,
     schema_of,
 )
 from twice.destinations.embedded import EmbeddedSqlDestination, database_file
@@ -227,7 +228,7 @@ def _python_columns(table: pa.Table) -> list[list[Any]]:
     columns = []
     for (_, ctype), column in zip(schema_of(table).items(), table.columns, strict=True):
         values = canonical_text(column, ctype) if ctype.kind in _TEXT_STORED else column
-        columns.append(values.to_pylist())
+        columns.append(python_values(values))
     return columns
 
 
