@@ -260,20 +260,93 @@ def default_holder() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
+class _Renewals:
+    """Renews the leases of the units an executor is running, each every ``ttl / 3`` seconds,
+    on one thread started while there are leases to renew (a thread started per unit cost
+    more than the unit's whole bookkeeping). Renewals run one at a time; ``stop`` returns once
+    none of the keeper's is running, and none starts after it."""
+
+    #: How long the thread waits for a lease to renew before it ends (a new one starts then).
+    IDLE_SECONDS = 5.0
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._due: dict[_LeaseKeeper, float] = {}  # keeper -> time.monotonic() of its renewal
+        self._renewing: _LeaseKeeper | None = None
+        self._thread: threading.Thread | None = None
+        self._wakes_at = 0.0  # when the thread looks at ``_due`` again
+
+    def start(self, keeper: _LeaseKeeper) -> None:
+        with self._changed:
+            due = self._due[keeper] = time.monotonic() + keeper.period
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, daemon=True,
+                                                name="twice-leases")
+                self._thread.start()
+            elif due < self._wakes_at:  # otherwise the thread finds it when it wakes anyway
+                self._changed.notify_all()
+
+    def renewing(self, keeper: _LeaseKeeper) -> bool:
+        with self._changed:
+            return keeper in self._due
+
+    def stop(self, keeper: _LeaseKeeper) -> None:
+        with self._changed:
+            self._due.pop(keeper, None)
+            while self._renewing is keeper and threading.current_thread() is not self._thread:
+                self._changed.wait()
+
+    def _run(self) -> None:
+        while True:
+            with self._changed:
+                keeper = self._next()
+                if keeper is None:  # idle: this thread ends (under the lock: start sees it)
+                    self._thread = None
+                    return
+                self._due[keeper] = time.monotonic() + keeper.period
+                self._renewing = keeper
+            try:
+                keeper.renew()
+            finally:
+                with self._changed:
+                    self._renewing = None
+                    if keeper.lost:
+                        self._due.pop(keeper, None)
+                    self._changed.notify_all()
+
+    def _next(self) -> _LeaseKeeper | None:
+        """The keeper whose renewal is due, once it is (the lock held); None after waiting
+        ``IDLE_SECONDS`` with nothing to renew."""
+        while True:
+            now = time.monotonic()
+            if not self._due:
+                self._wakes_at = now + self.IDLE_SECONDS
+                self._changed.wait(self.IDLE_SECONDS)
+                if not self._due:
+                    return None
+                continue
+            keeper, at = min(self._due.items(), key=lambda item: item[1])
+            if at <= now:
+                return keeper
+            self._wakes_at = at
+            self._changed.wait(at - now)
+
+
 class _LeaseKeeper:
-    """Renews a unit's lease every ``ttl / 3`` seconds while it runs (attempts can outlive it)."""
+    """Keeps a unit's lease while it runs (attempts can outlive it): renewed every ``ttl / 3``
+    seconds by the executor's ``_Renewals``."""
 
     def __init__(self, ledger: Ledger, uow_id: str, holder: str, ttl: float,
-                 expires_at: datetime | None = None) -> None:
+                 renewals: _Renewals, expires_at: datetime | None = None) -> None:
         self._ledger, self._uow_id, self._holder, self._ttl = ledger, uow_id, holder, ttl
-        self._done = threading.Event()
+        self._renewals = renewals
+        self.period = ttl / 3
         self.lost = False
         self.released = False  # given back by the run itself (see stop_renewing)
         self.expires_at = expires_at  # of the last lease we know we hold
-        self._thread = threading.Thread(target=self._renew, daemon=True, name="twice-lease")
 
     def __enter__(self) -> _LeaseKeeper:
-        self._thread.start()
+        self._renewals.start(self)
         return self
 
     def __exit__(self, *_exc: object) -> None:
@@ -285,29 +358,25 @@ class _LeaseKeeper:
 
     def resume_renewing(self) -> None:
         """Renew again after ``stop_renewing`` when the lease was not given back after all."""
-        if self.released or self._thread.is_alive():
+        if self.released or self.lost or self._renewals.renewing(self):
             return
-        self._done = threading.Event()
-        self._thread = threading.Thread(target=self._renew, daemon=True, name="twice-lease")
-        self._thread.start()
+        self._renewals.start(self)
 
     def stop_renewing(self) -> None:
         """No renewal after this returns: the run is about to give the lease back itself (in
         the transaction that finishes its attempt, then setting ``released``)."""
-        self._done.set()
-        if self._thread.is_alive() and self._thread is not threading.current_thread():
-            self._thread.join()
+        self._renewals.stop(self)
 
-    def _renew(self) -> None:
-        while not self._done.wait(self._ttl / 3):
-            try:
-                renewed = self._ledger.renew_lease(self._uow_id, self._holder, self._ttl)
-            except Exception:
-                continue
-            if not renewed.acquired:
-                self.lost = True
-                return
-            self.expires_at = renewed.expires_at
+    def renew(self) -> None:
+        """One renewal (by ``_Renewals``); a failed call is tried again a period later."""
+        try:
+            renewed = self._ledger.renew_lease(self._uow_id, self._holder, self._ttl)
+        except Exception:
+            return
+        if not renewed.acquired:
+            self.lost = True
+            return
+        self.expires_at = renewed.expires_at
 
     def expired(self, now: datetime) -> bool:
         """Whether we may no longer hold the lease: a renewal failed, or the last lease we
@@ -428,6 +497,7 @@ class Executor:
         self._rng_lock = threading.Lock()
         self.max_workers = max_workers
         self.lease_ttl = lease_ttl
+        self._renewals = _Renewals()
         self.isolation: Isolation = isolation
         self.shared_pools = shared_pools
         self.pool_ttl = pool_ttl
@@ -736,7 +806,7 @@ class Executor:
             ), False
         run.writer = early
         with _LeaseKeeper(self.ledger, unit.uow_id, self.holder, self.lease_ttl,
-                          lease.expires_at) as keeper:
+                          self._renewals, lease.expires_at) as keeper:
             run.token = lease.token
             run.lease_lost = lambda: keeper.expired(self.ledger.now())
             run.give_back_lease = keeper
