@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta, timezone
+from functools import lru_cache
 from itertools import pairwise
 from typing import Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -321,6 +322,9 @@ class Schedule:
         """
         if not isinstance(interval, Interval):
             raise ScheduleError(f"interval: expected an Interval, got {type(interval).__name__}")
+        return _canonical(self, interval)
+
+    def _find_canonical(self, interval: Interval) -> Interval:
         quick = self._quick_canonical(interval)
         if quick is not None:
             return quick
@@ -587,3 +591,11 @@ def _parse_point(text: str, field: str) -> date | datetime:
         ) from None
     _check_year(point, field)
     return point
+
+
+@lru_cache(maxsize=4096)
+def _canonical(schedule: Schedule, interval: Interval) -> Interval:
+    """``Schedule.canonical``, remembered: a run asks it of the same interval several times
+    (planning, identifying the unit, running it), and equal intervals have one canonical
+    spelling (a refusal is not remembered)."""
+    return schedule._find_canonical(interval)
