@@ -275,6 +275,21 @@ def test_job_id_is_unique_across_units(ledger: Ledger, uow: UnitOfWork) -> None:
         ledger.record_job_generation(other.uow_id, job_id="shared-id")
 
 
+def test_a_derived_job_id_taken_explicitly_elsewhere_is_refused(
+    ledger: Ledger, uow: UnitOfWork
+) -> None:
+    """A generation's default job id is unique per unit, so it is not looked up first; one
+    another unit took as its explicit job id is still refused, as a LedgerError, and nothing
+    of the generation is recorded."""
+    other = make_uow(6)
+    ledger.record_unit(other)
+    ledger.record_job_generation(other.uow_id, job_id=uow.job_id(1))
+    with pytest.raises(LedgerError, match="already used by another unit of work"):
+        ledger.record_job_generation(uow.uow_id)
+    assert ledger.job_generations(uow.uow_id) == []
+    assert [g.job_id for g in ledger.job_generations(other.uow_id)] == [uow.job_id(1)]
+
+
 # -- fingerprints ---------------------------------------------------------------------------
 
 

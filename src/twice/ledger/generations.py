@@ -10,6 +10,7 @@ from dataclasses import replace
 
 from sqlalchemy import bindparam, select
 from sqlalchemy.engine import Connection
+from sqlalchemy.exc import IntegrityError
 
 from twice.ledger import units
 from twice.ledger.checks import count, text
@@ -96,14 +97,15 @@ class GenerationStore:
                 f"({last.job_id}) is {last.state}; a new generation is taken only after "
                 "the earlier ones are confirmed failed"
             )
-        job_id = (
-            text(job_id, "job_id")
-            if job_id is not None
-            else (unit.to_unit_of_work().job_id(number))
-        )
-        clash = conn.execute(_JOB_OWNER, {"job_id": job_id}).scalar()
-        if clash is not None:
-            raise LedgerError(f"job id {job_id} is already used by unit of work {clash}")
+        if job_id is None:
+            # derived from the unit's id, unique per unit; the UNIQUE constraint on job_id
+            # still stands behind it
+            job_id = unit.to_unit_of_work().job_id(number)
+        else:
+            job_id = text(job_id, "job_id")
+            clash = conn.execute(_JOB_OWNER, {"job_id": job_id}).scalar()
+            if clash is not None:
+                raise LedgerError(f"job id {job_id} is already used by unit of work {clash}")
         seq = append_event(
             conn,
             kind="job-generation",
@@ -117,7 +119,13 @@ class GenerationStore:
         )
         row = {"uow_id": uow_id, "generation": number, "job_id": job_id, "state": "active",
                "created_at": now, "updated_at": now}
-        conn.execute(inserting(job_generations), {"seq": seq, **row})
+        try:
+            conn.execute(inserting(job_generations), {"seq": seq, **row})
+        except IntegrityError:  # the number is free (checked above): the job id is taken
+            raise LedgerError(
+                f"job id {job_id} is already used by another unit of work (taken there as "
+                "an explicit job id)"
+            ) from None
         return GENERATION(row)
 
     def mark(self, uow_id: str, generation: int, state: GenerationState) -> JobGenerationRecord:
