@@ -297,22 +297,33 @@ class _Renewals:
                 self._changed.wait()
 
     def _run(self) -> None:
-        while True:
+        try:
+            while self._renew_next():
+                pass
+        finally:  # idle, or ended by surprise: the next start() starts a new thread
             with self._changed:
-                keeper = self._next()
-                if keeper is None:  # idle: this thread ends (under the lock: start sees it)
+                if self._thread is threading.current_thread():
                     self._thread = None
-                    return
-                self._due[keeper] = time.monotonic() + keeper.period
-                self._renewing = keeper
-            try:
-                keeper.renew()
-            finally:
-                with self._changed:
-                    self._renewing = None
-                    if keeper.lost:
-                        self._due.pop(keeper, None)
-                    self._changed.notify_all()
+
+    def _renew_next(self) -> bool:
+        """Wait for the next renewal that is due and run it; False when idle (decided under
+        the lock, so a ``start`` after it sees the thread gone)."""
+        with self._changed:
+            keeper = self._next()
+            if keeper is None:
+                self._thread = None
+                return False
+            self._due[keeper] = time.monotonic() + keeper.period
+            self._renewing = keeper
+        try:
+            keeper.renew()
+        finally:
+            with self._changed:
+                self._renewing = None
+                if keeper.lost:
+                    self._due.pop(keeper, None)
+                self._changed.notify_all()
+        return True
 
     def _next(self) -> _LeaseKeeper | None:
         """The keeper whose renewal is due, once it is (the lock held); None after waiting
