@@ -9,6 +9,7 @@ import sqlite3
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -44,14 +45,21 @@ def one_by_one(array: pa.Array, kind_type: pa.DataType) -> list[str | None]:
     return texts
 
 
+def repeats(kind: str, data: st.DataObject, seed: int
+            ) -> tuple[pa.DataType, list[Any], np.ndarray]:
+    """A few distinct values of ``kind`` (NULL may be one) and, for each of a slice's rows
+    (enough for the dictionary path), which of them it holds."""
+    kind_type, strategy = KINDS[kind]
+    distinct = data.draw(st.lists(st.one_of(st.none(), strategy), min_size=1, max_size=5))
+    rows = data.draw(st.integers(DICTIONARY_MIN, 2 * DICTIONARY_MIN))
+    return kind_type, distinct, np.random.default_rng(seed).integers(0, len(distinct), rows)
+
+
 @pytest.mark.parametrize("kind", sorted(KINDS))
 @settings(max_examples=10, deadline=None)
 @given(data=st.data(), seed=st.integers(0, 2**32 - 1))
 def test_repeated_values_get_their_own_text(kind: str, data: st.DataObject, seed: int) -> None:
-    kind_type, strategy = KINDS[kind]
-    distinct = data.draw(st.lists(st.one_of(st.none(), strategy), min_size=1, max_size=5))
-    rows = data.draw(st.integers(DICTIONARY_MIN, 2 * DICTIONARY_MIN))
-    picks = np.random.default_rng(seed).integers(0, len(distinct), rows)
+    kind_type, distinct, picks = repeats(kind, data, seed)
     array = pa.array([distinct[i] for i in picks], kind_type)
     assert columns.mostly_repeated(array)
     ctype = schema_of(pa.table({"c": array}))["c"]
@@ -107,9 +115,7 @@ def test_a_replaced_sqlite_slice_reads_back_as_written(tmp_path: Path) -> None:
 @given(data=st.data(), seed=st.integers(0, 2**32 - 1))
 def test_python_values_of_repeats_are_arrows(kind: str, data: st.DataObject, seed: int) -> None:
     """What SQLite binds: each distinct value made once and shared, equal to to_pylist()."""
-    kind_type, strategy = KINDS[kind]
-    distinct = data.draw(st.lists(st.one_of(st.none(), strategy), min_size=1, max_size=5))
-    picks = np.random.default_rng(seed).integers(0, len(distinct), 2 * DICTIONARY_MIN)
+    kind_type, distinct, picks = repeats(kind, data, seed)
     array = pa.chunked_array([pa.array([distinct[i] for i in picks], kind_type),
                               pa.array(distinct, kind_type)])  # a short chunk: the plain path
     assert columns.python_values(array) == array.to_pylist()
