@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import pytest
 
@@ -24,21 +25,42 @@ def _admin_url() -> str:
 @pytest.fixture
 def postgres_url() -> Iterator[str]:
     """URL (``postgresql://...``) of a fresh, empty PostgreSQL database."""
+    with _databases() as create:
+        yield create()
+
+
+@pytest.fixture
+def postgres_databases() -> Iterator[Callable[[], str]]:
+    """``create()`` gives the URL of another fresh, empty PostgreSQL database (one per trial of
+    a test that runs several); all are dropped at the end."""
+    with _databases() as create:
+        yield create
+
+
+@contextmanager
+def _databases() -> Iterator[Callable[[], str]]:
     import psycopg
 
     admin = _admin_url()
-    name = f"twice_t_{uuid.uuid4().hex[:12]}"
     try:
-        conn = psycopg.connect(admin, autocommit=True, connect_timeout=3)
+        psycopg.connect(admin, autocommit=True, connect_timeout=3).close()
     except psycopg.OperationalError as exc:
         if os.environ.get("CI"):
             pytest.fail(f"PostgreSQL not reachable at {admin}: {exc}")
         pytest.skip(f"PostgreSQL not reachable at {admin}")
-    with conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
     base, _, _ = admin.rpartition("/")
+    made: list[str] = []
+
+    def create() -> str:
+        name = f"twice_t_{uuid.uuid4().hex[:12]}"
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        made.append(name)
+        return f"{base}/{name}"
+
     try:
-        yield f"{base}/{name}"
+        yield create
     finally:
         with psycopg.connect(admin, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            for name in made:
+                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

@@ -420,20 +420,22 @@ def test_month_backfill_under_random_faults_equals_a_clean_run(
 
 
 @pytest.fixture
-def postgres_ledger(request: pytest.FixtureRequest) -> str:
-    """A fresh PostgreSQL database (the shared ``postgres_url`` fixture), if one is configured."""
+def postgres_ledgers(request: pytest.FixtureRequest) -> Callable[[], str]:
+    """Fresh PostgreSQL databases, one per call (the shared ``postgres_databases`` fixture),
+    if a server is configured."""
     if not os.environ.get("TWICE_TEST_POSTGRES_URL"):
         unavailable("TWICE_TEST_POSTGRES_URL is not set: no PostgreSQL ledger to test on")
-    url: str = request.getfixturevalue("postgres_url")
-    return url
+    create: Callable[[], str] = request.getfixturevalue("postgres_databases")
+    return create
 
 
 @pytest.mark.postgres
 def test_backfill_under_random_faults_on_a_postgresql_ledger(
-    tmp_path: Path, clean: Partitions, postgres_ledger: str
+    tmp_path: Path, clean: Partitions, postgres_ledgers: Callable[[], str]
 ) -> None:
-    """The same on a shared PostgreSQL ledger, smaller: ten days, one trial per scale."""
-    trials(tmp_path, clean, "postgresql", scale(), 10, lambda _folder: postgres_ledger)
+    """The same on a shared PostgreSQL ledger, smaller: ten days, one trial per scale, each
+    trial on a ledger of its own (like the SQLite trials: each starts from nothing)."""
+    trials(tmp_path, clean, "postgresql", scale(), 10, lambda _folder: postgres_ledgers())
 
 
 def test_control_a_fresh_job_id_per_attempt_duplicates_rows(
