@@ -141,12 +141,17 @@ def holder_in_transaction(conn: Connection, uow_id: str) -> str | None:
     return held.get(uow_id)
 
 
+def _locked(conn: Connection, uow_id: str, holder: str, ttl_seconds: float
+            ) -> tuple[str, timedelta, LeaseRecord | None]:
+    """The holder and ttl checked, and the unit's lease row (if any) locked until the
+    transaction ends: what taking and renewing a lease start from."""
+    return _holder(holder), _ttl(ttl_seconds), get_lease(conn, uow_id, for_update=True)
+
+
 def _acquire(
     conn: Connection, *, uow_id: str, holder: str, ttl_seconds: float, clock: Clock
 ) -> LeaseResult:
-    holder = _holder(holder)
-    ttl = _ttl(ttl_seconds)
-    current = get_lease(conn, uow_id, for_update=True)
+    holder, ttl, current = _locked(conn, uow_id, holder, ttl_seconds)
     if current is None:
         now = clock()
         expires_at = now + ttl
@@ -257,9 +262,7 @@ def renew_lease(
     conn: Connection, *, uow_id: str, holder: str, ttl_seconds: float, clock: Clock
 ) -> LeaseResult:
     """Extend our unexpired lease; an expired one must be re-acquired (someone may have it)."""
-    holder = _holder(holder)
-    ttl = _ttl(ttl_seconds)
-    current = get_lease(conn, uow_id, for_update=True)
+    holder, ttl, current = _locked(conn, uow_id, holder, ttl_seconds)
     now = clock()
     expires_at = now + ttl
     if current is None:
