@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from sqlalchemy import select
 from sqlalchemy.engine import Connection
 
 from twice.core.unit import UnitOfWork
@@ -68,26 +67,15 @@ class UnitStore:
 
     def all(self, *, pipeline: str | None, task: str | None,
             starting: datetime | None = None) -> list[UnitRecord]:
-        if None not in (starting, pipeline, task):  # a slot's units: the per-unit hot path
-            with self._session.read() as conn:
-                return [UNIT(row) for row in conn.execute(_SLOT, {
-                    "interval_start_utc": aware(starting, "starting"), "pipeline": pipeline,
-                    "task": task}).mappings()]
-        query = select(units)
-        if starting is not None:
-            query = query.where(units.c.interval_start_utc == aware(starting, "starting"))
-        if pipeline is not None:
-            query = query.where(units.c.pipeline == pipeline)
-        if task is not None:
-            query = query.where(units.c.task == task)
-        query = query.order_by(
-            units.c.interval_start_utc, units.c.pipeline, units.c.task, units.c.uow_id
-        )
+        given = {"interval_start_utc": None if starting is None else aware(starting, "starting"),
+                 "pipeline": pipeline, "task": task}
+        where = {column: value for column, value in given.items() if value is not None}
+        query = rows_where(units, *where, order=_IN_INTERVAL_ORDER)
         with self._session.read() as conn:
-            return [UNIT(row) for row in conn.execute(query).mappings()]
+            return [UNIT(row) for row in conn.execute(query, where).mappings()]
 
 
-_SLOT = rows_where(units, "interval_start_utc", "pipeline", "task", order=("uow_id",))
+_IN_INTERVAL_ORDER = ("interval_start_utc", "pipeline", "task", "uow_id")
 
 
 def unit_of_work(uow: object) -> UnitOfWork:
@@ -127,10 +115,12 @@ def _locked_in_transaction(conn: Connection) -> set[str]:
 def attempt_seen(conn: Connection, uow_id: str, number: int) -> None:
     """Attempt ``number`` of ``uow_id`` exists (just begun, read or locked in this
     transaction): ``require`` need not look for it again (attempts are never deleted)."""
+    _attempts_seen(conn).add((uow_id, number))
+
+
+def _attempts_seen(conn: Connection) -> set[tuple[str, int]]:
     seen: set[tuple[str, int]] = transaction_memo(conn, "twice_attempts", set)
-    seen.add((uow_id, number))
-
-
+    return seen
 
 
 def require(
@@ -143,7 +133,7 @@ def require(
         raise UnknownUnitError(f"unknown unit of work {uow_id!r}: record_unit() it first")
     if attempt is not None:
         count(attempt, "attempt", minimum=1)
-        if (uow_id, attempt) in transaction_memo(conn, "twice_attempts", set):
+        if (uow_id, attempt) in _attempts_seen(conn):
             return record
         found = conn.execute(
             rows_where(attempts, "uow_id", "number"), {"uow_id": uow_id, "number": attempt}
