@@ -797,13 +797,12 @@ def _describe(run: TaskRun, unit: UnitResult, task: Task, before: AttemptRecord 
     run.acceptance, run.nonfatal, run.diff = unit.acceptance, unit.nonfatal, diff
     from twice.engine.executor import attempts_of_run
 
-    ours: list[AttemptRecord] = []
-    if unit.outcome == "leased-elsewhere":
-        pass
-    elif unit.history is not None:  # as the engine read them: no read of the ledger here
-        ours = unit.history.ours()
-    else:  # the engine never claimed the unit, or the ledger failed under it
-        ours = attempts_of_run(ledger.attempts(run.uow_id), before)
+    ours: list[AttemptRecord] = []  # none when another holder has the lease
+    if unit.outcome != "leased-elsewhere":
+        # as the engine read them (no read here); else it never claimed the unit, or the
+        # ledger failed under it
+        ours = (unit.history.ours() if unit.history is not None
+                else attempts_of_run(ledger.attempts(run.uow_id), before))
     run.attempts = [(a.number, a.outcome) for a in ours]
     run.duration = sum(a.duration.total_seconds() for a in ours if a.duration is not None)
     numbers = {a.number for a in ours if a.outcome.startswith("failed-")}

@@ -45,10 +45,11 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import Executor as FuturesExecutor
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
 from twice.core.backoff import jittered_delay
 from twice.core.decision import Decision, DecisionResult
@@ -120,6 +121,7 @@ if TYPE_CHECKING:
 
 Clock = Callable[[], datetime]
 Sleep = Callable[[float], None]
+T = TypeVar("T")
 
 
 def attempts_of_run(recorded: Sequence[AttemptRecord], before: AttemptRecord | None
@@ -395,6 +397,19 @@ class _LeaseKeeper:
         return self.lost or (self.expires_at is not None and now >= self.expires_at)
 
 
+class _InThread(FuturesExecutor):
+    """A pool of one that runs each submitted call at once, in the calling thread; its
+    future is already done (see ``Executor._run_interval``)."""
+
+    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
+        future: Future[T] = Future()
+        try:
+            future.set_result(fn(*args, **kwargs))
+        except BaseException as exc:  # handed on by future.result(), as a pool's would be
+            future.set_exception(exc)
+        return future
+
+
 class FileWriters:
     """One writer at a time per embedded destination file (SQLite, DuckDB, Parquet), on every
     path: embedded engines take one writer per file, so attempts of one process queue for the
@@ -620,14 +635,17 @@ class Executor:
         self, plan: Pipeline, order: list[str], interval: Interval
     ) -> list[UnitResult]:
         deadline, wall_deadline = self._workflow_deadline()
-        if self.max_workers == 1 and threading.current_thread() is not threading.main_thread():
-            # A driver's worker thread (a backfill's interval): no signal lands here, so the
-            # units run in this thread instead of a pool started for each interval.
-            return self._run_in_order(plan, order, interval, deadline, wall_deadline)
         done: dict[str, UnitResult] = {}
         pending = list(order)
         running: dict[Future[UnitResult], str] = {}
-        with ThreadPoolExecutor(self.max_workers, thread_name_prefix="twice-unit") as workers:
+        workers: FuturesExecutor
+        if self.max_workers == 1 and threading.current_thread() is not threading.main_thread():
+            # A driver's worker thread (a backfill's interval): no signal lands here, so the
+            # units run in this thread instead of a pool started for each interval.
+            workers = _InThread()
+        else:
+            workers = ThreadPoolExecutor(self.max_workers, thread_name_prefix="twice-unit")
+        with workers:
             while pending or running:
                 progressed = True
                 while progressed:
@@ -653,24 +671,6 @@ class Executor:
                 finished, _ = wait(running, return_when=FIRST_COMPLETED)
                 for future in finished:
                     done[running.pop(future)] = future.result()
-        return [done[name] for name in order]
-
-    def _run_in_order(
-        self, plan: Pipeline, order: list[str], interval: Interval, deadline: Deadline | None,
-        wall_deadline: datetime | None,
-    ) -> list[UnitResult]:
-        """``_run_interval`` with one worker, in the calling thread: each unit in topological
-        order once its dependencies are done, the same scheduling as the pool's."""
-        done: dict[str, UnitResult] = {}
-        for name in order:
-            task = plan.get_task(name)
-            internal = [d for d in task.depends_on if d in plan]
-            blocked = self._blocked_reason(task, internal, done, interval)
-            if blocked is not None:
-                done[name] = self._blocked(task, interval, blocked)
-                continue
-            upstream = {dep: done[dep].value for dep in internal}
-            done[name] = self._run_unit(task, interval, upstream, deadline, wall_deadline)
         return [done[name] for name in order]
 
     def _blocked_reason(
@@ -1332,6 +1332,10 @@ class _UnitRun:
         if self._evidence_now is not None:
             evidence, self._evidence_now = self._evidence_now, None
             return evidence
+        return self._gathered()
+
+    def _gathered(self) -> UnitEvidence:
+        """The unit's evidence read from the ledger now, as the planner takes it."""
         return gather_evidence(
             self.ledger, self.uow_id, as_of=self.x.now(), settings=self.settings,
             include_workflow_deadline=True,
@@ -1441,13 +1445,6 @@ class _UnitRun:
         )
         return self._result("failed-permanent", check.reason, decision_name="repair-cause")
 
-    def _generation(self, ledger: Ledger, supersede: bool) -> JobGenerationRecord:
-        """The job generation of the next attempt (every task has one; its job id is
-        deterministic). The current one is reused until it is confirmed failed, so a
-        resubmission finds the existing job; a deliberate rerun (``supersede``) takes a new
-        one once. Runs inside the transaction that begins the attempt."""
-        return ledger.generation_for_attempt(self.uow_id, supersede=supersede)
-
     def _begin(self) -> tuple[AttemptRecord, JobGenerationRecord]:
         """One durable write begins the attempt (``_begin_in``)."""
         record, generation, self.token = self.ledger.atomic(
@@ -1458,10 +1455,12 @@ class _UnitRun:
 
     def _begin_in(self, ledger: Ledger, supersede: bool
                   ) -> tuple[AttemptRecord, JobGenerationRecord, int]:
-        """Begin the attempt in the caller's transaction: its job generation, a fresh fencing
-        token (above the lease's: a timed-out attempt whose thread writes late is refused once
-        its retry has committed) and the attempt itself."""
-        generation = self._generation(ledger, supersede)
+        """Begin the attempt in the caller's transaction: its job generation (every task has
+        one, its job id deterministic: the current one until it is confirmed failed, a new one
+        once for a deliberate rerun, ``supersede``), a fresh fencing token (above the lease's:
+        a timed-out attempt whose thread writes late is refused once its retry has committed)
+        and the attempt itself."""
+        generation = ledger.generation_for_attempt(self.uow_id, supersede=supersede)
         token = ledger.next_fencing_token()
         record = ledger.begin_attempt(
             self.uow_id, holder=self.x.holder, generation=generation.generation,
@@ -2223,14 +2222,11 @@ class _UnitRun:
         """The unit's result, with the planner's next decision on the ledger as it is now
         (``planned``: that decision and its evidence, just read, nothing written since)."""
         if planned is None:
-            evidence = gather_evidence(
-                self.ledger, self.uow_id, as_of=self.x.now(), settings=self.settings,
-                include_workflow_deadline=True,
-            )
+            evidence = self._gathered()
             final = plan_unit(evidence)
         else:
             final, evidence = planned
-        latest = evidence.attempts[-1] if evidence.attempts else None
+        latest = evidence.latest
         next_decision = final.decision.value if final is not None else (
             decision_name or (decision.decision.value if decision else None)
         )
