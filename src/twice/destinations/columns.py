@@ -254,7 +254,7 @@ def canonical_text(array: pa.Array | pa.ChunkedArray, ctype: ColumnType) -> pa.C
     repeat is converted once per distinct value (``mostly_repeated``): the same text.
     """
     arr = array if isinstance(array, pa.ChunkedArray) else pa.chunked_array([array])
-    if ctype.kind == "string" or not any(mostly_repeated(chunk) for chunk in arr.chunks):
+    if ctype.kind == "string":
         return _canonical_texts(arr, ctype)
     chunks = []
     for chunk in arr.chunks:
