@@ -101,6 +101,31 @@ def test_fencing_refuses_older_tokens_for_every_write(delta_spec: Any) -> None:
     assert [r.token for r in dest.commit_records()] == [5, 6]
 
 
+def test_an_append_is_not_repeated_after_log_retention_cleaned_its_commit(
+        delta_spec: Any) -> None:
+    from deltalake import DeltaTable
+
+    dest = delta(delta_spec())
+    first = dest.append([{"day": DAY, "id": 1, "n": "a"}], partition=DAY, stamp=stamp(1))
+    assert first.commit is not None
+    for token in (2, 3):
+        dest.replace_partition([{"day": NEXT, "id": token, "n": "b"}], NEXT,
+                               stamp=stamp(token, uow="uow-b", fence="pipe/task/2026-12-01"))
+    table = DeltaTable(dest.uri)
+    table.alter.set_table_properties({"delta.logRetentionDuration": "interval 0 seconds"})
+    table = DeltaTable(dest.uri)
+    table.create_checkpoint()
+    table.cleanup_metadata()  # what a routine checkpoint does once the retention has passed
+    assert dest.commit_records("uow-a") == []  # the history no longer holds the append
+    again = dest.append([{"day": DAY, "id": 1, "n": "a"}], partition=DAY,
+                        stamp=stamp(4, attempt=2))
+    assert (again.rows_written, again.commit) == (0, None)
+    assert dest.row_count(DAY) == 1
+    later = dest.append([{"day": DAY, "id": 2, "n": "c"}], partition=DAY,
+                        stamp=stamp(5, generation=2, attempt=3))
+    assert later.rows_written == 1 and dest.row_count(DAY) == 2
+
+
 def test_upsert_merges_by_key_and_its_record_matches(delta_spec: Any) -> None:
     dest = delta(delta_spec(key_columns=("id",)))
     first = dest.upsert([{"day": DAY, "id": i, "v": i} for i in range(4)], stamp=stamp(1))

@@ -147,6 +147,67 @@ def test_a_foreign_table_gets_pyiceberg_retries_turned_off(iceberg_spec: SpecFac
     assert dest.row_count() == 3
 
 
+# --------------------------------------------------------------------------- snapshot expiry
+
+
+def expire_all_but_current(dest: IcebergDestination) -> None:
+    """Routine table maintenance: expire every snapshot but the current one (their summaries,
+    and the commit records in them, are gone from the table's metadata)."""
+    table = dest._require()
+    current = table.current_snapshot()
+    assert current is not None
+    old = [s.snapshot_id for s in table.snapshots() if s.snapshot_id != current.snapshot_id]
+    table.maintenance.expire_snapshots().by_ids(old).commit()
+
+
+def test_the_fence_holds_after_the_fencing_snapshot_is_expired(
+        iceberg_spec: SpecFactory) -> None:
+    dest = open_destination(iceberg_spec())
+    assert isinstance(dest, IcebergDestination)
+    dest.replace_partition(rows("new"), NOV30, stamp=stamp(5))
+    dest.replace_partition(rows("other", DEC1), DEC1,
+                           stamp=stamp(6, uow="uow-b", fence="pipe/task/2026-12-01"))
+    expire_all_but_current(dest)
+    assert 5 not in [r.token for r in dest.commit_records()]  # the record went with it
+    with pytest.raises(FencedWriteError):  # a zombie holding an older lease
+        dest.replace_partition(rows("zombie"), NOV30, stamp=stamp(3))
+    assert sorted_rows(dest.read_partition(NOV30)) == sorted_rows(rows("new"))
+    dest.replace_partition(rows("newer"), NOV30, stamp=stamp(7))  # a newer token still may
+
+
+def test_an_append_is_not_repeated_after_its_snapshot_is_expired(
+        iceberg_spec: SpecFactory) -> None:
+    dest = open_destination(iceberg_spec())
+    assert isinstance(dest, IcebergDestination)
+    first = dest.append(rows("a"), partition=NOV30, stamp=stamp(1))
+    assert first.commit is not None
+    dest.replace_partition(rows("other", DEC1), DEC1,
+                           stamp=stamp(2, uow="uow-b", fence="pipe/task/2026-12-01"))
+    expire_all_but_current(dest)
+    assert dest.commit_records("uow-a") == []
+    retried = WriteStamp("uow-a", "pipe/task/2026-11-30", 1, 2, 3, "v1")  # attempt 2, same gen
+    again = dest.append(rows("a"), partition=NOV30, stamp=retried)
+    assert again.rows_written == 0
+    assert dest.row_count(NOV30) == 3
+    next_generation = WriteStamp("uow-a", "pipe/task/2026-11-30", 2, 3, 4, "v1")
+    assert dest.append(rows("b"), partition=NOV30, stamp=next_generation).rows_written == 3
+    assert dest.row_count(NOV30) == 6
+
+
+def test_a_rolled_back_append_is_written_again(iceberg_spec: SpecFactory) -> None:
+    dest = open_destination(iceberg_spec())
+    assert isinstance(dest, IcebergDestination)
+    dest.replace_partition(rows("other", DEC1), DEC1)
+    before = dest.versions()[-1]
+    dest.append(rows("a"), partition=NOV30, stamp=stamp(1))
+    with dest._require().manage_snapshots() as manage:  # an operator undoes the append
+        manage.set_current_snapshot(before)
+    assert dest.row_count(NOV30) == 0
+    retried = WriteStamp("uow-a", "pipe/task/2026-11-30", 1, 2, 2, "v1")
+    assert dest.append(rows("a"), partition=NOV30, stamp=retried).rows_written == 3
+    assert dest.row_count(NOV30) == 3
+
+
 # --------------------------------------------------------------------------- upsert
 
 

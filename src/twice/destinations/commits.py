@@ -95,6 +95,30 @@ COMMIT_COLUMNS: Final[tuple[tuple[str, str], ...]] = (
 )
 
 
+#: Bits of a unit marker that hold the attempt (the rest hold the generation).
+ATTEMPT_BITS = 32
+
+
+def unit_marker(stamp: WriteStamp) -> int:
+    """The integer a table format keeps in its metadata for the unit of work's last stamped
+    write (a Delta app transaction version, an Iceberg table property): it outlives the
+    history that holds the commit record (expired snapshots, a cleaned-up log)."""
+    return (stamp.generation << ATTEMPT_BITS) + stamp.attempt
+
+
+def marker_generation(marker: int) -> int:
+    """The generation a :func:`unit_marker` was written by."""
+    return marker >> ATTEMPT_BITS
+
+
+@dataclass(frozen=True)
+class Appended:
+    """A stamped append of this unit and generation found already committed. ``record`` is
+    None when the table's history no longer holds it but the unit's marker says it is in."""
+
+    record: CommitRecord | None
+
+
 @dataclass(frozen=True)
 class WriteStamp:
     """The identity an owned write commits with its rows (see the module docstring)."""

@@ -44,7 +44,9 @@ so any date or timestamp column can be the partition column) and reads them with
 written by other tools may be partitioned. Tables using deletion vectors or column mapping are
 refused (read with file-level Arrow). Old commit records disappear from ``history()`` when
 Delta's log retention cleans up old log files (``delta.logRetentionDuration``, 30 days by
-default); fencing keeps working because checkpoints keep the app transactions. Object storage
+default); fencing keeps working because checkpoints keep the app transactions, and so does
+append-once: an append whose unit's app transaction names its generation is not repeated
+though its record is gone (the write then returns no record). Object storage
 (``delta:s3://bucket/path``, credentials from the environment as delta-rs reads them) works
 through delta-rs but is not what twice's tests cover; on local disk reads use Arrow's local file
 system directly.
@@ -72,11 +74,14 @@ from twice.destinations.columns import (
 )
 from twice.destinations.commits import (
     ACTIVE,
+    Appended,
     CommitRecord,
     StampArg,
     WriteStamp,
     check_fence,
+    marker_generation,
     resolve_stamp,
+    unit_marker,
 )
 from twice.destinations.errors import DestinationError, DestinationUnavailableError
 from twice.destinations.rows import RowsLike, check_keys, to_arrow
@@ -85,7 +90,6 @@ from twice.destinations.slices import PartitionSpec, Slice
 COMMIT_KEY = "twice.commit"  # commitInfo custom metadata holding the record's JSON
 UNIT_APP = "twice-unit:"  # app transaction per unit of work: generation * 2**32 + attempt
 FENCE_APP = "twice-fence:"  # app transaction per slot: the newest fencing token
-ATTEMPT_BITS = 32
 MAX_COMMIT_TRIES = 10
 PARTITION_KINDS = ("date", "integer", "string", "timestamp", "timestamptz", "boolean")
 # Reader features twice reads correctly with plain Parquet (others change what a file means).
@@ -201,7 +205,7 @@ class DeltaDestination(ArrowScanned):
             if owner is not None:
                 done = self._appended(table, owner)
                 if done is not None:
-                    return WriteResult(self.spec, label, "append", 0, None, commit=done)
+                    return WriteResult(self.spec, label, "append", 0, None, commit=done.record)
                 kept = [] if table is None else [self._read(table, slc, None)]
                 record = self._record(owner, "append", label, incoming, [*kept, incoming], {})
 
@@ -338,16 +342,22 @@ class DeltaDestination(ArrowScanned):
         table = self._table()
         return {} if table is None else dict(_logged(table))
 
-    def _appended(self, table: Any, owner: WriteStamp) -> CommitRecord | None:
-        """The earlier ``append`` record of this unit and generation in this table, if any."""
+    def _appended(self, table: Any, owner: WriteStamp) -> Appended | None:
+        """The earlier ``append`` of this unit and generation in this table, if any. The unit's
+        app transaction says whether there is one (checkpoints keep it); the history gives its
+        record, unless log retention has cleaned that commit up (then the record is None)."""
         if table is None:
             return None
         version = table.transaction_version(UNIT_APP + owner.uow_id)
-        if version is None or version >> ATTEMPT_BITS < owner.generation:
+        if version is None or marker_generation(version) < owner.generation:
             return None  # the log holds no write of this generation: skip reading history
-        found = [r for _, r in _logged(table)
-                 if (r.uow_id, r.generation, r.mode) == (owner.uow_id, owner.generation, "append")]
-        return min(found, key=lambda r: r.sort_key) if found else None
+        ours = [r for _, r in _logged(table)
+                if (r.uow_id, r.generation) == (owner.uow_id, owner.generation)]
+        found = [r for r in ours if r.mode == "append"]
+        if found:
+            return Appended(min(found, key=lambda r: r.sort_key))
+        cleaned = not ours and marker_generation(version) == owner.generation
+        return Appended(None) if cleaned else None
 
     def _record(
         self, owner: WriteStamp, mode: str, label: str, new_rows: pa.Table,
@@ -473,8 +483,7 @@ def _properties(dl: Any, owner: WriteStamp | None, record: CommitRecord | None) 
     return dl.CommitProperties(
         custom_metadata={COMMIT_KEY: record.to_json()},
         app_transactions=[
-            dl.Transaction(UNIT_APP + owner.uow_id,
-                           (owner.generation << ATTEMPT_BITS) + owner.attempt),
+            dl.Transaction(UNIT_APP + owner.uow_id, unit_marker(owner)),
             dl.Transaction(FENCE_APP + owner.fence_key, owner.token),
         ],
     )

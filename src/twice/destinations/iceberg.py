@@ -29,12 +29,21 @@ disk):
   summary properties (``twice.commit``) of the snapshots it commits, so the record exists if
   and only if the data does. :meth:`commit_records` reads the summaries of the current
   snapshot and its ancestors (the table's log): a record whose snapshot is not in the current
-  history (rolled back) is not reported. Expiring snapshots removes their records: keep
-  snapshots longer than an attempt can stay unknown (and longer than a lease can be taken
-  over), or reconcile reads "absent" and the retry rewrites the slice (harmless for replace
-  and upsert; an append would be repeated).
+  history (rolled back) is not reported.
+* **What outlives expired snapshots.** Expiring snapshots (routine Iceberg maintenance)
+  removes the records in their summaries, so the same commit also sets two table properties,
+  as Delta keeps app transactions in its checkpoints: ``twice.fence.<fence key>``, the newest
+  token committed for the slot, and, for an append, ``twice.unit.<uow_id>``, the unit's
+  generation and attempt (:func:`~twice.destinations.commits.unit_marker`) with the first
+  sequence number the write's snapshots take. Fencing reads the higher of the property and
+  the records, so a zombie stays refused after the snapshot that fenced it is gone; an append
+  of a generation the marker names is not repeated when its record has expired, unless the
+  history still reaches back past the write without its record (an operator rolled it back).
+  Reconciling an unknown outcome after expiry reads "absent" and retries: a replace or an
+  upsert rewrites the same rows, an append is a no-op. Properties are kept per slot and per
+  appending unit, like Delta's app transactions.
 * **Fencing.** Before staging, the newest token committed for the stamp's fence key is read
-  from those summaries (:func:`check_fence_records`). The commit requires the table's current
+  from those summaries and the slot's property. The commit requires the table's current
   snapshot to still be the one that was read (pyiceberg's ``AssertRefSnapshotId``), so a
   writer racing another sees ``CommitFailedException``, reloads the table and checks the fence
   again (up to :data:`MAX_COMMIT_TRIES` times): two writers can never both pass on a stale
@@ -88,11 +97,15 @@ from twice.destinations.columns import (
 )
 from twice.destinations.commits import (
     ACTIVE,
+    Appended,
     CommitRecord,
     StampArg,
     WriteStamp,
-    check_fence_records,
+    check_fence,
+    marker_generation,
+    newest_token,
     resolve_stamp,
+    unit_marker,
 )
 from twice.destinations.errors import DestinationError, DestinationUnavailableError
 from twice.destinations.rows import RowsLike, check_keys, to_arrow
@@ -109,6 +122,8 @@ DEFAULT_CATALOG_NAME = "twice"
 COMMIT_PROPERTY = "twice.commit"  # snapshot summary: the commit record, JSON
 WRITE_PROPERTY = "twice.write"  # snapshot summary: the id of the twice write (all snapshots)
 RETRY_PROPERTY = "commit.retry.num-retries"
+FENCE_PROPERTY = "twice.fence."  # table property per slot: the newest fencing token committed
+UNIT_PROPERTY = "twice.unit."  # table property per unit that appended: "<marker>@<sequence>"
 MAX_COMMIT_TRIES = 20
 IDENTITY_KINDS = ("date", "integer", "string")
 
@@ -347,11 +362,12 @@ class IcebergDestination(ArrowScanned):
             base = checked
             if owner is not None:
                 records = _records(base)
-                check_fence_records(owner, records, self.spec)
+                check_fence(owner, _newest_token(base, records, owner.fence_key), self.spec)
                 if mode == "append":
-                    done = _appended(records, owner)
+                    done = _appended(base, records, owner)
                     if done is not None:
-                        return WriteResult(self.spec, label, "append", 0, None, commit=done)
+                        return WriteResult(self.spec, label, "append", 0, None,
+                                           commit=done.record)
             deleted, kept, apply = plan(base)
             props = {WRITE_PROPERTY: uuid.uuid4().hex}
             record = None
@@ -363,6 +379,8 @@ class IcebergDestination(ArrowScanned):
             apply(tx, props)
             self._after_delete()
             tx.append(_to_table_schema(incoming, base), snapshot_properties=props)
+            if owner is not None:
+                tx.set_properties(_markers(base, owner, mode))
             self._before_commit()
             try:
                 tx.commit_transaction()
@@ -537,13 +555,45 @@ def _records(table: Table) -> list[CommitRecord]:
     return sorted(records, key=lambda r: r.sort_key)
 
 
-def _appended(records: list[CommitRecord], owner: WriteStamp) -> CommitRecord | None:
+def _newest_token(table: Table, records: list[CommitRecord], fence_key: str) -> int | None:
+    """The newest token committed for ``fence_key``: the table property keeps it after the
+    snapshot whose summary held it has been expired."""
+    kept = table.properties.get(FENCE_PROPERTY + fence_key)
+    tokens = [t for t in (newest_token(records, fence_key), kept) if t is not None]
+    return max(int(t) for t in tokens) if tokens else None
+
+
+def _markers(base: Table, owner: WriteStamp, mode: str) -> dict[str, str]:
+    """The table properties a stamped write sets in its own commit: the slot's fencing token
+    and, for an append, the unit's marker with the first sequence number the write can take
+    (its snapshots are numbered from there)."""
+    markers = {FENCE_PROPERTY + owner.fence_key: str(owner.token)}
+    if mode == "append":
+        sequence = base.metadata.next_sequence_number()
+        markers[UNIT_PROPERTY + owner.uow_id] = f"{unit_marker(owner)}@{sequence}"
+    return markers
+
+
+def _appended(table: Table, records: list[CommitRecord], owner: WriteStamp) -> Appended | None:
+    """The earlier append of this unit and generation, if the table holds it: its record from
+    the history, or (the record's snapshots expired) the unit's marker alone. A marker whose
+    write the history still reaches back past, without its record, was rolled back."""
     for record in records:
         if (record.uow_id, record.generation, record.mode) == (
             owner.uow_id, owner.generation, "append"
         ):
-            return record
-    return None
+            return Appended(record)
+    text = table.properties.get(UNIT_PROPERTY + owner.uow_id)
+    if text is None:
+        return None
+    marker, _, sequence = text.partition("@")
+    if marker_generation(int(marker)) != owner.generation:
+        return None
+    history = _history(table)
+    oldest = history[0].sequence_number if history else None
+    if oldest is not None and oldest < int(sequence):
+        return None  # the history covers the write and has no record of it: rolled back
+    return Appended(None)
 
 
 def _twice_schema(table: Table) -> Schema:
