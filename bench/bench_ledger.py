@@ -13,6 +13,10 @@ server at ``--postgres``, default ``$TWICE_TEST_POSTGRES_URL``, dropped afterwar
   the same intervals through ``twice.Executor.run``, against a bare Python loop calling the same
   task function over the same intervals: total time and overhead per interval.
 
+On PostgreSQL, also a floor under any design: the unit's two transactions as one round trip
+each, to a PL/pgSQL function writing the rows each writes now, with no reads and no Python
+work around them (:func:`server_side_floor`).
+
 Nothing is asserted: the output is a table to read. Wall clock, one run each.
 """
 
@@ -164,14 +168,50 @@ def bench_postgres(args: argparse.Namespace) -> Results:
                 raw.execute("INSERT INTO raw VALUES (%s, %s)", (i, "attempt"))
 
         try:
-            return bench_engine(url, insert, args, "postgresql")
+            results = bench_engine(url, insert, args, "postgresql")
+            results[FLOOR] = server_side_floor(raw, args.attempts)
+            return results
         finally:
             raw.close()
+
+
+#: The rows a successful unit writes in each of its two transactions (claim and begin; finish,
+#: verify and release): events, the unit, lease, generation, attempt, observations.
+UNIT_WRITES = (9, 7)
+FLOOR = "floor: 2 one-call server-side transactions"
+
+
+def server_side_floor(raw: Any, count: int) -> float:
+    """What a unit's bookkeeping would cost on PostgreSQL if each of its two transactions were
+    ONE round trip: a PL/pgSQL function writing that transaction's rows (journal-shaped: text
+    and JSON, an index), committed. No reads, no Python work: a floor under any design that
+    keeps the rows the ledger keeps now."""
+    raw.execute("CREATE TABLE unit_rows (seq bigserial PRIMARY KEY, uow_id text, kind text, "
+                "at timestamptz, summary text, data text)")
+    raw.execute("CREATE INDEX ON unit_rows (uow_id, seq)")
+    raw.execute("""
+        CREATE FUNCTION unit_tx(uow text, n int) RETURNS int LANGUAGE plpgsql AS $$
+        BEGIN
+          FOR i IN 1..n LOOP
+            INSERT INTO unit_rows (uow_id, kind, at, summary, data)
+            VALUES (uow, 'attempt-started', now(), 'attempt 1 started by bench-holder',
+                    '{"attempt": 1, "holder": "bench-holder", "generation": 1}');
+          END LOOP;
+          RETURN n;
+        END $$""")
+
+    def units() -> None:
+        for i in range(count):
+            for rows in UNIT_WRITES:
+                raw.execute("SELECT unit_tx(%s, %s)", (f"uow-{i}", rows))
+
+    return timed(units) / count
 
 
 RATIOS = [
     ("backfill per interval / bare commit (goal <= 4)", "backfill per interval",
      "bare INSERT + commit"),
+    ("floor (no Python, 1 round trip/tx) / bare commit", FLOOR, "bare INSERT + commit"),
     ("attempt / bare INSERT + commit", "attempt: begin+observe+finish", "bare INSERT + commit"),
     ("backfill per interval / attempt", "backfill per interval", "attempt: begin+observe+finish"),
     ("Executor.run / backfill", "Executor.run (total)", "backfill (total)"),
