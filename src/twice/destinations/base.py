@@ -93,6 +93,7 @@ class Destination(Protocol):
         self, rows: RowsLike, *, partition: PartitionSpec = None, stamp: StampArg = ACTIVE
     ) -> WriteResult: ...
     def commit_records(self, uow_id: str | None = None) -> list[CommitRecord]: ...
+    def marked_attempt(self, uow_id: str) -> tuple[int, int] | None: ...
     def read_partition(
         self, partition: PartitionSpec = None, columns: Sequence[str] | None = None
     ) -> pa.Table: ...
@@ -217,6 +218,12 @@ class BaseDestination(Closeable):
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.spec}>"
+
+    def marked_attempt(self, uow_id: str) -> tuple[int, int] | None:
+        """(generation, attempt) of the unit's last stamped write as the table's metadata keeps
+        it after routine maintenance pruned the history holding its commit record (Delta log
+        retention, Iceberg snapshot expiry); None where records are never pruned (here)."""
+        return None
 
 
 class ArrowScanned(BaseDestination, ABC):

@@ -111,6 +111,11 @@ def marker_generation(marker: int) -> int:
     return marker >> ATTEMPT_BITS
 
 
+def marker_parts(marker: int) -> tuple[int, int]:
+    """(generation, attempt) of a :func:`unit_marker`."""
+    return marker >> ATTEMPT_BITS, marker & ((1 << ATTEMPT_BITS) - 1)
+
+
 @dataclass(frozen=True)
 class Appended:
     """A stamped append of this unit and generation found already committed. ``record`` is

@@ -46,7 +46,8 @@ refused (read with file-level Arrow). Old commit records disappear from ``histor
 Delta's log retention cleans up old log files (``delta.logRetentionDuration``, 30 days by
 default); fencing keeps working because checkpoints keep the app transactions, and so does
 append-once: an append whose unit's app transaction names its generation is not repeated
-though its record is gone (the write then returns no record). Object storage
+though its record is gone (the write then returns no record), and an unknown outcome is
+settled from that app transaction (:meth:`DeltaDestination.marked_attempt`). Object storage
 (``delta:s3://bucket/path``, credentials from the environment as delta-rs reads them) works
 through delta-rs but is not what twice's tests cover; on local disk reads use Arrow's local file
 system directly.
@@ -80,6 +81,7 @@ from twice.destinations.commits import (
     WriteStamp,
     check_fence,
     marker_generation,
+    marker_parts,
     resolve_stamp,
     unit_marker,
 )
@@ -341,6 +343,12 @@ class DeltaDestination(ArrowScanned):
         """Table version -> the commit record it carries (versions of stamped writes only)."""
         table = self._table()
         return {} if table is None else dict(_logged(table))
+
+    def marked_attempt(self, uow_id: str) -> tuple[int, int] | None:
+        """The unit's app transaction (checkpoints keep it): its last stamped write."""
+        table = self._table()
+        version = None if table is None else table.transaction_version(UNIT_APP + uow_id)
+        return None if version is None else marker_parts(version)
 
     def _appended(self, table: Any, owner: WriteStamp) -> Appended | None:
         """The earlier ``append`` of this unit and generation in this table, if any. The unit's

@@ -39,8 +39,9 @@ disk):
   the records, so a zombie stays refused after the snapshot that fenced it is gone; an append
   of a generation the marker names is not repeated when its record has expired, unless the
   history still reaches back past the write without its record (an operator rolled it back).
-  Reconciling an unknown outcome after expiry reads "absent" and retries: a replace or an
-  upsert rewrites the same rows, an append is a no-op. Properties are kept per slot and per
+  Reconciling an unknown outcome after expiry finds an append through that marker
+  (:meth:`marked_attempt`); a replace or an upsert reads "absent" and is written again, the
+  same slice replaced or the same keys updated. Properties are kept per slot and per
   appending unit, like Delta's app transactions.
 * **Fencing.** Before staging, the newest token committed for the stamp's fence key is read
   from those summaries and the slot's property. The commit requires the table's current
@@ -103,6 +104,7 @@ from twice.destinations.commits import (
     WriteStamp,
     check_fence,
     marker_generation,
+    marker_parts,
     newest_token,
     resolve_stamp,
     unit_marker,
@@ -417,6 +419,13 @@ class IcebergDestination(ArrowScanned):
 
     # -- commit records ---------------------------------------------------------------------
 
+    def marked_attempt(self, uow_id: str) -> tuple[int, int] | None:
+        """The unit's table property (appends only), unless the history still reaches back
+        past that write without its record (rolled back)."""
+        table = self._load()
+        marker = None if table is None else _live_marker(table, uow_id)
+        return None if marker is None else marker_parts(marker)
+
     def commit_records(self, uow_id: str | None = None) -> list[CommitRecord]:
         """The records in the summaries of the table's current history (of ``uow_id`` only,
         if given), by (token, committed_at); ``[]`` without a table (nothing is created)."""
@@ -583,17 +592,24 @@ def _appended(table: Table, records: list[CommitRecord], owner: WriteStamp) -> A
             owner.uow_id, owner.generation, "append"
         ):
             return Appended(record)
-    text = table.properties.get(UNIT_PROPERTY + owner.uow_id)
+    marker = _live_marker(table, owner.uow_id)
+    if marker is None or marker_generation(marker) != owner.generation:
+        return None
+    return Appended(None)
+
+
+def _live_marker(table: Table, uow_id: str) -> int | None:
+    """The unit's marker property, unless the history still reaches back past that write: the
+    records speak for it then (its record is there, or it was rolled back)."""
+    text = table.properties.get(UNIT_PROPERTY + uow_id)
     if text is None:
         return None
     marker, _, sequence = text.partition("@")
-    if marker_generation(int(marker)) != owner.generation:
-        return None
     history = _history(table)
     oldest = history[0].sequence_number if history else None
     if oldest is not None and oldest < int(sequence):
         return None  # the history covers the write and has no record of it: rolled back
-    return Appended(None)
+    return int(marker)
 
 
 def _twice_schema(table: Table) -> Schema:

@@ -2020,6 +2020,7 @@ class _UnitRun:
         number = attempt.number
         try:
             commit = self._commit_record(number, attempt.generation)
+            marked = commit is None and self._marked(attempt)
         except Exception as exc:  # the destination cannot be read now: no evidence either way
             reason = (
                 f"attempt {number} outcome unknown and its destination cannot be read to find "
@@ -2027,20 +2028,25 @@ class _UnitRun:
             )
             return True, self._result("unknown-needs-reconcile", reason)
         source = f"destination:{self.task.destination.partition(':')[0]}"
-        if commit is not None:
+        if commit is not None or marked:
+            basis = "commit record found" if commit is not None else (
+                "commit record pruned with the table's history (snapshot expiry, log "
+                "retention); the unit's marker in the table's metadata names this attempt")
+            found: dict[str, Any] = {"basis": basis}
+            if commit is not None:
+                found["commit"] = commit.to_dict()
             self.ledger.record_observation(
-                self.uow_id, "succeeded", source=source, attempt=number,
-                detail={"commit": commit.to_dict(), "basis": "commit record found"},
-            )
-            self._reconciled(attempt, "succeeded", "commit record found in the destination")
+                self.uow_id, "succeeded", source=source, attempt=number, detail=found)
+            self._reconciled(attempt, "succeeded", f"{basis} in the destination"
+                             if commit is not None else basis)
             if attempt.generation is not None:
                 self.ledger.mark_generation(self.uow_id, attempt.generation, "succeeded")
             self.notes.append(
-                f"attempt {number}'s commit record is in the destination: it succeeded; "
+                f"attempt {number}'s write is in the destination ({basis}): it succeeded; "
                 "nothing rewritten"
             )
             detail: dict[str, Any] = {"job_id": attempt.job_id, "generation": attempt.generation,
-                                      "reconcile": True, "commit": commit.to_dict()}
+                                      "reconcile": True, **found}
             with self._guard():
                 rejected = self._verify_now(number, detail, commit=commit,
                                             generation=attempt.generation)
@@ -2196,6 +2202,15 @@ class _UnitRun:
             f"writer of the slot (token {newest}) before twice recorded it: succeeded, but its "
             "fingerprint is not recorded as the partition's latest version"
         )
+
+    def _marked(self, attempt: AttemptRecord) -> bool:
+        """Whether the destination's metadata names ``attempt`` as the unit's last write though
+        its commit record is gone (``Destination.marked_attempt``)."""
+        from twice.destinations import open_destination
+
+        with open_destination(self.task.destination) as dest:
+            marked = dest.marked_attempt(self.uow_id)
+        return marked is not None and marked == (attempt.generation or 1, attempt.number)
 
     def _commit_record(self, number: int, generation: int | None) -> CommitRecord | None:
         """The destination's commit record of attempt ``number`` (this generation), if any."""
