@@ -21,6 +21,8 @@ from typing import Literal
 
 from sqlalchemy import exc as sa_exc
 
+from twice.ledger.lock_holders import holders_advice
+
 FaultKind = Literal["transient", "storage"]
 
 #: Where in a transaction an exception was raised: "connect", "commit" (else: the body).
@@ -210,6 +212,7 @@ def advice(fault: Fault, *, dialect: str, path: str | None) -> str:
     if dialect == "postgresql":
         return ("check that the PostgreSQL server is up and reachable (e.g. `pg_isready`), "
                 "then run the command again")
-    return ("another process holds the ledger's write lock (a long transaction, or a tool such "
-            "as sqlite3 with the file open): find it with `fuser` or `lsof` on the file and "
-            "let it finish, then run the command again")
+    return ("another process holds the ledger's write lock (a long transaction, a stopped "
+            "process, or a tool such as sqlite3 with the file open): find it with `fuser` or "
+            "`lsof` on the file and let it finish, then run the command again."
+            + holders_advice(path))

@@ -1,0 +1,93 @@
+"""Who has a SQLite ledger file open, and which of them are stopped.
+
+SQLite does not say which connection holds its write lock. When a write gives up waiting for
+it, the operator's first question is which process to look at; a process stopped inside a
+write transaction (SIGSTOP, Ctrl-Z, a debugger) holds the lock until it is resumed or ended,
+and no timeout on the waiting side changes that. So the error names the processes that have
+the file (or its ``-wal``/``-shm``) open, read from Linux's ``/proc``; elsewhere, or without
+permission to look, it names none. Only the process id, its state and its program name
+(``/proc/PID/comm``) are reported: never its command line, which may hold a password.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+#: Processes looked at, at most (the scan runs once, when a write has already given up).
+MAX_PROCESSES = 10_000
+
+
+@dataclass(frozen=True)
+class Holder:
+    """A process with the ledger file open."""
+
+    pid: int
+    program: str
+    stopped: bool  # state T (stopped by a signal) or t (stopped by a debugger)
+
+    def describe(self) -> str:
+        state = " (stopped)" if self.stopped else ""
+        return f"{self.pid} {self.program}{state}"
+
+
+def holders(path: str, *, proc: Path = Path("/proc")) -> list[Holder]:
+    """Other processes with ``path``, its WAL or its shared-memory file open, by pid."""
+    try:
+        real = os.path.realpath(path)
+        entries = [e.name for e in os.scandir(proc) if e.name.isdigit()][:MAX_PROCESSES]
+    except OSError:
+        return []
+    targets = {real, real + "-wal", real + "-shm"}
+    found = []
+    for name in entries:
+        pid = int(name)
+        if pid == os.getpid() or not _has_open(proc / name / "fd", targets):
+            continue
+        program, stopped = _program_and_state(proc / name)
+        found.append(Holder(pid, program, stopped))
+    return sorted(found, key=lambda h: h.pid)
+
+
+def _has_open(fd_dir: Path, targets: set[str]) -> bool:
+    try:
+        links = list(os.scandir(fd_dir))
+    except OSError:  # gone, or not ours to look at
+        return False
+    for link in links:
+        try:
+            if os.readlink(link.path) in targets:
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def _program_and_state(process: Path) -> tuple[str, bool]:
+    try:
+        program = (process / "comm").read_text().strip() or "?"
+        stat = (process / "stat").read_text()
+    except OSError:
+        return "?", False
+    # "pid (comm) S ...": the state follows the last ")" (comm may contain one)
+    fields = stat[stat.rfind(")") + 1:].split()
+    return program, bool(fields) and fields[0] in ("T", "t")
+
+
+def holders_advice(path: str | None) -> str:
+    """The sentence naming who has ``path`` open ("" when nobody can be named)."""
+    if not path:
+        return ""
+    found = holders(path)
+    stopped = [h for h in found if h.stopped]
+    if stopped:
+        pids = " ".join(str(h.pid) for h in stopped)
+        return (
+            f" Stopped with the ledger open: {', '.join(h.describe() for h in stopped)}. A "
+            "process stopped inside a write holds the lock until it is resumed "
+            f"(`kill -CONT {pids}`) or ended."
+        )
+    if found:
+        return f" Processes with the ledger open: {', '.join(h.describe() for h in found)}."
+    return ""
