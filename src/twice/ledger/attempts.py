@@ -9,8 +9,8 @@ from sqlalchemy import bindparam, func, select
 from sqlalchemy.engine import Connection
 
 from twice.core.outcomes import FINISH_OUTCOMES, AttemptOutcome
+from twice.ledger import inserted, units
 from twice.ledger import lease as leasing
-from twice.ledger import units
 from twice.ledger.checks import count, past, text
 from twice.ledger.errors import LedgerError
 from twice.ledger.journal import append_event
@@ -73,6 +73,7 @@ class AttemptStore:
                    "generation": generation, "job_id": job_id, "started_at": started,
                    "finished_at": None, "outcome": "running"}
             conn.execute(inserting(attempts), {"started_seq": seq, **row})
+            inserted.wrote(conn, attempts.name, uow_id)
             changed(conn, uow_id)
             units.attempt_seen(conn, uow_id, number)
         return ATTEMPT(row)
@@ -127,6 +128,8 @@ def _all(conn: Connection, uow_id: str) -> tuple[AttemptRecord, ...]:
     (``begin``, ``close``, a lease takeover) forgets what was read (``changed``)."""
     read = _read_in_transaction(conn)
     found = read.get(uow_id)
+    if found is None and inserted.known_empty(conn, attempts.name, uow_id):
+        found = read[uow_id] = ()
     if found is None:
         rows = conn.execute(_ALL, {"uow_id": uow_id}).mappings()
         found = read[uow_id] = tuple(ATTEMPT(row) for row in rows)
@@ -148,6 +151,8 @@ def max_number(conn: Connection, uow_id: str) -> int:
     read = _read_in_transaction(conn).get(uow_id)
     if read is not None:
         return read[-1].number if read else 0
+    if inserted.known_empty(conn, attempts.name, uow_id):
+        return 0
     value = conn.execute(_MAX_NUMBER, {"uow_id": uow_id}).scalar()
     return int(value or 0)
 

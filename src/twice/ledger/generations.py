@@ -12,7 +12,7 @@ from sqlalchemy import bindparam, select
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
-from twice.ledger import units
+from twice.ledger import inserted, units
 from twice.ledger.checks import count, text
 from twice.ledger.errors import LedgerError
 from twice.ledger.journal import append_event, unit_entries
@@ -121,6 +121,7 @@ class GenerationStore:
                "created_at": now, "updated_at": now}
         try:
             conn.execute(inserting(job_generations), {"seq": seq, **row})
+            inserted.wrote(conn, job_generations.name, uow_id)
         except IntegrityError:  # the number is free (checked above): the job id is taken
             raise LedgerError(
                 f"job id {job_id} is already used by another unit of work (taken there as "

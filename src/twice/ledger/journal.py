@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 from sqlalchemy import Column, Table
 from sqlalchemy.engine import Connection
 
+from twice.ledger import inserted
 from twice.ledger.prepared import inserting, rows_where
 from twice.ledger.records import EventKind, ObservationRecord
 from twice.ledger.rows import OBSERVATION, RowMapper, encode_detail
@@ -69,6 +70,7 @@ def append_entry(
     )
     row = {"seq": seq, **values}
     conn.execute(inserting(table), row)
+    inserted.wrote(conn, table.name, values.get("uow_id"))
     return row
 
 
@@ -103,5 +105,7 @@ def unit_entries(
     conn: Connection, table: Table, build: RowMapper[R], uow_id: str, *order: Column[Any]
 ) -> list[R]:
     """The rows of ``table`` about one unit of work, in recording order unless ``order``."""
+    if inserted.known_empty(conn, table.name, uow_id):
+        return []
     query = rows_where(table, "uow_id", order=tuple(column.name for column in order) or ("seq",))
     return [build(row) for row in conn.execute(query, {"uow_id": uow_id}).mappings()]

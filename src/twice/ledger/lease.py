@@ -43,7 +43,7 @@ from typing import Any, TypeVar
 from sqlalchemy import ColumnElement, func, select, text, update
 from sqlalchemy.engine import Connection
 
-from twice.ledger import units
+from twice.ledger import inserted, units
 from twice.ledger.engine import insert_ignore, is_postgres, lock_key
 from twice.ledger.errors import LedgerError
 from twice.ledger.journal import insert_observation
@@ -85,6 +85,8 @@ def _holder(holder: str) -> str:
 
 
 def get_lease(conn: Connection, uow_id: str, *, for_update: bool = False) -> LeaseRecord | None:
+    if inserted.known_empty(conn, leases.name, uow_id):
+        return None
     return first(conn, rows_where(leases, "uow_id", lock=for_update), LEASE,
                  params={"uow_id": uow_id})
 
@@ -165,7 +167,9 @@ def _acquire(
             "expires_at": expires_at,
             "released_at": None,
         }
-        if insert_ignore(conn, leases, fresh):
+        taken = insert_ignore(conn, leases, fresh)
+        inserted.wrote(conn, leases.name, uow_id)
+        if taken:
             return LeaseResult(acquired=True, holder=holder, expires_at=expires_at, token=token)
         # PostgreSQL: another transaction inserted the row first and we waited for its commit.
         # The token taken above is dropped (a gap): one taken before the row was locked could

@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from sqlalchemy.engine import Connection
 
 from twice.core.unit import UnitOfWork
+from twice.ledger import inserted as inserted_here
 from twice.ledger.checks import aware, count, text
 from twice.ledger.engine import insert_ignore, is_postgres
 from twice.ledger.errors import LedgerError, UnknownUnitError
@@ -53,6 +54,7 @@ class UnitStore:
             inserted = UNIT({**values, "created_at": now.astimezone(UTC)})
             _known_in_transaction(conn)[uow_id] = inserted
             _locked_in_transaction(conn).add(uow_id)  # a new row is ours until commit
+            inserted_here.unit_inserted(conn, uow_id)
             return inserted
         record = find(conn, uow_id)
         assert record is not None
