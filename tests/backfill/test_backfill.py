@@ -81,6 +81,16 @@ def test_dry_run_plan_changes_nothing(setup) -> None:
     assert ledger.units() == [] and not (root / "warehouse.duckdb").exists()
 
 
+def test_a_first_backfill_reports_no_new_input_version(setup) -> None:
+    """Dependents are planned before their upstream ran, so the unit they run as differs from
+    the one planned; with no earlier unit for the task and interval, nothing "changed"."""
+    _, ledger, pipeline = setup
+    result = run_backfill(pipeline, ledger, helpers.intervals(2))
+    assert result.ok
+    assert [r for r in result.runs if r.new_input_version] == []
+    assert result.to_dict()["new_input_versions"] == []
+
+
 def test_source_change_is_a_new_input_version(setup) -> None:
     root, ledger, pipeline = setup
     spans = helpers.intervals(3)

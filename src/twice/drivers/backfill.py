@@ -161,6 +161,8 @@ class PlanItem:
     rerun: bool = True  # a deliberate rerun of a success (False: follows its upstream)
     drift: Drift | None = None  # the partition vs its latest record, when the plan measured it
     latest_seen: AttemptRecord | None = field(default=None, compare=False, repr=False)
+    #: Input versions the ledger had units of this task and interval for, when planned.
+    earlier_inputs: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -404,7 +406,7 @@ def _plan_interval(
         baseline = latest_attempt_before(recorded, began)
         items.append(PlanItem(interval, name, uow, action, reason, new_input,
                               None if baseline is None else baseline.number, rerun, drift,
-                              recorded[-1] if recorded else None))
+                              recorded[-1] if recorded else None, frozenset(seen)))
     return items
 
 
@@ -624,12 +626,15 @@ def run_backfill(
             elif unit is not None:
                 actual = unit.uow_id or item.uow.uow_id
                 before = item.latest_seen
-                if actual != item.uow.uow_id:  # its upstream output changed: a new unit
+                if actual != item.uow.uow_id:  # its upstream output is not what was planned
                     run.uow_id = actual
                     record = ledger.unit(actual)
                     if record is not None:
                         run.input_version = record.input_version
-                    run.new_input_version = True
+                    # new only against an earlier unit of the same task and interval (a first
+                    # run's dependents are planned before their upstream has output)
+                    run.new_input_version = bool(item.earlier_inputs) and (
+                        run.input_version not in item.earlier_inputs)
                     before = None
                 run.drift = measured.get(item.task)
                 if (run.drift is not None and run.drift.drifted and run.drift.uow_id is None
