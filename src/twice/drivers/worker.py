@@ -50,6 +50,7 @@ from twice.define.schedule import refuse_open_intervals
 from twice.engine.evidence import iso
 from twice.engine.executor import Executor, UnitResult, overwritten_by
 from twice.errors import TwiceError
+from twice.ledger.lease import in_force
 
 if TYPE_CHECKING:
     from twice.define.pipeline import Pipeline
@@ -59,7 +60,8 @@ StopReason = Literal["finished", "once", "max-units", "signal"]
 
 
 def default_worker_name() -> str:
-    """``host:pid``: unique per live process, readable in the ledger and in ``twice explain``."""
+    """``host:pid``: unique per live process, readable in the ledger and in ``twice explain``
+    (and, on this host, judged gone once the process is: ``twice.ledger.lease_holders``)."""
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
@@ -369,7 +371,7 @@ class Worker:
             assert latest is not None
             return _done_elsewhere(item, latest)
         now = self.ledger.now()
-        if lease is not None and lease.active(now) and lease.holder != self.name:
+        if lease is not None and in_force(lease, now) and lease.holder != self.name:
             item.why = f"leased by {lease.holder} until {iso(lease.expires_at)}"
             return None
         if (

@@ -37,12 +37,9 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import os
 import random
-import socket
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from concurrent.futures import Executor as FuturesExecutor
@@ -107,6 +104,7 @@ from twice.engine.verification import (
     record_measured,
 )
 from twice.errors import Interrupted, OutcomeUnknownError
+from twice.ledger.lease_holders import new_holder
 from twice.remote.jobs import JobFailed, JobStatus
 
 if TYPE_CHECKING:
@@ -258,8 +256,8 @@ def latest_attempt_before(attempts: Sequence[AttemptRecord], began: datetime | N
 
 
 def default_holder() -> str:
-    """A holder id unique across hosts, processes and executors."""
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    """A holder id unique across hosts, processes and executors (``lease_holders``)."""
+    return new_holder()
 
 
 class _Renewals:
@@ -834,14 +832,17 @@ class Executor:
         return result, run.superseded
 
     def _takeover_note(self, uow_id: str, previous: str, result: UnitResult) -> str:
-        """Say in the result what the ledger recorded when we took an expired lease over."""
+        """Say in the result what the ledger recorded when we took a lease over (expired, or
+        its holder's process gone)."""
         from twice.ledger import LEASE_TAKEOVER_STATE
 
         takeovers = [
             o for o in self.ledger.observations(uow_id) if o.state == LEASE_TAKEOVER_STATE
         ]
-        unknown = takeovers[-1].detail.get("attempts_now_unknown") if takeovers else None
-        note = f"took over the expired lease of {previous}"
+        detail = takeovers[-1].detail if takeovers else {}
+        unknown = detail.get("attempts_now_unknown")
+        how = "lease of exited process" if detail.get("holder_exited") else "expired lease of"
+        note = f"took over the {how} {previous}"
         if unknown:
             handled = (
                 "left for reconciliation" if result.outcome == "unknown-needs-reconcile"

@@ -37,7 +37,7 @@ class AttemptStore:
             unit = units.require(conn, uow_id, lock=True)
             taken_here = leasing.holder_in_transaction(conn, uow_id) == holder
             current = None if taken_here else leasing.get_lease(conn, uow_id)
-            if current is not None and current.active(now) and current.holder != holder:
+            if current is not None and leasing.in_force(current, now) and current.holder != holder:
                 raise LedgerError(
                     f"unit of work {uow_id} is leased by {current.holder} until "
                     f"{current.expires_at.isoformat()}; {holder} may not start an attempt"

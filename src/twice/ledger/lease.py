@@ -43,7 +43,7 @@ from typing import Any, TypeVar
 from sqlalchemy import ColumnElement, func, select, text, update
 from sqlalchemy.engine import Connection
 
-from twice.ledger import inserted, units
+from twice.ledger import inserted, lease_holders, units
 from twice.ledger.engine import insert_ignore, is_postgres, lock_key
 from twice.ledger.errors import LedgerError
 from twice.ledger.journal import insert_observation
@@ -181,7 +181,7 @@ def _acquire(
     now = clock()
     expires_at = now + ttl
 
-    if current.active(now):
+    if in_force(current, now):
         if current.holder != holder:
             return LeaseResult(
                 acquired=False,
@@ -194,7 +194,8 @@ def _acquire(
     taken_over_from = None
     if current.released_at is None and current.holder != holder:
         taken_over_from = current.holder
-        _record_takeover(conn, current, new_holder=holder, now=now)
+        _record_takeover(conn, current, new_holder=holder, now=now,
+                         exited=current.active(now))
     token = next_fencing_token(conn)
     conn.execute(
         update(leases)
@@ -211,8 +212,15 @@ def _acquire(
     )
 
 
+def in_force(lease: LeaseRecord, now: datetime) -> bool:
+    """Whether ``lease`` still holds its unit: active, and its holder not a process of this
+    host that has exited (:mod:`twice.ledger.lease_holders`)."""
+    return lease.active(now) and not lease_holders.exited(lease.holder)
+
+
 def _record_takeover(
-    conn: Connection, previous: LeaseRecord, *, new_holder: str, now: datetime
+    conn: Connection, previous: LeaseRecord, *, new_holder: str, now: datetime,
+    exited: bool = False,
 ) -> None:
     """The previous holder's running attempts now have an unknown outcome; say so and why."""
     running = [
@@ -236,10 +244,9 @@ def _record_takeover(
             .values(outcome="unknown")
         )
         changed(conn, previous.uow_id)
-    summary = (
-        f"lease taken over by {new_holder} from {previous.holder} "
-        f"(expired {previous.expires_at.isoformat()})"
-    )
+    why = ("its process on this host has exited" if exited
+           else f"expired {previous.expires_at.isoformat()}")
+    summary = f"lease taken over by {new_holder} from {previous.holder} ({why})"
     if running:
         summary += "; outcome of attempt " + ", ".join(map(str, running)) + " is now unknown"
     insert_observation(
@@ -254,6 +261,7 @@ def _record_takeover(
             "previous_holder": previous.holder,
             "previous_token": previous.token,
             "expired_at": previous.expires_at,
+            "holder_exited": exited,
             "new_holder": new_holder,
             "attempts_now_unknown": running,
         },

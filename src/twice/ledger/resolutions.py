@@ -84,7 +84,8 @@ class ResolutionStore:
                 )
             if current.outcome == "running":
                 held = leasing.get_lease(conn, uow_id)
-                if held is not None and held.active(now) and held.holder == current.holder:
+                if (held is not None and leasing.in_force(held, now)
+                        and held.holder == current.holder):
                     raise LedgerError(
                         f"attempt {number} of {uow_id} is running and {current.holder} holds "
                         f"the unit's lease until {held.expires_at.isoformat()}: it may still "

@@ -1,0 +1,53 @@
+"""Lease holder ids, and whether the process behind one has exited.
+
+A lease holds its unit until it expires or is released: from another host, a paused holder
+and a dead one look the same, so only time can free the unit. On the holder's own host they
+do not: a holder id made by :func:`new_holder` names its host and process (``host:pid:tag``;
+a worker's default name is ``host:pid``), and a process that no longer exists (or is a zombie
+waiting to be reaped) holds nothing. Its lease is then free at once, so a rerun right after a
+``kill -9`` or an OOM kill takes the unit over instead of waiting out the lease (300 s by
+default). The takeover is the same as after expiry: the earlier attempt's outcome becomes
+unknown and is reconciled first, and fencing refuses any write made under the earlier token.
+
+A wrong "exited" (another PID namespace behind the same host name) is safe for the same
+reason: the earlier holder's writes are fenced. Holder ids in any other form (a name given
+to a worker, an Airflow task id) are never judged exited.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import uuid
+from pathlib import Path
+
+# ``host:pid:tag`` (new_holder) or ``host:pid`` (a worker's default name)
+_HOLDER = re.compile(r"(?P<host>.+?):(?P<pid>[0-9]+)(?::[0-9a-f]{8})?")
+
+
+def new_holder() -> str:
+    """A holder id unique across hosts, processes and executors: ``host:pid:tag``."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def exited(holder: str, *, proc: Path = Path("/proc")) -> bool:
+    """Whether ``holder`` names a process of this host that no longer runs."""
+    found = _HOLDER.fullmatch(holder)
+    if found is None or found["host"] != socket.gethostname():
+        return False
+    pid = int(found["pid"])
+    if pid == os.getpid():
+        return False  # this process: another executor of ours holds it
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # not ours to signal: it exists
+        return False
+    try:
+        stat = (proc / str(pid) / "stat").read_text()
+    except OSError:
+        return False
+    state = stat[stat.rfind(")") + 1:].split()
+    return bool(state) and state[0] in ("Z", "X")  # killed, not yet reaped by its parent
