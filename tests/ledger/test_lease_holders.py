@@ -106,8 +106,9 @@ def load(ctx: TaskContext):
 
 def test_a_rerun_right_after_kill_9_takes_the_unit_over(tmp_path: Path) -> None:
     (tmp_path / "pipeline.py").write_text(textwrap.dedent(PIPELINE.format(root=str(tmp_path))))
-    command = ["twice", "run", str(tmp_path / "pipeline.py"), "--interval", "2026-11-30",
-               "--ledger", str(tmp_path / "ledger.db"), "--deadline", "none"]
+    command = [sys.executable, "-m", "twice", "run", str(tmp_path / "pipeline.py"),
+               "--interval", "2026-11-30", "--ledger", str(tmp_path / "ledger.db"),
+               "--deadline", "none"]
     first = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     for _ in range(600):
         if (tmp_path / "started").exists():
