@@ -65,3 +65,27 @@ def test_past_the_wait_the_destination_is_unavailable(tmp_path: Path,
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_a_stopped_holder_is_named_at_once_instead_of_waited_for(tmp_path: Path) -> None:
+    """A process stopped while it holds the file (SIGSTOP, Ctrl-Z) holds it until resumed:
+    waiting the full minute helps nobody, so the error says who and how to resume it."""
+    import signal
+
+    path = tmp_path / "wh.duckdb"
+    holder = hold(path, 60)
+    holder.send_signal(signal.SIGSTOP)
+    try:
+        interval = Interval.parse("2026-11-30T00:00:00+00:00/2026-12-01T00:00:00+00:00")
+        started = time.monotonic()
+        with pytest.raises(DestinationUnavailableError) as caught:
+            with open_destination(f"duckdb://{path}?partition_column=day#positions") as dest:
+                dest.replace_partition(day_rows(date(2026, 11, 30)), interval)
+        assert time.monotonic() - started < 10  # not the 60 s lock wait
+        message = str(caught.value)
+        assert f"{holder.pid} python" in message and "(stopped)" in message, message
+        assert f"kill -CONT {holder.pid}" in message
+    finally:
+        holder.send_signal(signal.SIGCONT)
+        holder.kill()
+        holder.wait()

@@ -37,10 +37,12 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import duckdb
 import pyarrow as pa
 
+from twice.core import processes
 from twice.destinations.base import DestinationSpec, SqlDialect, split_table_name
 from twice.destinations.columns import ColumnType, Schema, SchemaError, float_texts
 from twice.destinations.commits import WriteStamp
 from twice.destinations.embedded import EmbeddedSqlDestination, database_file
+from twice.destinations.errors import DestinationUnavailableError
 from twice.destinations.rows import to_arrow
 
 if TYPE_CHECKING:
@@ -221,8 +223,23 @@ def _connect_waiting(path: str) -> duckdb.DuckDBPyConnection:
         except duckdb.IOException as exc:
             if "lock" not in str(exc).lower() or time.monotonic() >= deadline:
                 raise
+            _refuse_if_holder_stopped(path, exc)
         time.sleep(pause)
         pause = min(pause * 2, 0.5)
+
+
+def _refuse_if_holder_stopped(path: str, exc: duckdb.IOException) -> None:
+    """DuckDB names the process holding the file's lock; when it is stopped (SIGSTOP, Ctrl-Z)
+    it holds the lock until resumed or ended, so waiting is pointless: say so at once."""
+    named = re.search(r"\(PID ([0-9]+)\)", str(exc))
+    if named is None or not processes.stopped(int(named.group(1))):
+        return
+    pid = int(named.group(1))
+    raise DestinationUnavailableError(
+        f"duckdb://{path}: the file's lock is held by process {processes.describe(pid)}, "
+        f"which holds it until it is resumed (`kill -CONT {pid}`) or ended; not waiting "
+        f"for it ({str(exc).splitlines()[0]})"
+    ) from None
 
 
 def _register_functions(conn: duckdb.DuckDBPyConnection) -> None:

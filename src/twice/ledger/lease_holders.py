@@ -22,6 +22,8 @@ import socket
 import uuid
 from pathlib import Path
 
+from twice.core import processes
+
 # ``host:pid:tag`` (new_holder) or ``host:pid`` (a worker's default name)
 _HOLDER = re.compile(r"(?P<host>.+?):(?P<pid>[0-9]+)(?::[0-9a-f]{8})?")
 
@@ -31,23 +33,10 @@ def new_holder() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
-def exited(holder: str, *, proc: Path = Path("/proc")) -> bool:
+def exited(holder: str, *, proc: Path = processes.PROC) -> bool:
     """Whether ``holder`` names a process of this host that no longer runs."""
     found = _HOLDER.fullmatch(holder)
     if found is None or found["host"] != socket.gethostname():
         return False
     pid = int(found["pid"])
-    if pid == os.getpid():
-        return False  # this process: another executor of ours holds it
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except OSError:  # not ours to signal: it exists
-        return False
-    try:
-        stat = (proc / str(pid) / "stat").read_text()
-    except OSError:
-        return False
-    state = stat[stat.rfind(")") + 1:].split()
-    return bool(state) and state[0] in ("Z", "X")  # killed, not yet reaped by its parent
+    return pid != os.getpid() and processes.gone(pid, proc=proc)

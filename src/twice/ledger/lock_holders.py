@@ -5,8 +5,8 @@ it, the operator's first question is which process to look at; a process stopped
 write transaction (SIGSTOP, Ctrl-Z, a debugger) holds the lock until it is resumed or ended,
 and no timeout on the waiting side changes that. So the error names the processes that have
 the file (or its ``-wal``/``-shm``) open, read from Linux's ``/proc``; elsewhere, or without
-permission to look, it names none. Only the process id, its state and its program name
-(``/proc/PID/comm``) are reported: never its command line, which may hold a password.
+permission to look, it names none. Only the process id, its state and its program name are
+reported (:mod:`twice.core.processes`), never its command line.
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+
+from twice.core import processes
 
 #: Processes looked at, at most (the scan runs once, when a write has already given up).
 MAX_PROCESSES = 10_000
@@ -32,7 +34,7 @@ class Holder:
         return f"{self.pid} {self.program}{state}"
 
 
-def holders(path: str, *, proc: Path = Path("/proc")) -> list[Holder]:
+def holders(path: str, *, proc: Path = processes.PROC) -> list[Holder]:
     """Other processes with ``path``, its WAL or its shared-memory file open, by pid."""
     try:
         real = os.path.realpath(path)
@@ -45,8 +47,8 @@ def holders(path: str, *, proc: Path = Path("/proc")) -> list[Holder]:
         pid = int(name)
         if pid == os.getpid() or not _has_open(proc / name / "fd", targets):
             continue
-        program, stopped = _program_and_state(proc / name)
-        found.append(Holder(pid, program, stopped))
+        found.append(Holder(pid, processes.program(pid, proc=proc),
+                            processes.stopped(pid, proc=proc)))
     return sorted(found, key=lambda h: h.pid)
 
 
@@ -62,17 +64,6 @@ def _has_open(fd_dir: Path, targets: set[str]) -> bool:
         except OSError:
             continue
     return False
-
-
-def _program_and_state(process: Path) -> tuple[str, bool]:
-    try:
-        program = (process / "comm").read_text().strip() or "?"
-        stat = (process / "stat").read_text()
-    except OSError:
-        return "?", False
-    # "pid (comm) S ...": the state follows the last ")" (comm may contain one)
-    fields = stat[stat.rfind(")") + 1:].split()
-    return program, bool(fields) and fields[0] in ("T", "t")
 
 
 def holders_advice(path: str | None) -> str:

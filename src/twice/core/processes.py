@@ -1,0 +1,58 @@
+"""Other processes of this host, as Linux's ``/proc`` shows them: whether one still exists,
+its state, its program name.
+
+The one place twice looks at other processes: to free a lease whose holder has exited
+(``twice.ledger.lease_holders``) and to name who holds a file lock, and whether it is stopped
+(``twice.ledger.lock_holders``, the DuckDB destination). Read-only and best effort: where
+``/proc`` is missing or not ours to read, the answer is None ("cannot tell") and callers do
+what they would do without it. Never the command line, which may hold a password.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+PROC = Path("/proc")
+
+
+def state(pid: int, *, proc: Path = PROC) -> str | None:
+    """The process's state letter (``R``, ``S``, ``T`` stopped, ``t`` traced, ``Z`` zombie),
+    or None when it cannot be read."""
+    try:
+        stat = (proc / str(pid) / "stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(")") + 1:].split()  # "pid (comm) S ...": comm may hold ")"
+    return fields[0] if fields else None
+
+
+def program(pid: int, *, proc: Path = PROC) -> str:
+    """The process's program name (``comm``, at most 15 characters), or ``?``."""
+    try:
+        return (proc / str(pid) / "comm").read_text().strip() or "?"
+    except OSError:
+        return "?"
+
+
+def stopped(pid: int, *, proc: Path = PROC) -> bool:
+    """Stopped by a signal (SIGSTOP, Ctrl-Z) or a debugger: it holds what it holds until it
+    is resumed or ended."""
+    return state(pid, proc=proc) in ("T", "t")
+
+
+def gone(pid: int, *, proc: Path = PROC) -> bool:
+    """No such process, or one that has exited and waits to be reaped (a zombie)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # not ours to signal: it exists
+        return False
+    return state(pid, proc=proc) in ("Z", "X")
+
+
+def describe(pid: int, *, proc: Path = PROC) -> str:
+    """``PID program``, with ``(stopped)`` when it is."""
+    mark = " (stopped)" if stopped(pid, proc=proc) else ""
+    return f"{pid} {program(pid, proc=proc)}{mark}"
