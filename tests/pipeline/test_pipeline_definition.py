@@ -411,3 +411,31 @@ def test_reconcile_result_is_coerced_and_checked() -> None:
     bad_ctx = pipeline.context("bad", interval)
     with pytest.raises(PipelineError, match=r"task 'bad': reconcile returned 'done'"):
         pipeline.get_task("bad").remote_state("x", bad_ctx)
+
+
+@pytest.mark.parametrize(("destination", "named"), [
+    ("parquet:///tmp/w/positions?partition_column=day&key_columns=id", "Parquet datasets"),
+    ("spark:///tmp/wh?partition_column=day&key_columns=id#t", "Spark Parquet tables"),
+    ("sqlite:///tmp/w.db?partition_column=day#t", "key_columns"),
+    ("postgresql://etl:s3cret@db/w?partition_column=day#public.t", "key_columns"),
+])
+def test_an_upsert_twice_cannot_do_is_refused_when_the_task_is_defined(
+        destination: str, named: str) -> None:
+    """Not at the first attempt of every interval: the destination cannot update rows, or has
+    no key to update them by. The message names the field and never the password."""
+    pipeline = Pipeline("p", schedule=Schedule.daily("UTC"))
+    with pytest.raises(PipelineError, match="write='upsert'") as caught:
+        pipeline.task(destination=destination, write="upsert", name="load")(lambda ctx: None)
+    assert named in str(caught.value) and "s3cret" not in str(caught.value)
+
+
+def test_an_upsert_with_its_key_is_accepted() -> None:
+    pipeline = Pipeline("p", schedule=Schedule.daily("UTC"))
+    for n, destination in enumerate([
+        "sqlite:///tmp/w.db?partition_column=day&key_columns=id,day#t",
+        "duckdb:///tmp/w.duckdb?key_columns=id#t",
+        "delta:///tmp/d?partition_column=day&key_columns=id",
+        "iceberg:///tmp/wh?key_columns=id#ns.t",
+    ]):
+        pipeline.task(destination=destination, write="upsert", name=f"t{n}")(lambda ctx: None)
+    assert len(pipeline.tasks) == 4

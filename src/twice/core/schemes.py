@@ -9,6 +9,8 @@ so such a task needs ``reconcile=`` (see ``twice.destinations.commits``).
 
 from __future__ import annotations
 
+from urllib.parse import parse_qs, urlsplit
+
 # scheme -> module under twice.destinations
 ENGINE_MODULES: dict[str, str] = {
     "sqlite": "sqlite",
@@ -34,3 +36,19 @@ def scheme_of(spec: str) -> str:
 def is_owned(spec: str) -> bool:
     """Whether twice can open ``spec`` (and so own, fingerprint and reconcile its writes)."""
     return scheme_of(spec) in ENGINE_MODULES
+
+
+#: Schemes with no row-level update, and what to use instead: ``write="upsert"`` to one of them
+#: is refused when the task is defined, and the destination refuses ``upsert`` with the same words.
+NO_UPSERT: dict[str, str] = {
+    "parquet": ("Parquet datasets support replace_partition only (and append); an upsert needs "
+                "a table format with row-level updates (Delta, Iceberg) or a SQL destination"),
+    "spark": ("Spark Parquet tables support replace_partition only; an upsert needs a table "
+              "format with MERGE (Delta Lake, Iceberg) or a SQL destination"),
+}
+
+
+def query_option(spec: str, name: str) -> str | None:
+    """The value of ``name`` in the spec's query (``...?key_columns=id,day#table``), if any."""
+    values = parse_qs(urlsplit(spec).query).get(name)
+    return values[-1] if values else None

@@ -244,6 +244,8 @@ class Task:
                     "destination; set destination= to a sqlite, duckdb, postgresql, parquet, "
                     f"spark, iceberg or delta destination (got {self.destination!r})"
                 )
+            if self.write == "upsert":
+                _check_upsert(self.destination, where)
         limit = self.maximum_bytes_billed
         bad_limit = isinstance(limit, bool) or not isinstance(limit, int) or limit < 1
         if limit is not None and bad_limit:
@@ -387,6 +389,21 @@ def _check_takes_context(fn: Callable[..., Any], where: str) -> None:
             f"{where}: the function must accept one argument, the TaskContext "
             f"(signature is {signature})"
         ) from None
+
+
+def _check_upsert(destination: str, where: str) -> None:
+    """``write="upsert"`` needs a destination with row-level updates and its key: refused when
+    the task is defined, not at its first attempt."""
+    from twice.core.schemes import NO_UPSERT, query_option, scheme_of
+
+    scheme = scheme_of(destination)
+    if scheme in NO_UPSERT:
+        raise PipelineError(f"{where}: write='upsert': {NO_UPSERT[scheme]} (got {destination!r})")
+    if not query_option(destination, "key_columns"):
+        raise PipelineError(
+            f"{where}: write='upsert' needs the key to upsert by: add key_columns to the "
+            f"destination's query (e.g. ?key_columns=id), got {destination!r}"
+        )
 
 
 def _check_partition(spec: object, where: str) -> None:

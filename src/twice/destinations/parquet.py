@@ -69,6 +69,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from twice.core.schemes import NO_UPSERT
 from twice.destinations.base import ArrowScanned, DestinationSpec, WriteResult
 from twice.destinations.columns import ColumnType, Schema, require_columns, schema_of
 from twice.destinations.commits import (
@@ -109,10 +110,7 @@ class ParquetDestination(HiveDestination, ArrowScanned):
     engine = "parquet"
     kind_name = "Parquet"
     noun = "dataset"
-    no_upsert = (
-        "Parquet datasets support replace_partition only (and append); an upsert needs a "
-        "table format with row-level updates (Delta, Iceberg) or a SQL destination"
-    )
+    no_upsert = NO_UPSERT["parquet"]
 
     def __init__(
         self,

@@ -66,6 +66,7 @@ from urllib.parse import unquote
 import pyarrow as pa
 
 from twice.core.identifiers import validate_identifier
+from twice.core.schemes import NO_UPSERT
 from twice.destinations.base import DestinationSpec, WriteResult
 from twice.destinations.columns import ColumnType, Schema, SchemaError, require_columns
 from twice.destinations.commits import (
@@ -176,10 +177,7 @@ class SparkDestination(HiveDestination):
     engine = "spark"
     kind_name = "Spark"
     noun = "table"
-    no_upsert = (
-        "Spark Parquet tables support replace_partition only; an upsert needs a table format "
-        "with MERGE (Delta Lake, Iceberg) or a SQL destination"
-    )
+    no_upsert = NO_UPSERT["spark"]
     escaped_names = True  # Spark %-escapes special characters in directory names
 
     def __init__(
