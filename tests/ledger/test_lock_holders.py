@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from twice.core.processes import Process
 from twice.core.unit import UnitOfWork
 from twice.define.schedule import Schedule
 from twice.ledger import Ledger, LedgerUnavailableError
-from twice.ledger.lock_holders import Holder, holders
+from twice.ledger.lock_holders import holders
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs Linux /proc")
 
@@ -96,8 +97,8 @@ def test_holders_reads_proc(tmp_path: Path) -> None:
     process(41, "python3", "S", ledger)
     process(42, "other", "T", Path("/dev/null"))
     (proc / "self").mkdir()
-    assert holders(str(ledger), proc=proc) == [Holder(40, "a (b) c", True),
-                                               Holder(41, "python3", False)]
+    assert holders(str(ledger), proc=proc) == [Process(40, "a (b) c", True),
+                                               Process(41, "python3", False)]
     assert holders(str(tmp_path / "absent.db"), proc=proc) == []
     assert holders(str(ledger), proc=tmp_path / "no-proc") == []
     assert os.getpid() not in [h.pid for h in holders(str(ledger))]

@@ -11,6 +11,7 @@ what they would do without it. Never the command line, which may hold a password
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 PROC = Path("/proc")
@@ -52,7 +53,19 @@ def gone(pid: int, *, proc: Path = PROC) -> bool:
     return state(pid, proc=proc) in ("Z", "X")
 
 
-def describe(pid: int, *, proc: Path = PROC) -> str:
-    """``PID program``, with ``(stopped)`` when it is."""
-    mark = " (stopped)" if stopped(pid, proc=proc) else ""
-    return f"{pid} {program(pid, proc=proc)}{mark}"
+@dataclass(frozen=True)
+class Process:
+    """What an error may say of another process: its id, program name and whether stopped."""
+
+    pid: int
+    program: str
+    stopped: bool
+
+    def describe(self) -> str:
+        """``PID program``, with ``(stopped)`` when it is."""
+        return f"{self.pid} {self.program}{' (stopped)' if self.stopped else ''}"
+
+
+def look(pid: int, *, proc: Path = PROC) -> Process:
+    """The process as ``/proc`` shows it now."""
+    return Process(pid, program(pid, proc=proc), stopped(pid, proc=proc))

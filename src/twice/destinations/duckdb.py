@@ -232,12 +232,12 @@ def _refuse_if_holder_stopped(path: str, exc: duckdb.IOException) -> None:
     """DuckDB names the process holding the file's lock; when it is stopped (SIGSTOP, Ctrl-Z)
     it holds the lock until resumed or ended, so waiting is pointless: say so at once."""
     named = re.search(r"\(PID ([0-9]+)\)", str(exc))
-    if named is None or not processes.stopped(int(named.group(1))):
+    holder = None if named is None else processes.look(int(named.group(1)))
+    if holder is None or not holder.stopped:
         return
-    pid = int(named.group(1))
     raise DestinationUnavailableError(
-        f"duckdb://{path}: the file's lock is held by process {processes.describe(pid)}, "
-        f"which holds it until it is resumed (`kill -CONT {pid}`) or ended; not waiting "
+        f"duckdb://{path}: the file's lock is held by process {holder.describe()}, which "
+        f"holds it until it is resumed (`kill -CONT {holder.pid}`) or ended; not waiting "
         f"for it ({str(exc).splitlines()[0]})"
     ) from None
 

@@ -12,7 +12,6 @@ reported (:mod:`twice.core.processes`), never its command line.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 from twice.core import processes
@@ -21,20 +20,7 @@ from twice.core import processes
 MAX_PROCESSES = 10_000
 
 
-@dataclass(frozen=True)
-class Holder:
-    """A process with the ledger file open."""
-
-    pid: int
-    program: str
-    stopped: bool  # state T (stopped by a signal) or t (stopped by a debugger)
-
-    def describe(self) -> str:
-        state = " (stopped)" if self.stopped else ""
-        return f"{self.pid} {self.program}{state}"
-
-
-def holders(path: str, *, proc: Path = processes.PROC) -> list[Holder]:
+def holders(path: str, *, proc: Path = processes.PROC) -> list[processes.Process]:
     """Other processes with ``path``, its WAL or its shared-memory file open, by pid."""
     try:
         real = os.path.realpath(path)
@@ -47,8 +33,7 @@ def holders(path: str, *, proc: Path = processes.PROC) -> list[Holder]:
         pid = int(name)
         if pid == os.getpid() or not _has_open(proc / name / "fd", targets):
             continue
-        found.append(Holder(pid, processes.program(pid, proc=proc),
-                            processes.stopped(pid, proc=proc)))
+        found.append(processes.look(pid, proc=proc))
     return sorted(found, key=lambda h: h.pid)
 
 
