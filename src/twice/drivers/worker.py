@@ -34,9 +34,7 @@ data through their destinations (as they must across machines), not return value
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
-import socket
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -51,6 +49,7 @@ from twice.engine.evidence import iso
 from twice.engine.executor import Executor, UnitResult, overwritten_by
 from twice.errors import TwiceError
 from twice.ledger.lease import in_force
+from twice.ledger.lease_holders import process_holder
 
 if TYPE_CHECKING:
     from twice.define.pipeline import Pipeline
@@ -62,7 +61,7 @@ StopReason = Literal["finished", "once", "max-units", "signal"]
 def default_worker_name() -> str:
     """``host:pid``: unique per live process, readable in the ledger and in ``twice explain``
     (and, on this host, judged gone once the process is: ``twice.ledger.lease_holders``)."""
-    return f"{socket.gethostname()}:{os.getpid()}"
+    return process_holder()
 
 
 class WorkerStopped(TwiceError):

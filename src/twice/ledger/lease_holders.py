@@ -28,9 +28,14 @@ from twice.core import processes
 _HOLDER = re.compile(r"(?P<host>.+?):(?P<pid>[0-9]+)(?::[0-9a-f]{8})?")
 
 
+def process_holder() -> str:
+    """``host:pid``: this process, readable in the ledger (a worker's default name)."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
 def new_holder() -> str:
     """A holder id unique across hosts, processes and executors: ``host:pid:tag``."""
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    return f"{process_holder()}:{uuid.uuid4().hex[:8]}"
 
 
 def exited(holder: str, *, proc: Path = processes.PROC) -> bool:
