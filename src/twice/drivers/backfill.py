@@ -366,6 +366,12 @@ def _plan_intervals(
         raise BackfillError("the backfill range holds no interval")
 
 
+def _is_new_input(earlier: frozenset[str], input_version: str) -> bool:
+    """Whether ``input_version`` is new for its task and interval: the ledger held earlier
+    units of them, none of this version (a first run has nothing to be new against)."""
+    return bool(earlier) and input_version not in earlier
+
+
 def _plan_interval(
     pipeline: Pipeline, ledger: Ledger, interval: Interval, names: Sequence[str],
     tasks: Sequence[str] | None, force: bool, known: Mapping[tuple[str, str], set[str]],
@@ -382,8 +388,8 @@ def _plan_interval(
                else identify_unit(pipeline, ledger, name, interval))
         unknown = unit_ids is not None and uow.uow_id not in unit_ids  # no unit, no attempt
         recorded = [] if unknown else ledger.attempts(uow.uow_id)
-        seen = known.get((name, interval.label), set())
-        new_input = bool(seen) and uow.input_version not in seen
+        seen = frozenset(known.get((name, interval.label), ()))
+        new_input = _is_new_input(seen, uow.input_version)
         ran_upstream = sorted(set(task.depends_on) & upstream_runs)
         forced = force and (not tasks or name in tasks)
         rerun = True
@@ -406,7 +412,7 @@ def _plan_interval(
         baseline = latest_attempt_before(recorded, began)
         items.append(PlanItem(interval, name, uow, action, reason, new_input,
                               None if baseline is None else baseline.number, rerun, drift,
-                              recorded[-1] if recorded else None, frozenset(seen)))
+                              recorded[-1] if recorded else None, seen))
     return items
 
 
@@ -631,10 +637,8 @@ def run_backfill(
                     record = ledger.unit(actual)
                     if record is not None:
                         run.input_version = record.input_version
-                    # new only against an earlier unit of the same task and interval (a first
-                    # run's dependents are planned before their upstream has output)
-                    run.new_input_version = bool(item.earlier_inputs) and (
-                        run.input_version not in item.earlier_inputs)
+                    # a first run's dependents are planned before their upstream has output
+                    run.new_input_version = _is_new_input(item.earlier_inputs, run.input_version)
                     before = None
                 run.drift = measured.get(item.task)
                 if (run.drift is not None and run.drift.drifted and run.drift.uow_id is None
