@@ -85,3 +85,38 @@ def test_a_unit_recorded_earlier_is_read(ledger: Ledger) -> None:
         assert [a.number for a in ledger.attempts(uow.uow_id)] == [1]
         assert ledger.observations(uow.uow_id) == []
     assert read["twice_attempts"] >= 1 and read["twice_observations"] >= 1, read
+
+
+def test_appended_rows_are_answered_from_the_transaction_exactly_as_a_read(
+    ledger: Ledger,
+) -> None:
+    """Observations, decisions and errors are append-only: in the transaction that inserted
+    their unit, they are returned from what it wrote, equal to what a read returns after
+    commit (times in UTC, observations in observed order)."""
+    from datetime import timedelta, timezone
+
+    uow = make_uow()
+    paris = timezone(timedelta(hours=1))
+    now = ledger._session.now()  # the fixture's clock
+    with ledger.transaction(), selects(ledger) as read:
+        ledger.record_unit(uow)
+        ledger.begin_attempt(uow.uow_id, holder="h")
+        ledger.record_observation(uow.uow_id, "running", source="late",
+                                  observed_at=(now - timedelta(seconds=5)).astimezone(paris),
+                                  attempt=1, detail={"n": 1})
+        ledger.record_observation(uow.uow_id, "queued", source="early",
+                                  observed_at=now - timedelta(seconds=60), attempt=1)
+        ledger.record_decision(uow.uow_id, "retry-eligible", reason="r", attempt=1)
+        ledger.record_error(uow.uow_id, error_class="E", message="m",
+                            classification="transient", attempt=1)
+        ledger.record_nonfatal(uow.uow_id, "warned", attempt=1)
+        inside = (ledger.observations(uow.uow_id), ledger.decisions(uow.uow_id),
+                  ledger.errors(uow.uow_id), ledger.nonfatal_errors(uow.uow_id))
+    for table in ("twice_observations", "twice_decisions", "twice_errors",
+                  "twice_nonfatal_errors"):
+        assert read[table] == 0, read
+    assert [o.source for o in inside[0]] == ["early", "late"]
+    after = (ledger.observations(uow.uow_id), ledger.decisions(uow.uow_id),
+             ledger.errors(uow.uow_id), ledger.nonfatal_errors(uow.uow_id))
+    assert inside == after
+    assert [str(o.observed_at.utcoffset()) for o in inside[0]] == ["0:00:00"] * 2

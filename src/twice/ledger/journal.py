@@ -70,7 +70,7 @@ def append_entry(
     )
     row = {"seq": seq, **values}
     conn.execute(inserting(table), row)
-    inserted.wrote(conn, table.name, values.get("uow_id"))
+    inserted.wrote(conn, table.name, values.get("uow_id"), row)  # times are UTC (checks.aware)
     return row
 
 
@@ -105,7 +105,9 @@ def unit_entries(
     conn: Connection, table: Table, build: RowMapper[R], uow_id: str, *order: Column[Any]
 ) -> list[R]:
     """The rows of ``table`` about one unit of work, in recording order unless ``order``."""
-    if inserted.known_empty(conn, table.name, uow_id):
-        return []
-    query = rows_where(table, "uow_id", order=tuple(column.name for column in order) or ("seq",))
+    names = tuple(column.name for column in order) or ("seq",)
+    known = inserted.known_rows(conn, table.name, uow_id)
+    if known is not None:
+        return [build(row) for row in sorted(known, key=lambda row: [row[n] for n in names])]
+    query = rows_where(table, "uow_id", order=names)
     return [build(row) for row in conn.execute(query, {"uow_id": uow_id}).mappings()]
