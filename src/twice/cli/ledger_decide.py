@@ -71,7 +71,8 @@ def unit_rows(
     *, pipeline: str | None = None,
 ) -> tuple[datetime, list[dict[str, Any]]]:
     """One row per unit (of ``pipeline`` only, if named): its latest attempt, freshest evidence
-    and the planner's decision."""
+    and the planner's decision. Without ``as_of`` the rows are of the present (``live``:
+    ``twice.engine.evidence.gather_evidence``)."""
     from twice.core.timescale import format_duration, micros_to_instant
     from twice.engine.evidence import age_text, gather_evidence, iso, plan_unit
 
@@ -81,7 +82,8 @@ def unit_rows(
         if pipeline is not None and unit.pipeline != pipeline:
             continue
         settings = settings_for(unit) if settings_for is not None else None
-        evidence = gather_evidence(ledger, unit.uow_id, as_of=at, settings=settings)
+        evidence = gather_evidence(ledger, unit.uow_id, as_of=at, settings=settings,
+                                   live=as_of is None)
         result = plan_unit(evidence)
         latest = evidence.latest
         asserted = _assertion(ledger, unit.uow_id, latest, at)

@@ -82,7 +82,7 @@ def status(ledger_url: str | None, pipeline: str | None, pipeline_file: str | No
     with ledger:
         at, rows = unit_rows(ledger, at, settings_for, pipeline=pipeline)
         label = ledger.url
-        headline = _add_health(ledger, at, rows, pipeline)
+        headline = _add_health(ledger, at, rows, pipeline, live=as_of is None)
     if as_json:
         from twice.engine.evidence import iso
 
@@ -92,13 +92,14 @@ def status(ledger_url: str | None, pipeline: str | None, pipeline_file: str | No
     _print(label, at, rows, headline.headline)
 
 
-def _add_health(ledger: Any, at: Any, rows: list[dict[str, Any]], pipeline: str | None) -> Any:
+def _add_health(ledger: Any, at: Any, rows: list[dict[str, Any]], pipeline: str | None, *,
+                live: bool) -> Any:
     """Give each row its health (the reports' model as of the same instant), put what needs
     attention first, and return the scope (its headline)."""
     from twice.reports import gather
     from twice.reports.health import HEALTH_ORDER, IN_PROGRESS, NEEDS_ATTENTION, scope
 
-    evidence = gather(ledger, as_of=at, pipeline=pipeline)
+    evidence = gather(ledger, as_of=at, pipeline=pipeline, live=live)
     known = {unit.uow_id: unit for unit in evidence.units}
     rank = {str(state): i for i, state in enumerate(HEALTH_ORDER)}
     for row in rows:

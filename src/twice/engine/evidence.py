@@ -413,8 +413,15 @@ def gather_evidence(
     as_of: datetime | None = None,
     settings: PlanSettings | None = None,
     include_workflow_deadline: bool = False,
+    live: bool = False,
 ) -> UnitEvidence:
     """Read one unit's evidence from the ledger as of ``as_of`` (default: the ledger's now).
+
+    ``live``: the evidence is of the present, so a running attempt whose process on this host
+    has exited (:func:`twice.ledger.lease_holders.exited`) is taken as unknown: seen now, not
+    recorded yet (the next run takes its lease over, records that and reconciles it). Reports
+    of the present (``twice status``, ``explain``, ``update``, ``decide --ledger``) pass it; a
+    view of the past cannot know which processes ran then.
 
     ``settings`` (e.g. from the pipeline file) override the ones the latest run recorded.
     ``include_workflow_deadline``: plan against the recorded run's workflow deadline too (the
@@ -431,7 +438,7 @@ def gather_evidence(
         recorded_decisions = ledger.decisions(uow_id)
     at = ledger.now() if as_of is None else as_of.astimezone(UTC)
     attempts = tuple(
-        _as_of_attempt(attempt, at)
+        _as_of_attempt(attempt, at, live)
         for attempt in recorded_attempts
         if attempt.started_at <= at
     )
@@ -476,10 +483,16 @@ def gather_evidence(
     )
 
 
-def _as_of_attempt(attempt: AttemptRecord, at: datetime) -> AttemptRecord:
-    """An attempt as it stood at ``at``: one that finished later was still running then."""
+def _as_of_attempt(attempt: AttemptRecord, at: datetime, live: bool = False) -> AttemptRecord:
+    """An attempt as it stood at ``at``: one that finished later was still running then; a
+    running one whose process has exited is unknown (``live``: see :func:`gather_evidence`)."""
     if attempt.finished_at is not None and attempt.finished_at > at:
         return replace(attempt, outcome="running", finished_at=None)
+    if live and attempt.outcome == "running":
+        from twice.ledger import lease_holders  # lazily: the pure planner imports no driver
+
+        if lease_holders.exited(attempt.holder):
+            return replace(attempt, outcome="unknown")
     return attempt
 
 

@@ -25,6 +25,7 @@ from twice.engine.evidence import (
     aware_instant,
 )
 from twice.errors import InputError
+from twice.ledger import lease_holders
 from twice.ledger.records import (
     LEASE_SOURCE,
     OPERATOR_SOURCE_PREFIX,
@@ -46,6 +47,7 @@ from twice.reports.health import (
     IN_PROGRESS,
     NEEDS_ATTENTION,
     NEEDS_FRESH_EVIDENCE,
+    PROCESS_EXITED,
     Basis,
     Health,
     Status,
@@ -447,14 +449,18 @@ def gather(
     pipeline: str | None = None,
     deadline: DeadlineSpec = None,
     max_observation_age: timedelta | None = None,
+    live: bool | None = None,
 ) -> Evidence:
     """Read the ledger into an :class:`Evidence` model as of ``as_of`` (default: its clock now).
 
     ``deadline`` (one instant, or a function of the unit) fills in for units whose decisions
     recorded none; it is marked as given by the caller. ``max_observation_age`` likewise fills
     in for decisions that recorded none; without either, staleness is left unstated.
+    ``live`` (default: ``as_of`` not given): the report is of the present, so it may look at
+    this host's processes (``twice.engine.evidence.gather_evidence``).
     """
     moment = ledger.now() if as_of is None else as_of
+    live = as_of is None if live is None else live
     if moment.utcoffset() is None:
         raise ReportError(f"as_of {moment.isoformat()} must be timezone-aware")
     recorded = ledger.units(pipeline=pipeline)
@@ -463,7 +469,8 @@ def gather(
     replaced = _superseded(units, timelines, moment)
     reports = [
         _with_plan(ledger, moment, _unit_report(unit, timelines[unit.uow_id], moment, deadline,
-                                                max_observation_age, replaced.get(unit.uow_id)))
+                                                max_observation_age, replaced.get(unit.uow_id),
+                                                live), live)
         for unit in units
     ]
     partitions, later_versions = _partitions(ledger, moment, pipeline, units)
@@ -533,6 +540,7 @@ def _unit_report(
     deadline: DeadlineSpec,
     max_age: timedelta | None,
     superseded_by: str | None = None,
+    live: bool = False,
 ) -> UnitReport:
     drafts: dict[int, _AttemptDraft] = {}
     observations: list[ObservationRecord] = []
@@ -576,7 +584,7 @@ def _unit_report(
             fingerprints.append(record)
         elif kind in ("job-generation", "generation-marked"):
             _track_generation(generations, event)
-    attempts = _attempts(drafts)
+    attempts = _attempts(drafts, as_of if live else None)
     settings = _run_settings(observations)
     recorded_max_age = (_latest_detail_span(decisions, MAX_AGE_KEYS)
                         or detail_span(settings, MAX_AGE_KEYS))
@@ -609,7 +617,8 @@ def _unit_report(
     )
 
 
-def _with_plan(ledger: LedgerReader, as_of: datetime, unit: UnitReport) -> UnitReport:
+def _with_plan(ledger: LedgerReader, as_of: datetime, unit: UnitReport, live: bool = False
+               ) -> UnitReport:
     """Add the planner's decision as of ``as_of`` to a unit that needs an action and has no
     current recorded decision (the planner's view of evidence, ``twice.engine.evidence``, as
     ``twice status`` shows it): what to do next is never left unsaid while something runs."""
@@ -623,7 +632,7 @@ def _with_plan(ledger: LedgerReader, as_of: datetime, unit: UnitReport) -> UnitR
     if unit.current_decision is not None or not (state in NEEDS_ATTENTION
                                                  or state in IN_PROGRESS):
         return unit
-    evidence = gather_evidence(ledger, unit.uow_id, as_of=as_of)
+    evidence = gather_evidence(ledger, unit.uow_id, as_of=as_of, live=live)
     origin: Literal["recorded", "default"] = "recorded"
     if evidence.settings is None:
         if state not in NEEDS_FRESH_EVIDENCE:
@@ -632,7 +641,8 @@ def _with_plan(ledger: LedgerReader, as_of: datetime, unit: UnitReport) -> UnitR
         # depend on the retry policy, only on the observation age limit.
         age = (unit.max_observation_age or timedelta(seconds=DEFAULT_MAX_OBSERVATION_AGE))
         settings = PlanSettings(policy=RetryPolicy(), max_observation_age=age.total_seconds())
-        evidence = gather_evidence(ledger, unit.uow_id, as_of=as_of, settings=settings)
+        evidence = gather_evidence(ledger, unit.uow_id, as_of=as_of, settings=settings,
+                                   live=live)
         origin = "default"
     result = plan_unit(evidence)
     if result is None:
@@ -682,11 +692,17 @@ def _track_generation(generations: dict[int, Generation], event: TimelineEvent) 
                                          event.at)
 
 
-def _attempts(drafts: Mapping[int, _AttemptDraft]) -> tuple[Attempt, ...]:
+def _attempts(drafts: Mapping[int, _AttemptDraft], now: datetime | None = None
+              ) -> tuple[Attempt, ...]:
+    """The attempts, each with its outcome changes in time order. ``now``: the report is of
+    the present, so a running attempt whose process has exited is unknown from ``now``
+    (``twice.engine.evidence.gather_evidence``, ``live``)."""
     built: list[Attempt] = []
     for number in sorted(drafts):
         draft = drafts[number]
         changes = tuple(sorted(draft.changes, key=lambda c: c.at))
+        if not changes and now is not None and lease_holders.exited(draft.holder):
+            changes = (OutcomeChange(now, "unknown", PROCESS_EXITED),)
         previous_end = built[-1].ended_at if built else None
         gap = None
         if previous_end is not None and draft.started_at >= previous_end:

@@ -8,8 +8,9 @@ unit of work"). Listed in the order reports show them: what needs a person first
 Needs attention:
 
 - ``unknown``: the latest attempt's outcome is unknown (timeout, lost acknowledgement, lease
-  taken over, interrupted). Settle it (commit record, ``reconcile``, ``twice resolve``) before
-  any retry: a retry may duplicate work.
+  taken over, interrupted; or, in a report of the present, it is running but its process on
+  this host has exited: basis ``observed``, recorded nowhere). Settle it (commit record,
+  ``reconcile``, ``twice resolve``) before any retry: a retry may duplicate work.
 - ``held``: not executed again because the task is not ``safe_repeat`` and it already succeeded
   for the interval; the engine recorded why. An operator names it (``--repeat``) or leaves it.
 - ``refused``: twice refused the output or the attempt: acceptance failed, a schema change was
@@ -125,6 +126,10 @@ HEALTH_MEANING: dict[Health, str] = {
 }
 
 Basis = Literal["decided", "executed", "observed", "verified", "assumed", "asserted"]
+
+#: The cause of an outcome a report of the present found unknown: the running attempt's
+#: process on this host no longer exists (``gather._attempts``).
+PROCESS_EXITED = "process exited"
 BASES: tuple[Basis, ...] = ("decided", "executed", "observed", "verified", "assumed", "asserted")
 #: How a basis is written for people: "assumed" and "asserted" always say by whom.
 BASIS_LABEL: dict[Basis, str] = {
@@ -358,6 +363,17 @@ def assess(
         return _asserted_status(unit, latest, after, fingerprints, as_of)
     if latest.outcome == "running":
         return _running_status(latest, freshest, as_of, max_age)
+    if latest.outcome == "unknown" and latest.changes[-1:] and (
+            latest.changes[-1].cause == PROCESS_EXITED):
+        return Status(
+            Health.UNKNOWN, "observed",
+            f"attempt {number} running since {wording.instant(latest.started_at)}, but its "
+            f"process ({latest.holder}) has exited: seen on this host at "
+            f"{wording.instant(as_of)} by this report, not yet recorded. Its outcome is unknown "
+            "until the next run takes its lease over and settles it from the destination's "
+            "commit record (or its reconcile function); settle it before any retry",
+            source="process table", at=as_of,
+        )
     if latest.outcome == "unknown":
         since = latest.unknown_since or latest.started_at
         text = (f"attempt {number} outcome unknown since {wording.instant(since)} (timeout, lost "
