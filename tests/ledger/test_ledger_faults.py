@@ -28,6 +28,7 @@ from tests.ledger.ledger_helpers import FakeClock, make_uow
 
 from twice.ledger import (
     Ledger,
+    LedgerCommitUnknownError,
     LedgerError,
     LedgerStorageError,
     LedgerUnavailableError,
@@ -419,7 +420,7 @@ def test_postgres_connection_lost_while_committing_is_not_repeated(postgres_url:
             if not killed:
                 killed.append(_terminate_ledger_backends(postgres_url))
 
-        with pytest.raises(LedgerUnavailableError) as caught:
+        with pytest.raises(LedgerCommitUnknownError) as caught:  # a LedgerUnavailableError
             ledger.begin_attempt(uow.uow_id, holder="w1")
         event.remove(ledger._engine, "commit", _kill_at_commit)
         assert killed == [1]

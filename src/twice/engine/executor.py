@@ -104,6 +104,7 @@ from twice.engine.verification import (
     record_measured,
 )
 from twice.errors import Interrupted, OutcomeUnknownError
+from twice.ledger.errors import LedgerCommitUnknownError, LedgerError
 from twice.ledger.lease_holders import new_holder
 from twice.remote.jobs import JobFailed, JobStatus
 
@@ -722,7 +723,6 @@ class Executor:
         The unit is identified again if its inputs change while it is claimed (an upstream
         output rewritten meanwhile): the new unit is driven instead, at most a few times.
         """
-        from twice.ledger import LedgerError
 
         result: UnitResult | None = None
         for _ in range(3):
@@ -800,6 +800,11 @@ class Executor:
         early = held if held is not None else contextlib.ExitStack()
         try:
             lease, opening = self.ledger.atomic(claim)
+        except LedgerError as exc:
+            early.close()
+            if isinstance(exc, LedgerCommitUnknownError):
+                raise  # the claim may be recorded: its attempt may have begun
+            return _claim_not_recorded(task, interval, unit, exc), False
         except BaseException:
             early.close()
             raise
@@ -941,6 +946,20 @@ def _sqlalchemy_error() -> type[Exception]:
     from sqlalchemy.exc import SQLAlchemyError
 
     return SQLAlchemyError
+
+
+def _claim_not_recorded(task: Task, interval: Interval, unit: UnitOfWork,
+                        exc: LedgerError) -> UnitResult:
+    """The ledger refused the claim (disk full, read-only, locked past the retry window): its
+    transaction rolled back, so no attempt began and nothing about the unit was recorded. Not
+    an unknown outcome: nothing ran."""
+    error = f"{type(exc).__name__}: {_first_line(exc)}"
+    return UnitResult(
+        task.name, interval, "blocked",
+        f"the ledger could not record the claim ({error}); nothing ran and nothing about this "
+        "unit was recorded: run it again once the ledger can be written",
+        uow_id=unit.uow_id, error=error,
+    )
 
 
 def _first_line(exc: BaseException) -> str:
@@ -1758,7 +1777,6 @@ class _UnitRun:
         outside any ledger transaction; then one durable write records the partition's new
         version, the attempt's error, outcome, observation and job generation, and gives the
         lease back when the unit succeeded (nothing more is written for it in this run)."""
-        from twice.ledger import LedgerError
 
         number = record.number
         marked_early = (  # a job whose output twice cannot read: say it ran before checking
@@ -1882,7 +1900,6 @@ class _UnitRun:
                         detail: dict[str, Any]) -> bool:
         """Record how our attempt ended; False if another holder has already closed it (it
         took our lease over while we were paused): then this run stops, and says so."""
-        from twice.ledger import LedgerError
 
         try:
             ledger.finish_attempt(self.uow_id, number, outcome)  # type: ignore[arg-type]
@@ -1909,7 +1926,6 @@ class _UnitRun:
 
     def _record_remote(self, status: JobStatus, attempt: int) -> None:
         """A JobStatus the task returned is evidence from the service, with its own time."""
-        from twice.ledger import LedgerError
 
         source = f"remote:{status.service}"
         detail = {"job_id": status.job_id, "state": status.state.value}

@@ -22,6 +22,7 @@ from twice.core.outcomes import (
     ErrorClassification,
 )
 from twice.ledger.errors import (
+    LedgerCommitUnknownError,
     LedgerError,
     LedgerStorageError,
     LedgerUnavailableError,
@@ -109,6 +110,7 @@ __all__ = [
     "LeaseRecord",
     "LeaseResult",
     "Ledger",
+    "LedgerCommitUnknownError",
     "LedgerError",
     "LedgerReader",
     "LedgerStorageError",

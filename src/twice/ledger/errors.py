@@ -33,13 +33,18 @@ class UnknownUnitError(LedgerError):
 class LedgerUnavailableError(LedgerError):
     """The ledger could not be reached or locked, even after retrying for the retry window.
 
-    Also raised when a connection was lost while a transaction was committing: the write may
-    or may not have been recorded, and the message says so. ``original`` is the driver error.
+    ``LedgerCommitUnknownError`` is the one after which the write may have been recorded.
+    ``original`` is the driver error.
     """
 
     def __init__(self, message: str, *, original: BaseException | None = None) -> None:
         super().__init__(message)
         self.original = original
+
+
+class LedgerCommitUnknownError(LedgerUnavailableError):
+    """The connection was lost while a transaction was committing (PostgreSQL): what it wrote
+    may or may not be recorded, unlike any other ``LedgerError``, after which nothing was."""
 
 
 class LedgerStorageError(LedgerError):

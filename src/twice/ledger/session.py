@@ -22,7 +22,12 @@ from sqlalchemy.engine import Connection, RootTransaction
 
 from twice.ledger.checks import aware
 from twice.ledger.engine import begin
-from twice.ledger.errors import LedgerError, LedgerStorageError, LedgerUnavailableError
+from twice.ledger.errors import (
+    LedgerCommitUnknownError,
+    LedgerError,
+    LedgerStorageError,
+    LedgerUnavailableError,
+)
 from twice.ledger.faults import (
     DEFAULT_RETRY_SECONDS,
     Backoff,
@@ -359,7 +364,7 @@ class Session:
         )
 
     def _ambiguous_error(self, fault: Fault, what: str) -> LedgerError:
-        return LedgerUnavailableError(
+        return LedgerCommitUnknownError(
             f"ledger {self.label}: {fault.cause}{self._driver_says(fault)} while committing "
             f"{what}: it may or may not have been recorded, so it was not run again. Check what "
             "the ledger holds (twice explain UOW_ID) before repeating it",
