@@ -111,6 +111,24 @@ def test_redact_masks_urls_and_pairs_it_was_never_told_about() -> None:
     assert redact("no secret at https://example.com/a:b@c") != ""
 
 
+def test_a_ledger_url_is_shown_without_any_form_of_its_password() -> None:
+    """libpq takes a password in the user part or as ``?password=``; one holding an unescaped
+    ``@`` is masked whole, not up to its first ``@``."""
+    from twice.ledger.engine import mask_url, resolve_url
+
+    for url, shown in [
+        ("postgresql://bob@h:5432/db?password=S3CRET", "postgresql+psycopg://bob@h:5432/db"
+                                                      "?password=***"),
+        ("postgresql://bob:S3C@RETX@h:5432/db", "postgresql+psycopg://bob:***@h:5432/db"),
+        ("postgresql://bob@h/db?sslmode=require&sslpassword=S3CRET",
+         "postgresql+psycopg://bob@h/db?sslmode=require&sslpassword=***"),
+    ]:
+        assert mask_url(resolve_url(url)) == shown
+        assert "S3C" not in mask_url(url) and "RETX" not in mask_url(url)
+    assert redact("at postgresql://u:p@ss@h/db, mail a@b.c") == (
+        "at postgresql://u:***@h/db, mail a@b.c")
+
+
 def test_remember_of_a_public_spec_registers_nothing() -> None:
     before = dict(secrets._registered)
     assert remember("postgresql://etl@db/wh#t") == "postgresql://etl@db/wh#t"

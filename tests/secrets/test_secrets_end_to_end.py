@@ -176,22 +176,26 @@ def test_password_in_destination_url_is_never_stored_or_printed(
     assert "@" in json.dumps(explained) and password not in json.dumps(explained)
 
 
+@pytest.mark.parametrize("form", ["user:password@host", "?password="])
 def test_password_in_a_postgresql_ledger_url_is_never_stored_or_printed(
-    secret_db: tuple[str, str], tmp_path: Path
+    secret_db: tuple[str, str], tmp_path: Path, form: str
 ) -> None:
-    """The ledger itself on PostgreSQL, its URL with the password: same rule."""
+    """The ledger itself on PostgreSQL, its URL with the password (as libpq takes it: in the
+    user part, or as a query parameter): same rule."""
     base, password = secret_db
+    ledger = base if form == "user:password@host" else (
+        base.replace(f":{password}@", "@") + f"?password={password}")
     spec = f"{base}?partition_column=day#public.raw"
     pipeline_file = tmp_path / "pipeline_secrets.py"
     pipeline_file.write_text(textwrap.dedent(PIPELINE.format(raw=spec, out=spec + "_out")))
     printed: list[str] = []
     for args in (
-        ["run", str(pipeline_file), "--interval", "2026-11-30", "--ledger", base],
+        ["run", str(pipeline_file), "--interval", "2026-11-30", "--ledger", ledger],
         ["backfill", str(pipeline_file), "--start", "2026-11-29", "--end", "2026-12-01",
-         "--ledger", base, "--force", "--json"],
-        ["status", "--ledger", base], ["update", "--ledger", base],
-        ["handover", "--ledger", base], ["report", "--ledger", base, "--json"],
-        ["report", "--html", str(tmp_path / "r.html"), "--ledger", base],
+         "--ledger", ledger, "--force", "--json"],
+        ["status", "--ledger", ledger], ["update", "--ledger", ledger],
+        ["handover", "--ledger", ledger], ["report", "--ledger", ledger, "--json"],
+        ["report", "--html", str(tmp_path / "r.html"), "--ledger", ledger],
     ):
         done = _twice(*args, cwd=tmp_path)
         printed.extend([done.stdout, done.stderr])

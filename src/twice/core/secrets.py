@@ -48,7 +48,9 @@ _secrets: set[str] = set()  # every password registered, as written and percent-
 #: a common word used as a development password (``postgres``) leaves longer words readable;
 #: any other secret is masked wherever it appears.
 _WORD = re.compile(r"\w+")
-_URL_PASSWORD = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.-]*://[^:/?#@\s]*:)[^@/\s]+@")
+#: The password of ``scheme://user:password@host``, up to the LAST ``@`` before the path: a
+#: password holding an unescaped ``@`` is masked whole, not up to its first ``@``.
+_URL_PASSWORD = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.-]*://[^:/?#@\s]*:)[^/\s]*@")
 _PAIR_NAMES = "|".join(sorted(SECRET_PARAMETERS, key=len, reverse=True))
 _PASSWORD_PAIR = re.compile(
     rf"(?P<head>\b(?:{_PAIR_NAMES})\s*=\s*)(?:'(?:[^'\\]|\\.)*'|\"[^\"]*\"|[^\s&;,'\"#]+)",

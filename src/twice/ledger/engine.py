@@ -16,7 +16,6 @@ Two engines are supported and both must be safe under real concurrency:
 from __future__ import annotations
 
 import os
-import re
 import sqlite3
 import time
 from contextlib import closing
@@ -28,6 +27,7 @@ from sqlalchemy.engine import URL, Connection, RootTransaction, make_url
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.pool import StaticPool
 
+from twice.core.secrets import redact
 from twice.ledger.errors import LedgerError
 from twice.ledger.prepared import inserting_new
 from twice.ledger.schema import locks
@@ -37,14 +37,13 @@ ENV_VAR = "TWICE_LEDGER"
 SQLITE_BUSY_TIMEOUT_SECONDS = 30.0
 POSTGRES_CONNECT_TIMEOUT_SECONDS = 5
 
-_PASSWORD_IN_URL = re.compile(r"(?P<head>://[^:/?#@]*:)[^@/]*@")
-
 
 def mask_url(url: str | URL) -> str:
-    """The URL with any password replaced by ``***``, safe for messages and logs."""
-    if isinstance(url, URL):
-        return url.render_as_string(hide_password=True)
-    return _PASSWORD_IN_URL.sub(r"\g<head>***@", url)
+    """The URL with any password replaced by ``***``, safe for messages and logs: the
+    password of its user, and a password given as a query parameter (``?password=``), masked
+    as ``twice.core.secrets.redact`` masks them everywhere."""
+    text = url.render_as_string(hide_password=True) if isinstance(url, URL) else url
+    return redact(text)
 
 
 def resolve_url(url: str | os.PathLike[str] | None) -> URL:
