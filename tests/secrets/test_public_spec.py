@@ -76,9 +76,18 @@ def test_specs_without_secrets_are_unchanged(spec: str) -> None:
     ("postgresql://etl@db/wh?sslmode=require&password=s3cret&partition_column=day#t",
      "postgresql://etl@db/wh?sslmode=require&partition_column=day#t"),
     ("postgresql://etl:p%40ss@db/wh?PASSWORD=x#t", "postgresql://etl@db/wh#t"),
+    # a relative file spec, without an authority
+    ("duckdb:x.duckdb?partition_column=day&password=s3cret#t",
+     "duckdb:x.duckdb?partition_column=day#t"),
+    # a URL given as a query value, as written or percent-encoded
+    ("iceberg:///w/ice?catalog_uri=postgresql://etl:s3cret@h:5432/cat&partition_column=day#n.t",
+     "iceberg:///w/ice?catalog_uri=postgresql://etl@h:5432/cat&partition_column=day#n.t"),
+    ("iceberg:///w/ice?catalog_uri=postgresql%3A%2F%2Fetl%3As3cret%40h%2Fcat#n.t",
+     "iceberg:///w/ice?catalog_uri=postgresql%3A%2F%2Fetl%40h%2Fcat#n.t"),
 ])
 def test_public_spec_examples(spec: str, public: str) -> None:
     assert public_spec(spec) == public
+    assert secrets_of(spec) and public_spec(public) == public
 
 
 def test_a_task_keeps_the_public_identity_and_connects_with_the_password() -> None:

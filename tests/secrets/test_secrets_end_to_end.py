@@ -216,3 +216,31 @@ def test_password_in_a_postgresql_ledger_url_is_never_stored_or_printed(
         for table in tables:
             dump = conn.execute(f'SELECT * FROM public."{table}"').fetchall()
             assert password not in repr(dump), table
+
+
+@pytest.mark.parametrize("destination", [
+    "duckdb:rel.duckdb?partition_column=day&password=Pw-R3fused#t",  # refused: unknown option
+    "sqlite:rel.db?partition_column=day&password=Pw-R3fused#t",
+    "iceberg:///{tmp}/ice?partition_column=day&catalog_uri=postgresql://etl:Pw-R3fused@"
+    "127.0.0.1:9/cat#ns.t",  # refused: the catalog's password belongs in ?password=
+])
+def test_a_refused_destination_leaves_its_password_nowhere(tmp_path: Path,
+                                                          destination: str) -> None:
+    """The unit is recorded before its destination is opened and refused: what is recorded
+    is the public identity, also for a relative file spec and a URL inside a query value."""
+    pipeline_file = tmp_path / "dyn.py"
+    pipeline_file.write_text(textwrap.dedent(f"""
+        import pyarrow as pa
+        from twice import Pipeline, Schedule
+        pipeline = Pipeline("p", schedule=Schedule.daily("UTC"))
+        @pipeline.task(destination={destination.format(tmp=tmp_path)!r}, write="replace",
+                       safe_repeat=True)
+        def t(ctx):
+            return pa.table({{"day": pa.array([ctx.interval.start.date()]), "x": [1]}})
+    """))
+    done = _twice("run", str(pipeline_file), "--interval", "2026-11-01", "--deadline", "none",
+                  "--ledger", str(tmp_path / "l.db"), cwd=tmp_path)
+    assert done.returncode != 0, done.stdout  # refused
+    assert "Pw-R3fused" not in done.stdout + done.stderr
+    stored = b"".join(path.read_bytes() for path in tmp_path.glob("l.db*"))
+    assert b"twice_units_of_work" in stored and b"Pw-R3fused" not in stored

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import re
 import threading
-from urllib.parse import unquote
+from urllib.parse import quote, unquote
 
 MASK = "***"
 
@@ -59,17 +59,21 @@ _PASSWORD_PAIR = re.compile(
 
 
 def _split(spec: str) -> tuple[str, str, str, str, str] | None:
-    """``(scheme+':', authority, path, query, fragment)`` of ``scheme://authority...``, or
-    None when ``spec`` has no authority (``sqlite:rel/path``, ``bq:project.dataset.table``)."""
+    """``(scheme+'://' or scheme+':', authority, path, query, fragment)`` of
+    ``scheme://authority/path?query#fragment`` or of ``scheme:path?query#fragment`` (no
+    authority: ``sqlite:rel/path``, ``bq:project.dataset.table``); None for a spec without a
+    scheme."""
     scheme, colon, rest = spec.partition(":")
-    if not colon or not rest.startswith("//"):
+    if not colon or not re.fullmatch(r"[A-Za-z][A-Za-z0-9+.-]*", scheme):
         return None
-    rest = rest[2:]
     rest, hash_, fragment = rest.partition("#")
     rest, mark, query = rest.partition("?")
+    if not rest.startswith("//"):
+        return scheme + ":", "", rest, mark + query, hash_ + fragment
+    rest = rest[2:]
     slash = rest.find("/")
     authority, path = (rest, "") if slash < 0 else (rest[:slash], rest[slash:])
-    return scheme + ":", authority, path, mark + query, hash_ + fragment
+    return scheme + "://", authority, path, mark + query, hash_ + fragment
 
 
 def _secret_pairs(query: str) -> list[tuple[int, str]]:
@@ -82,8 +86,18 @@ def _secret_pairs(query: str) -> list[tuple[int, str]]:
     return found
 
 
+def _nested(value: str) -> str | None:
+    """A query value that is itself a URL (``catalog_uri=postgresql://...``), percent-decoded
+    if need be; None for any other value."""
+    for form in (value, unquote(value)):
+        if "://" in form:
+            return form
+    return None
+
+
 def secrets_of(spec: str) -> tuple[str, ...]:
-    """The non-empty secrets ``spec`` carries (as written; percent-decoded too if different)."""
+    """The non-empty secrets ``spec`` carries (as written; percent-decoded too if different),
+    those of a URL given as a query value included."""
     parts = _split(spec) if isinstance(spec, str) else None
     if parts is None:
         return ()
@@ -98,15 +112,20 @@ def secrets_of(spec: str) -> tuple[str, ...]:
         for form in (value, unquote(value)):
             if form and form not in found:
                 found.append(form)
+    for pair in query[1:].split("&") if query else []:
+        nested = _nested(pair.partition("=")[2])
+        if nested is not None and nested != spec:
+            found.extend(secret for secret in secrets_of(nested) if secret not in found)
     return tuple(found)
 
 
 def public_spec(spec: str) -> str:
     """``spec`` without its secrets: the identity twice stores and shows (see the module doc).
 
-    The password of ``scheme://user:password@host`` is removed (``user@host``) and secret
-    query parameters are dropped; the rest is kept as written. Idempotent, and a spec with no
-    secret is returned unchanged.
+    The password of ``scheme://user:password@host`` is removed (``user@host``), secret query
+    parameters are dropped, and a URL given as a query value (``catalog_uri=``) loses its own
+    password; the rest is kept as written. Idempotent, and a spec with no secret is returned
+    unchanged.
     """
     parts = _split(spec) if isinstance(spec, str) else None
     if parts is None:
@@ -119,10 +138,19 @@ def public_spec(spec: str) -> str:
             authority = f"{user}@{hostport}" if user else hostport
     pairs = query[1:].split("&") if query else []
     secret = {index for index, _ in _secret_pairs(query[1:])}
-    if secret:
-        kept = [pair for index, pair in enumerate(pairs) if index not in secret]
+    kept = []
+    for index, pair in enumerate(pairs):
+        if index in secret:
+            continue
+        name, eq, value = pair.partition("=")
+        nested = _nested(value)
+        if nested is not None and secrets_of(nested):
+            public = public_spec(nested)
+            pair = f"{name}{eq}{public if nested == value else quote(public, safe='')}"
+        kept.append(pair)
+    if secret or kept != pairs:
         query = "?" + "&".join(kept) if kept else ""
-    return f"{scheme}//{authority}{path}{query}{fragment}"
+    return f"{scheme}{authority}{path}{query}{fragment}"
 
 
 def remember(spec: str) -> str:

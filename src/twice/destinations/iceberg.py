@@ -707,8 +707,8 @@ def open_destination(spec: DestinationSpec) -> IcebergDestination:
     if catalog_uri is not None:
         if secrets_of(catalog_uri) or public_spec(catalog_uri) != catalog_uri:
             raise DestinationError(
-                "iceberg destination: catalog_uri must not carry a password (it would be "
-                "stored with the spec); pass it as ?password=..., PGPASSWORD or ~/.pgpass"
+                "iceberg destination: catalog_uri must not carry a password; pass it as "
+                "?password=..., PGPASSWORD or ~/.pgpass"
             )
         connect_uri = _sqlalchemy_uri(catalog_uri, password)
     elif password is not None:
