@@ -418,6 +418,11 @@ def test_reconcile_result_is_coerced_and_checked() -> None:
     ("spark:///tmp/wh?partition_column=day&key_columns=id#t", "Spark Parquet tables"),
     ("sqlite:///tmp/w.db?partition_column=day#t", "key_columns"),
     ("postgresql://etl:s3cret@db/w?partition_column=day#public.t", "key_columns"),
+    # the key must hold the partition column: an upsert by id alone would move a row with
+    # the same id out of another interval's (verified) slice
+    ("postgresql://etl:s3cret@db/w?partition_column=day&key_columns=id#public.t",
+     "key_columns=id,day"),
+    ("delta:///tmp/d?partition_column=day&key_columns=id", "'day' among its key_columns"),
 ])
 def test_an_upsert_twice_cannot_do_is_refused_when_the_task_is_defined(
         destination: str, named: str) -> None:
@@ -434,7 +439,7 @@ def test_an_upsert_with_its_key_is_accepted() -> None:
     for n, destination in enumerate([
         "sqlite:///tmp/w.db?partition_column=day&key_columns=id,day#t",
         "duckdb:///tmp/w.duckdb?key_columns=id#t",
-        "delta:///tmp/d?partition_column=day&key_columns=id",
+        "delta:///tmp/d?partition_column=day&key_columns=day,id",
         "iceberg:///tmp/wh?key_columns=id#ns.t",
     ]):
         pipeline.task(destination=destination, write="upsert", name=f"t{n}")(lambda ctx: None)

@@ -392,17 +392,28 @@ def _check_takes_context(fn: Callable[..., Any], where: str) -> None:
 
 
 def _check_upsert(destination: str, where: str) -> None:
-    """``write="upsert"`` needs a destination with row-level updates and its key: refused when
-    the task is defined, not at its first attempt."""
+    """``write="upsert"`` needs a destination with row-level updates and its key, which holds
+    the partition column when there is one: refused when the task is defined, not at its
+    first attempt."""
     from twice.core.schemes import NO_UPSERT, query_option, scheme_of
 
     scheme = scheme_of(destination)
     if scheme in NO_UPSERT:
         raise PipelineError(f"{where}: write='upsert': {NO_UPSERT[scheme]} (got {destination!r})")
-    if not query_option(destination, "key_columns"):
+    keys = query_option(destination, "key_columns")
+    if not keys:
         raise PipelineError(
             f"{where}: write='upsert' needs the key to upsert by: add key_columns to the "
             f"destination's query (e.g. ?key_columns=id), got {destination!r}"
+        )
+    partition = query_option(destination, "partition_column")
+    if partition and partition not in [key.strip() for key in keys.split(",")]:
+        raise PipelineError(
+            f"{where}: write='upsert' into a destination partitioned by {partition!r} needs "
+            f"{partition!r} among its key_columns (got key_columns={keys}): each interval owns "
+            f"its slice of {partition!r}, and an upsert by key_columns={keys} alone would move "
+            "a row with the same key out of another interval's slice, which twice has "
+            f"verified. Use key_columns={keys},{partition}"
         )
 
 
