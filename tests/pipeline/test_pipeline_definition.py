@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, date, datetime, time, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -444,3 +445,45 @@ def test_an_upsert_with_its_key_is_accepted() -> None:
     ]):
         pipeline.task(destination=destination, write="upsert", name=f"t{n}")(lambda ctx: None)
     assert len(pipeline.tasks) == 4
+
+
+def test_two_tasks_writing_one_table_are_refused_when_defined(tmp_path: Path) -> None:
+    """Each interval's slice of a table is one task's output: a second task writing the same
+    table (whatever its options) would replace the first one's rows, and both would still
+    read as verified. Refused when the second task is defined; other tables of the same
+    database are fine."""
+    pipeline = Pipeline("p", schedule=Schedule.daily("UTC"))
+    base = f"duckdb:///{tmp_path}/w.duckdb"
+    pipeline.task(destination=f"{base}?partition_column=day#t", write="replace",
+                  name="a")(lambda ctx: None)
+    pipeline.task(destination=f"{base}?partition_column=day#other", write="replace",
+                  name="c")(lambda ctx: None)
+    with pytest.raises(PipelineError, match="the table task 'a' writes") as caught:
+        pipeline.task(destination=f"{base}?partition_column=day&key_columns=id,day#t",
+                      write="upsert", name="b")(lambda ctx: None)
+    assert "task 'b'" in str(caught.value)
+    assert sorted(pipeline.tasks) == ["a", "c"]
+
+
+def test_twice_run_refuses_a_pipeline_with_two_writers_of_one_table(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from twice.cli import cli
+    from twice.cli.exits import BAD_INPUT
+
+    source = tmp_path / "two_writers.py"
+    source.write_text(
+        "import pyarrow as pa\n"
+        "from twice import Pipeline, Schedule\n"
+        "pipeline = Pipeline('p6', schedule=Schedule.daily('UTC'))\n"
+        f"DEST = 'duckdb:///{tmp_path}/w.duckdb?partition_column=day#t'\n"
+        "@pipeline.task(destination=DEST, write='replace', safe_repeat=True)\n"
+        "def a(ctx): return pa.table({'day': [ctx.interval.start.date()], 'x': [1]})\n"
+        "@pipeline.task(destination=DEST, write='replace', safe_repeat=True)\n"
+        "def b(ctx): return pa.table({'day': [ctx.interval.start.date()], 'x': [2]})\n"
+    )
+    done = CliRunner().invoke(cli, ["run", str(source), "--interval", "2026-11-01",
+                                    "--deadline", "none", "--ledger", str(tmp_path / "l.db")])
+    assert done.exit_code == BAD_INPUT, done.output
+    assert "the table task 'a' writes" in done.output and "Traceback" not in done.output
+    assert not (tmp_path / "w.duckdb").exists()  # nothing ran

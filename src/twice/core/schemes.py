@@ -9,7 +9,7 @@ so such a task needs ``reconcile=`` (see ``twice.destinations.commits``).
 
 from __future__ import annotations
 
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 # scheme -> module under twice.destinations
 ENGINE_MODULES: dict[str, str] = {
@@ -46,6 +46,13 @@ NO_UPSERT: dict[str, str] = {
     "spark": ("Spark Parquet tables support replace_partition only; an upsert needs a table "
               "format with MERGE (Delta Lake, Iceberg) or a SQL destination"),
 }
+
+
+def table_of(spec: str) -> str:
+    """The table (or dataset) ``spec`` names, without its options: two specs of one table
+    differ at most in their query (``partition_column=``, ``key_columns=``)."""
+    parts = urlsplit(spec)
+    return urlunsplit((parts.scheme.lower(), parts.netloc, parts.path, "", parts.fragment))
 
 
 def query_option(spec: str, name: str) -> str | None:

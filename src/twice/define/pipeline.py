@@ -683,8 +683,28 @@ class Pipeline:
                 f"task {task.name!r}: defined twice in pipeline {self.name!r} "
                 "(task names must be unique; pass name=... to rename one)"
             )
+        self._check_own_table(task)
         self._tasks[task.name] = task
         return task
+
+    def _check_own_table(self, task: Task) -> None:
+        """One writer per table: each interval's slice of a table is the output of one task
+        (its commit records, fingerprints and fencing are kept per slice), so a second task
+        writing the same table would replace the first one's rows unseen."""
+        from twice.core.schemes import table_of
+
+        if not task.owns_output:
+            return
+        table = table_of(task.destination)
+        for other in self._tasks.values():
+            if other.owns_output and table_of(other.destination) == table:
+                raise PipelineError(
+                    f"task {task.name!r}: its destination {task.destination!r} is the table "
+                    f"task {other.name!r} writes: each interval's slice of a table is one "
+                    "task's output (twice records, fingerprints and fences it per slice), so "
+                    f"one task's write would replace the other's rows. Give {task.name!r} a "
+                    f"table of its own, or produce both tasks' rows in one task"
+                )
 
     def _dependency_names(self, deps: object, task_name: str) -> tuple[str, ...]:
         single = isinstance(deps, str | Task) or callable(deps)
