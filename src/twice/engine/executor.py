@@ -1071,6 +1071,8 @@ class _UnitRun:
         self.may_begin = False  # the claim may begin the first attempt (its writer is held)
         self._waited_after: int | None = None  # the attempt whose backoff we already waited
         self.closed_elsewhere: str | None = None  # our attempt was settled by a taker
+        # a reconciled attempt's commit record, rewritten since by a later write to the slice
+        self.replaced_by: CommitRecord | None = None
         self.diff: Any = None
         self.ledger = executor.ledger
         self.task = task
@@ -1203,8 +1205,17 @@ class _UnitRun:
                 return stop
             resolved = self.ledger.latest_attempt(self.uow_id)
             if resolved is not None and resolved.outcome == "succeeded":
-                return self._result("succeeded", "reconcile found the earlier attempt's job "
-                                    "succeeded; nothing resubmitted")
+                if self.replaced_by is None:
+                    return self._result("succeeded", "reconcile found the earlier attempt's "
+                                        "job succeeded; nothing resubmitted")
+                # it committed, but the slice has been rewritten since: its output is gone
+                if self._held(opening, f"attempt {resolved.number} of this unit succeeded"):
+                    assert opening.stop is not None
+                    return self._result(*opening.stop)
+                opening.rerun_of = resolved.number
+                self.supersede = True
+                self._open_run(resolved.number, latest=resolved)
+                opening.opened = True
         if not opening.opened and (
             opening.rerun_of is not None or not (self.x.continue_run and self._has_run())
         ):
@@ -2038,6 +2049,7 @@ class _UnitRun:
         try:
             commit = self._commit_record(number, attempt.generation)
             marked = commit is None and self._marked(attempt)
+            later = None if commit is None else self._rewritten_after(commit)
         except Exception as exc:  # the destination cannot be read now: no evidence either way
             reason = (
                 f"attempt {number} outcome unknown and its destination cannot be read to find "
@@ -2052,6 +2064,9 @@ class _UnitRun:
             found: dict[str, Any] = {"basis": basis}
             if commit is not None:
                 found["commit"] = commit.to_dict()
+                if later is not None:
+                    self._settle_replaced(attempt, commit, later, found, source)
+                    return True, None
             self.ledger.record_observation(
                 self.uow_id, "succeeded", source=source, attempt=number, detail=found)
             self._reconciled(attempt, "succeeded", f"{basis} in the destination"
@@ -2084,6 +2099,42 @@ class _UnitRun:
         )
         self._reconciled(attempt, "not-found", "commit record absent in the destination")
         return True, None
+
+    def _rewritten_after(self, commit: CommitRecord) -> CommitRecord | None:
+        """The destination's latest write that replaced ``commit``'s rows since: a later
+        replace or upsert of the same slice (fence key). None while they are still there."""
+        from twice.destinations import open_destination
+
+        if commit.mode == "append":
+            return None  # later appends add rows; they do not take these away
+        with open_destination(self.task.destination) as dest:
+            later = [record for record in dest.commit_records()
+                     if record.fence_key == commit.fence_key and record.token > commit.token
+                     and record.mode != "append"]
+        return later[-1] if later else None
+
+    def _settle_replaced(self, attempt: AttemptRecord, commit: CommitRecord,
+                         later: CommitRecord, found: dict[str, Any], source: str) -> None:
+        """The attempt's write committed (its record proves it), but a later write has
+        replaced its rows: the attempt succeeded, its output is gone. It is closed succeeded
+        without recording its slice as the partition's version (the slice holds the later
+        write's rows), and :meth:`_drive` runs the unit again."""
+        number = attempt.number
+        found["rewritten_by"] = {"uow_id": later.uow_id, "attempt": later.attempt,
+                                 "token": later.token, "committed_at": later.committed_at}
+        self.ledger.record_observation(
+            self.uow_id, "succeeded", source=source, attempt=number, detail=found)
+        self._reconciled(attempt, "succeeded", "commit record found in the destination, "
+                         f"rewritten since by unit {later.uow_id}")
+        if attempt.generation is not None:
+            self.ledger.mark_generation(self.uow_id, attempt.generation, "succeeded")
+        self.ledger.finish_attempt(self.uow_id, number, "succeeded")
+        self.replaced_by = later
+        self.notes.append(
+            f"attempt {number}'s write committed (its commit record, token {commit.token}), "
+            f"but unit {later.uow_id} rewrote the slice after it (token {later.token}): its "
+            "output is gone, so this unit runs again"
+        )
 
     def _verify_now(self, number: int, detail: dict[str, Any], *,
                     commit: CommitRecord | None = None, generation: int | None = None

@@ -1,0 +1,85 @@
+"""An unknown outcome settled from a commit record that a later write has since replaced.
+
+A unit's attempt commits its slice, then the ledger never hears of it (killed, or the ledger
+failed). Its source is corrected: a new unit of work rewrites the slice. The correction is
+reverted: the first unit is the one to run again, and its unknown attempt is reconciled from
+its commit record. That record proves the attempt succeeded, but its rows are gone: the slice
+holds the corrected unit's output. The unit must run again (found by the adversarial race
+probe: the slice was left holding the reverted-away data, reported verified)."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from datetime import date
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from twice.define.pipeline import Pipeline, TaskContext
+from twice.define.schedule import Schedule
+from twice.engine.executor import Executor
+from twice.ledger import Ledger
+
+DAY = Schedule.daily("UTC").intervals(date(2026, 11, 1), date(2026, 11, 2))[0]
+
+
+def _pipeline(root: Path, calls: list[str]) -> Pipeline:
+    pipeline = Pipeline("revert", schedule=Schedule.daily("UTC"))
+    source = root / "source.txt"
+
+    @pipeline.task(destination=f"sqlite:///{root}/wh.db?partition_column=day#value",
+                   write="replace", safe_repeat=True,
+                   input_version=lambda interval: source.read_text())
+    def value(ctx: TaskContext) -> pa.Table:
+        price = int(source.read_text())
+        calls.append(str(price))
+        return pa.table({"day": [ctx.interval.start.date()], "value": [2 * price]})
+
+    return pipeline
+
+
+def _values(root: Path) -> list[int]:
+    with sqlite3.connect(root / "wh.db") as conn:
+        return [row[0] for row in conn.execute("SELECT value FROM value")]
+
+
+def test_a_commit_record_replaced_since_does_not_settle_the_unit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[str] = []
+    pipeline = _pipeline(tmp_path, calls)
+    (tmp_path / "source.txt").write_text("100")
+    real = Ledger.finish_attempt
+
+    def lost(self: Ledger, *args: object, **kwargs: object) -> object:
+        from sqlalchemy.exc import OperationalError
+
+        raise OperationalError("UPDATE twice_attempts", {}, Exception("disk I/O error"))
+
+    with Ledger.open(f"sqlite:///{tmp_path / 'ledger.db'}") as ledger:
+        # 1. source 100: the slice is written, the ledger never records how the attempt ended
+        monkeypatch.setattr(Ledger, "finish_attempt", lost)
+        first = Executor(pipeline, ledger, lease_ttl=0.2).run(DAY)
+        monkeypatch.setattr(Ledger, "finish_attempt", real)
+        assert first.units[0].outcome == "unknown-needs-reconcile"
+        assert _values(tmp_path) == [200]
+        time.sleep(0.3)  # its lease expires
+        # 2. the source is corrected: a new unit of work rewrites the slice
+        (tmp_path / "source.txt").write_text("200")
+        assert Executor(pipeline, ledger).run(DAY).ok
+        assert _values(tmp_path) == [400]
+        # 3. the correction is reverted: the first unit again, its attempt still unknown
+        (tmp_path / "source.txt").write_text("100")
+        third = Executor(pipeline, ledger).run(DAY)
+        assert third.ok, third.units
+        assert _values(tmp_path) == [200]  # not the reverted-away 400
+        assert calls == ["100", "200", "100"]
+        unit = third.units[0]
+        assert "rewrote the slice" in " ".join(unit.notes), unit.notes
+        outcomes = [a.outcome for a in ledger.attempts(unit.uow_id or "")]
+        assert outcomes == ["succeeded", "succeeded"]  # the first did commit; then a rerun
+        # 4. and nothing more: the slice is this unit's output, verified
+        assert Executor(pipeline, ledger).run(DAY).units[0].skipped
+        assert _values(tmp_path) == [200] and len(calls) == 3
