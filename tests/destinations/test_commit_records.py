@@ -264,6 +264,39 @@ def test_fencing_refuses_an_older_token_and_writes_nothing(engine, engines) -> N
         assert [r.token for r in dest.commit_records()] == [2, 5, 5, 6]
 
 
+def test_a_seal_fences_an_earlier_holder_before_anything_is_written(engine, engines) -> None:
+    """``seal`` (a takeover's, before it concludes the earlier holder never committed) makes
+    its token the slot's newest with no rows: a paused earlier holder's write is refused
+    from then on, in every mode; newer writes and other slots pass. Where a destination
+    cannot seal (table formats) it says so (False) and changes nothing."""
+    with open_destination(engines.spec(engine)) as dest:
+        sealed = dest.seal(stamp(7, attempt=0))
+        if engine in ("iceberg", "delta"):
+            assert sealed is False and dest.commit_records() == []
+            return
+        assert sealed is True
+        [fence] = dest.commit_records()
+        assert (fence.mode, fence.token, fence.attempt, fence.rows_written) == ("fence", 7, 0, 0)
+        assert dest.commit_records("uow-a") == [fence]
+        for write in (
+            lambda: dest.replace_partition(rows("paused"), DAY, stamp=stamp(6)),
+            lambda: dest.append(rows("paused"), partition=DAY, stamp=stamp(6)),
+        ):
+            with pytest.raises(FencedWriteError) as caught:
+                write()
+            assert caught.value.newer_token == 7
+        with pytest.raises(FencedWriteError):  # an older seal cannot move the fence back
+            dest.seal(stamp(5, attempt=0))
+        written = dest.replace_partition(rows("taker"), DAY, stamp=stamp(8, attempt=2))
+        assert written.commit is not None
+        assert sorted_rows(dest.read_partition(DAY)) == sorted_rows(rows("taker"))
+        other = dest.replace_partition(rows("o", n=1), DAY,
+                                       stamp=stamp(3, fence="pipe/other/2026-11-30"))
+        assert other.commit is not None
+        assert [(r.mode, r.token) for r in dest.commit_records()] == [
+            ("replace", 3), ("fence", 7), ("replace", 8)]
+
+
 def test_fencing_of_upsert(sql_engine, engines) -> None:
     with open_destination(engines.spec(sql_engine, key_columns=("id",))) as dest:
         dest.upsert(rows("t5"), stamp=stamp(5))

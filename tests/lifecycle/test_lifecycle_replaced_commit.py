@@ -83,3 +83,46 @@ def test_a_commit_record_replaced_since_does_not_settle_the_unit(
         # 4. and nothing more: the slice is this unit's output, verified
         assert Executor(pipeline, ledger).run(DAY).units[0].skipped
         assert _values(tmp_path) == [200] and len(calls) == 3
+
+
+@pytest.mark.parametrize("engine", ["sqlite", "duckdb", "parquet"])
+def test_reconcile_seals_the_slice_before_it_concludes_nothing_committed(
+    tmp_path: Path, engine: str
+) -> None:
+    """An attempt whose outcome is unknown and whose commit record is absent may belong to a
+    process that is only paused (SIGSTOP past its lease) or to a timed-out thread still
+    running: it could commit right after reconcile concludes "never committed". Reconcile
+    seals the slice first, so that write is refused and the conclusion holds (found by the
+    adversarial race probe: the paused writer's rows landed after the takeover, the ledger
+    saying they never would)."""
+    from twice import OutcomeUnknownError
+    from twice.destinations import open_destination
+    from twice.destinations.commits import FencedWriteError
+
+    spec = {
+        "sqlite": f"sqlite:///{tmp_path}/wh.db?partition_column=day#events",
+        "duckdb": f"duckdb:///{tmp_path}/wh.duckdb?partition_column=day#events",
+        "parquet": f"parquet:///{tmp_path}/events?partition_column=day",
+    }[engine]
+    pipeline = Pipeline("sealed", schedule=Schedule.daily("UTC"))
+    stamps: list[object] = []
+
+    @pipeline.task(destination=spec, write="replace", safe_repeat=True)
+    def events(ctx: TaskContext) -> pa.Table:
+        if not stamps:
+            stamps.append(ctx.stamp)  # what the paused attempt would write with
+            raise OutcomeUnknownError("no answer (injected): did it write?")
+        return pa.table({"day": [ctx.interval.start.date()], "writer": ["retry"]})
+
+    with Ledger.open(f"sqlite:///{tmp_path / 'ledger.db'}") as ledger:
+        first = Executor(pipeline, ledger).run(DAY)
+        second = Executor(pipeline, ledger).run(DAY)
+        assert (second.ok or first.ok), (first.units, second.units)
+        unit = (second if second.ok else first).units[0]
+        errors = ledger.errors(unit.uow_id or "")
+        assert any("sealed against it" in e.message for e in errors), errors
+    paused = pa.table({"day": [DAY.start.date()], "writer": ["paused"]})
+    with open_destination(spec) as dest:
+        with pytest.raises(FencedWriteError):
+            dest.replace_partition(paused, DAY, stamp=stamps[0])
+        assert dest.read_partition(DAY).column("writer").to_pylist() == ["retry"]

@@ -45,6 +45,7 @@ from twice.destinations.commits import (
     ACTIVE,
     COMMIT_COLUMNS,
     COMMITS_TABLE,
+    FENCE_MODE,
     CommitRecord,
     StampArg,
     WriteStamp,
@@ -94,6 +95,7 @@ class Destination(Protocol):
     ) -> WriteResult: ...
     def commit_records(self, uow_id: str | None = None) -> list[CommitRecord]: ...
     def marked_attempt(self, uow_id: str) -> tuple[int, int] | None: ...
+    def seal(self, stamp: WriteStamp) -> bool: ...
     def read_partition(
         self, partition: PartitionSpec = None, columns: Sequence[str] | None = None
     ) -> pa.Table: ...
@@ -224,6 +226,16 @@ class BaseDestination(Closeable):
         it after routine maintenance pruned the history holding its commit record (Delta log
         retention, Iceberg snapshot expiry); None where records are never pruned (here)."""
         return None
+
+    def seal(self, stamp: WriteStamp) -> bool:
+        """Make ``stamp.token`` the newest token of its slice (fence key) without writing rows,
+        so that from now on a write under an older token is refused: a ``fence`` commit record
+        (see ``twice.destinations.commits``). Made by the holder that took a unit over before
+        it concludes that the earlier holder's attempt never committed: that holder may only
+        be paused, and would otherwise commit after the conclusion. False where the
+        destination cannot seal (its earlier holder is then fenced only once the taker's own
+        write commits). Raises ``FencedWriteError`` if a newer token already holds the slice."""
+        return False
 
 
 class ArrowScanned(BaseDestination, ABC):
@@ -648,6 +660,18 @@ class SqlDestination(BaseDestination, ABC, Generic[ConnT]):
         sql += f" ORDER BY {self.dialect.quote('token')}, {self.dialect.quote('committed_at')}"
         return [CommitRecord.from_row(row) for row in self._query(sql, params)]
 
+    def seal(self, stamp: WriteStamp) -> bool:
+        """See :meth:`BaseDestination.seal`: a ``fence`` record in ``twice_commits``, in the
+        fenced transaction every stamped write takes (so it waits for a write in progress,
+        and a later one under an older token sees it)."""
+        with self._owned_transaction(stamp) as tx:
+            record = CommitRecord.create(
+                stamp, table=self.table_label, slice="", mode=FENCE_MODE, rows_written=0,
+                row_count=0, checksum="", algorithm="none", committed_at=self._clock(tx),
+            )
+            self._insert_record(tx, record)
+        return True
+
     # -- commit records (stamped writes) ------------------------------------------------------
 
     def _owned(self, owner: WriteStamp | None) -> AbstractContextManager[Any]:
@@ -712,13 +736,16 @@ class SqlDestination(BaseDestination, ABC, Generic[ConnT]):
             row_count=count, checksum=checksum, algorithm=algorithm, columns=columns,
             committed_at=self._clock(tx), extra=extra,
         )
+        self._insert_record(tx, record)
+        return record
+
+    def _insert_record(self, tx: Any, record: CommitRecord) -> None:
         marks = ", ".join(self.dialect.placeholder for _ in COMMIT_COLUMNS)
         self._execute(
             tx,
             f"INSERT INTO {self.commits_qualified} ({self._commit_names()}) VALUES ({marks})",
             record.to_row(),
         )
-        return record
 
     def _slice_fingerprint(
         self, partition: PartitionSpec

@@ -139,13 +139,19 @@ class WriteStamp:
         return asdict(self)
 
 
+#: The mode of a record that writes no rows and only makes its token the slice's newest: a
+#: takeover's seal (``Destination.seal``), so an earlier holder, perhaps only paused, can no
+#: longer commit. Its ``attempt`` is 0: it is no attempt's write.
+FENCE_MODE = "fence"
+
+
 @dataclass(frozen=True)
 class CommitRecord:
     """One owned write as the destination committed it (rows and this record together)."""
 
     table: str  # the destination's qualified table (or the dataset directory for Parquet)
     slice: str  # the slice label written ("all rows" when unpartitioned)
-    mode: str  # replace | upsert | append
+    mode: str  # replace | upsert | append | fence (FENCE_MODE: a seal, no rows)
     uow_id: str
     fence_key: str
     generation: int

@@ -74,6 +74,7 @@ from twice.destinations.base import ArrowScanned, DestinationSpec, WriteResult
 from twice.destinations.columns import ColumnType, Schema, require_columns, schema_of
 from twice.destinations.commits import (
     ACTIVE,
+    FENCE_MODE,
     PARQUET_COMMIT_FILE,
     PARQUET_HISTORY_FILE,
     CommitRecord,
@@ -385,6 +386,20 @@ class ParquetDestination(HiveDestination, ArrowScanned):
             algorithm=fp.algorithm, columns=fp.columns,
             extra={"write_id": uuid.uuid4().hex, "partitions": partitions, **extra},
         )
+
+    def seal(self, stamp: WriteStamp) -> bool:
+        """See :meth:`BaseDestination.seal`: a ``fence`` record in the dataset's own history
+        file, which every write's fencing reads, under the dataset's lock (so it waits for a
+        write in progress)."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        with self._locked():
+            self._recover()
+            self._check_fence(stamp, self._record_dirs())
+            self._add_dataset_record(CommitRecord.create(
+                stamp, table=str(self.root), slice="", mode=FENCE_MODE, rows_written=0,
+                row_count=0, checksum="", algorithm="none",
+            ))
+        return True
 
     def _add_dataset_record(self, record: CommitRecord) -> None:
         """Record a write that changed no partition (atomic replace of the dataset's file)."""

@@ -2049,6 +2049,10 @@ class _UnitRun:
         try:
             commit = self._commit_record(number, attempt.generation)
             marked = commit is None and self._marked(attempt)
+            sealed = commit is None and not marked and self._seal(attempt)
+            if sealed:  # the attempt can no longer commit: its record (or none) is final
+                commit = self._commit_record(number, attempt.generation)
+                marked = commit is None and self._marked(attempt)
             later = None if commit is None else self._rewritten_after(commit)
         except Exception as exc:  # the destination cannot be read now: no evidence either way
             reason = (
@@ -2086,19 +2090,44 @@ class _UnitRun:
             return True, None
         if self.task.reconcile is not None and attempt.job_id is not None:
             return False, None  # effects twice cannot see (a remote job) may still land: ask
+        sealing = (
+            "the slice is sealed against it, so it never will" if sealed else
+            "this destination cannot be sealed: should its process be paused rather than "
+            "gone, a write it makes is refused once this unit's next write commits"
+        )
         self.ledger.record_observation(
             self.uow_id, "not-found", source=source, attempt=number,
             detail={"basis": "no commit record for this attempt: nothing twice owns was "
-                             "written", "job_id": attempt.job_id},
+                             "written", "job_id": attempt.job_id, "sealed": sealed},
         )
         self._close_reconciled(
             number, attempt.job_id, "twice.engine.reconcile.NoCommitRecord",
             f"no commit record of attempt {number} in {self.task.destination}: its write never "
-            "committed",
+            f"committed ({sealing})",
             "commit record absent: safe to retry",
         )
         self._reconciled(attempt, "not-found", "commit record absent in the destination")
         return True, None
+
+    def _seal(self, attempt: AttemptRecord) -> bool:
+        """Seal the slice under a fresh token before concluding that ``attempt`` never
+        committed (``Destination.seal``): its process may be paused, not dead, or its timed-out
+        thread still running, and would otherwise commit after that conclusion. False where
+        the destination cannot seal."""
+        from twice.destinations import open_destination
+        from twice.destinations.commits import FencedWriteError
+
+        stamp = WriteStamp(
+            uow_id=self.uow_id,
+            fence_key=f"{self.unit.pipeline}/{self.unit.task}/{self.unit.interval.label}",
+            generation=attempt.generation or 1, attempt=0,
+            token=self.ledger.next_fencing_token(), input_version=self.unit.input_version,
+        )
+        with open_destination(self.task.destination) as dest:
+            try:
+                return dest.seal(stamp)
+            except FencedWriteError:
+                return True  # a newer token holds the slice: the attempt cannot commit either
 
     def _rewritten_after(self, commit: CommitRecord) -> CommitRecord | None:
         """The destination's latest write that replaced ``commit``'s rows since: a later
@@ -2110,7 +2139,7 @@ class _UnitRun:
         with open_destination(self.task.destination) as dest:
             later = [record for record in dest.commit_records()
                      if record.fence_key == commit.fence_key and record.token > commit.token
-                     and record.mode != "append"]
+                     and record.mode in ("replace", "upsert")]
         return later[-1] if later else None
 
     def _settle_replaced(self, attempt: AttemptRecord, commit: CommitRecord,
