@@ -258,6 +258,20 @@ def test_emitting_is_on_when_openlineage_is_configured_the_standard_way(
     assert openlineage_configured(env, cwd=tmp_path, home=tmp_path) is on
 
 
+@pytest.mark.parametrize("value", ["disabled", "nope", "2"])
+def test_a_switch_value_that_is_neither_on_nor_off_is_refused(tmp_path: Path,
+                                                              value: str) -> None:
+    """Ignored, ``TWICE_OPENLINEAGE=disabled`` would emit whenever OpenLineage is configured:
+    the opposite of what it says. Refused, naming the variable, wherever it is read (the
+    CLI and the Airflow operator)."""
+    from twice.engine.lineage import openlineage_configured
+    from twice.errors import InputError
+
+    (tmp_path / "openlineage.yml").write_text("transport:\n  type: console\n")
+    with pytest.raises(InputError, match=r"TWICE_OPENLINEAGE: .* is not one of its values"):
+        openlineage_configured({"TWICE_OPENLINEAGE": value}, cwd=tmp_path, home=tmp_path)
+
+
 def test_a_password_never_reaches_the_dataset_name() -> None:
     from twice.engine.lineage import dataset_name
 

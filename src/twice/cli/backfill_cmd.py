@@ -118,15 +118,19 @@ def backfill(pipeline_file: str, interval_text: str | None, start_text: str | No
     more than 10,000 units (intervals x tasks) needs --yes (a terminal asks). The plan streams:
     each interval is planned when it is about to run (or, with --dry-run, to print).
     """
-    from twice.cli.pipeline_run import confirm_units, parse_span
+    from twice.cli.pipeline_run import (
+        confirm_units,
+        lineage_for,
+        open_durable_ledger,
+        parse_span,
+    )
     from twice.core.interval import IntervalError
     from twice.define.load import PipelineFileError, load_pipeline
     from twice.define.pipeline import PipelineError
     from twice.define.schedule import OpenIntervalError, ScheduleError
     from twice.destinations import DestinationError
     from twice.drivers.backfill import BackfillError, iter_plan, run_backfill, selected_tasks
-    from twice.engine.lineage import lineage_listeners
-    from twice.ledger import Ledger, LedgerError
+    from twice.ledger import LedgerError
 
     if interval_text is not None and (start_text is not None or end_text is not None):
         raise InputError("give either --interval or --start/--end, not both")
@@ -158,7 +162,8 @@ def backfill(pipeline_file: str, interval_text: str | None, start_text: str | No
         if not count:
             raise BackfillError(f"[{start_text}, {end_text}) holds no interval")
         confirm_units(count, len(names), yes=yes)
-        ledger = Ledger.open(ledger_url, durable=True)
+        listeners = lineage_for(pipeline)  # when OpenLineage is configured
+        ledger = open_durable_ledger(ledger_url)
     except (PipelineFileError, PipelineError, ScheduleError, IntervalError, BackfillError,
             LedgerError, ValueError) as exc:
         raise InputError(str(exc)) from exc
@@ -186,7 +191,7 @@ def backfill(pipeline_file: str, interval_text: str | None, start_text: str | No
             "repeat": repeat, "lease_ttl": lease_ttl, "allow_open": allow_open,
             "refresh_snapshots": refresh_snapshots,
             "rng": None if seed is None else random.Random(seed),
-            "listeners": lineage_listeners(pipeline),  # when OpenLineage is configured
+            "listeners": listeners,
         }
         if as_json:
             result = run_backfill(pipeline, ledger, intervals, **options)

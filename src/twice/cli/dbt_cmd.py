@@ -122,21 +122,17 @@ def backfill(project_dir: str, database: str, select: str, exclude: str | None,
         print_summary,
         run_with_progress,
     )
-    from twice.cli.pipeline_run import parse_span
+    from twice.cli.pipeline_run import open_durable_ledger, parse_span
     from twice.define.pipeline import PipelineError
     from twice.define.schedule import OpenIntervalError, ScheduleError
     from twice.destinations import DestinationError
     from twice.drivers.backfill import BackfillError, iter_plan, run_backfill, selected_tasks
     from twice.drivers.dbt import DbtError, build_pipeline, resolve
-    from twice.ledger import Ledger, LedgerError
 
     project = _project(project_dir, database, dbt_executable, profiles_dir, target, vars_text,
                        errors_file, maximum_bytes_billed, max_attempts)
     deadline = parse_deadline(deadline_text)
-    try:
-        ledger = Ledger.open(ledger_url, durable=True)
-    except LedgerError as exc:
-        raise InputError(str(exc)) from exc
+    ledger = open_durable_ledger(ledger_url)
     try:
         try:
             resolved = resolve(project, select, exclude)

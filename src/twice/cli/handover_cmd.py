@@ -57,8 +57,9 @@ Examples:
 def handover(ledger_url: str | None, pipeline_file: str | None, pipeline: str | None,
              as_of: str | None, output: Path | None, as_json: bool) -> None:
     """Write a Markdown runbook: identifiers, jobs, sources, errors, limits, owners, examples."""
+    from twice.cli.ledger_decide import parse_instant_arg
+    from twice.cli.ledger_open import check_ledger_url
     from twice.reports import ReportError, health_document, load_evidence, render_handover
-    from twice.reports.source import parse_instant_option
 
     definition = None
     if pipeline_file is not None:
@@ -69,10 +70,11 @@ def handover(ledger_url: str | None, pipeline_file: str | None, pipeline: str | 
         except PipelineFileError as exc:
             raise InputError(str(exc)) from exc
     name = pipeline if pipeline is not None else (definition.name if definition else None)
+    check_ledger_url(ledger_url)  # a URL no ledger can have is refused naming --ledger
     try:
         evidence = load_evidence(
             ledger_url,
-            as_of=parse_instant_option(as_of, "--as-of"),
+            as_of=parse_instant_arg(as_of, "--as-of"),
             pipeline=name,
             deadline=_deadlines(definition) if definition is not None else None,
         )

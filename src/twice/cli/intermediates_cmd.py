@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from twice.cli.exits import exit_on_error, finish
-from twice.cli.options import json_option, ledger_option
+from twice.cli.options import FiniteRange, json_option, ledger_option
 from twice.errors import InputError
 
 if TYPE_CHECKING:
@@ -33,13 +33,13 @@ Examples:
               help="Only versions in this status.")
 @click.option("--expire", "do_expire", is_flag=True,
               help="Delete the data of active versions past retention and record it, first.")
-@click.option("--storage-price", type=float, default=None, metavar="USD",
+@click.option("--storage-price", type=FiniteRange(min=0), default=None, metavar="USD",
               help="Storage price per GB-month (default 0.023).")
-@click.option("--compute-price", type=float, default=None, metavar="USD",
+@click.option("--compute-price", type=FiniteRange(min=0), default=None, metavar="USD",
               help="Compute price per hour (default 0.20).")
-@click.option("--scan-price", type=float, default=None, metavar="USD",
+@click.option("--scan-price", type=FiniteRange(min=0), default=None, metavar="USD",
               help="Price per TB scanned (default 6.25).")
-@click.option("--expected-reuses", type=float, default=None, metavar="N",
+@click.option("--expected-reuses", type=FiniteRange(min=0), default=None, metavar="N",
               help="Reuses expected within the retention before any happened (default 1).")
 @json_option("Print one JSON object.")
 @exit_on_error("twice intermediates")

@@ -29,26 +29,38 @@ SCHEMA = "twice.decide-ledger/v1"
 SettingsFor = Callable[["UnitRecord"], "PlanSettings | None"]
 
 
-def parse_as_of(text: str | None) -> datetime | None:
+def parse_instant_arg(text: str | None, option: str) -> datetime | None:
+    """An ISO-8601 instant with an offset given to ``option`` (e.g. ``--as-of``), as given;
+    None when not given. Like an interval's bounds, it must lie in the years the rest of twice
+    accepts (``twice.define.schedule``'s rule, judged in UTC, the zone instants are printed
+    in), or ``InputError`` naming ``option``: an instant in year 1 would print as
+    ``1-01-01T00:00:00Z``, not an ISO-8601 instant."""
     from twice.core.timescale import TimeValueError, parse_instant
+    from twice.define.schedule import check_year
 
     if text is None:
         return None
     try:
-        return parse_instant(text).astimezone(UTC)
+        value = parse_instant(text.strip())
     except TimeValueError as exc:
-        raise InputError(f"--as-of: {exc}") from None
+        raise InputError(f"{option}: {exc}") from None
+    check_year(value.astimezone(UTC), option)  # a ScheduleError: an InputError
+    return value
+
+
+def parse_as_of(text: str | None) -> datetime | None:
+    """``--as-of`` (:func:`parse_instant_arg`) in UTC; None when not given."""
+    value = parse_instant_arg(text, "--as-of")
+    return None if value is None else value.astimezone(UTC)
 
 
 def open_existing_ledger(url: str | None) -> Ledger:
     """Open a ledger that must already exist (SQLite: the file must be there)."""
+    from twice.cli.ledger_open import check_ledger_url
     from twice.ledger import Ledger, LedgerError
-    from twice.ledger.engine import mask_url, resolve_url
+    from twice.ledger.engine import mask_url
 
-    try:
-        resolved = resolve_url(url)
-    except LedgerError as exc:
-        raise InputError(str(exc)) from None
+    resolved = check_ledger_url(url)  # a URL no ledger can have is refused naming --ledger
     if resolved.get_backend_name() == "sqlite":
         database = resolved.database or ""
         if database in ("", ":memory:"):

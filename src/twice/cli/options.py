@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -11,6 +12,23 @@ import click
 F = TypeVar("F", bound=Callable[..., Any])
 
 LEDGER_HELP = "Ledger URL or SQLite path (default: $TWICE_LEDGER or twice-ledger.db)."
+
+
+class FiniteRange(click.FloatRange):
+    """A finite number in a range (seconds, prices): NaN and infinity are refused where the
+    option is parsed, naming it (exit 2), like any value out of range. ``click.FloatRange``
+    alone lets NaN through (it compares false with both bounds), and infinity when there is no
+    maximum; the engine would refuse them later, with a traceback or without the option's
+    name."""
+
+    name = "finite number"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> Any:
+        number = click.FLOAT.convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        return super().convert(number, param, ctx)
 
 
 def _all(*options: Callable[[Any], Any]) -> Callable[[F], F]:
@@ -67,11 +85,14 @@ def concurrency_option(help: str) -> Callable[[F], F]:
     )
 
 
-def lease_ttl_option(help: str) -> Callable[[F], F]:
-    """``--lease-ttl SECONDS``: how long a unit's lease lasts without renewal."""
-    return click.option("--lease-ttl", default=300.0, show_default=True,
-                        type=click.FloatRange(min=0.1, max=86_400.0), metavar="SECONDS",
-                        help=help)
+LEASE_TTL = FiniteRange(min=0.1, max=86_400.0)
+
+
+def lease_ttl_option(help: str, default: float = 300.0) -> Callable[[F], F]:
+    """``--lease-ttl SECONDS``: how long a unit's lease lasts without renewal (the same range
+    on every command; ``default``: 300 s, a worker's 60 s)."""
+    return click.option("--lease-ttl", default=default, show_default=True, type=LEASE_TTL,
+                        metavar="SECONDS", help=help)
 
 
 def force_option(help: str) -> Callable[[F], F]:

@@ -23,6 +23,7 @@ from twice.errors import InputError, UnavailableError
 if TYPE_CHECKING:
     from twice.core.interval import Interval
     from twice.define.pipeline import Pipeline
+    from twice.engine.events import Listener
     from twice.engine.executor import UnitResult
     from twice.ledger import Ledger
 
@@ -115,13 +116,21 @@ def _schedule_call(call: Callable[[], T]) -> T:
 
 
 def open_durable_ledger(ledger_url: str | None) -> Ledger:
-    """The ledger a run records in; one that cannot be opened is bad input."""
-    from twice.ledger import Ledger, LedgerError
+    """The ledger a run records in (``run``, ``worker``, ``backfill``, ``dbt backfill``); one
+    that cannot be opened, or a URL that cannot name one, is bad input
+    (``twice.cli.ledger_open``)."""
+    from twice.cli.ledger_open import open_ledger
 
-    try:
-        return Ledger.open(ledger_url, durable=True)
-    except LedgerError as exc:
-        raise InputError(str(exc)) from exc
+    return open_ledger(ledger_url, durable=True)
+
+
+def lineage_for(pipeline: Pipeline) -> list[Listener]:
+    """The OpenLineage listeners of a run of ``pipeline``, made before the ledger is opened:
+    a ``TWICE_OPENLINEAGE`` value that is neither on nor off is bad input before anything
+    runs (``twice.engine.lineage.openlineage_configured``)."""
+    from twice.engine.lineage import lineage_listeners
+
+    return lineage_listeners(pipeline)
 
 
 def parse_intervals(pipeline: Pipeline, interval: str | None, start: str | None,

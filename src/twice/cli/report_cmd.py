@@ -48,18 +48,20 @@ asserted by an operator.
 def report(html_path: Path | None, ledger_url: str | None, pipeline: str | None,
            as_of: str | None, deadline: str | None, as_json: bool) -> None:
     """Write a self-contained HTML report of the runs and backfills in the ledger."""
+    from twice.cli.ledger_decide import parse_instant_arg
+    from twice.cli.ledger_open import check_ledger_url
     from twice.reports import ReportError, health_document, load_evidence, render_html
-    from twice.reports.source import parse_instant_option
 
     if html_path is None and not as_json:
         raise InputError("give --html FILE (the page) and/or --json (the health document)")
 
+    check_ledger_url(ledger_url)  # a URL no ledger can have is refused naming --ledger
     try:
         evidence = load_evidence(
             ledger_url,
-            as_of=parse_instant_option(as_of, "--as-of"),
+            as_of=parse_instant_arg(as_of, "--as-of"),
             pipeline=pipeline,
-            deadline=parse_instant_option(deadline, "--deadline"),
+            deadline=parse_instant_arg(deadline, "--deadline"),
         )
     except ReportError as exc:
         raise InputError(str(exc)) from exc

@@ -71,6 +71,7 @@ def run(pipeline_file: str, interval: str | None, start: str | None, end: str | 
         refresh_snapshots: bool, yes: bool, as_json: bool) -> None:
     """Run a pipeline for one interval or a range."""
     from twice.cli.pipeline_run import (
+        lineage_for,
         load_run_inputs,
         open_durable_ledger,
         refuse_open_spans,
@@ -78,11 +79,11 @@ def run(pipeline_file: str, interval: str | None, start: str | None, end: str | 
         show_and_finish,
     )
     from twice.engine.executor import Executor
-    from twice.engine.lineage import lineage_listeners
     from twice.errors import Interrupted
 
     inputs = load_run_inputs(pipeline_file, interval=interval, start=start, end=end,
                              tasks=tasks, deadline=deadline, repeat=repeat, yes=yes)
+    listeners = lineage_for(inputs.pipeline)  # when OpenLineage is configured
     with open_durable_ledger(ledger_url) as ledger:
         refuse_open_spans(inputs.spans, ledger.now(), allow_open)
         executor = Executor(
@@ -90,7 +91,7 @@ def run(pipeline_file: str, interval: str | None, start: str | None, end: str | 
             rng=None if seed is None else random.Random(seed), repeat=inputs.repeat,
             lease_ttl=lease_ttl, allow_open=allow_open, refresh_snapshots=refresh_snapshots,
             force=(inputs.named or list(inputs.pipeline.tasks)) if force else (),
-            listeners=lineage_listeners(inputs.pipeline),  # when OpenLineage is configured
+            listeners=listeners,
         )
         with run_failures():
             try:

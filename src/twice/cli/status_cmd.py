@@ -12,7 +12,8 @@ its observations need not be fresh). ``--json`` keeps the planner's raw ``decisi
 unit and adds ``health`` and ``nextAction``. ``--pipeline NAME`` keeps one pipeline's units.
 Policies come from ``--pipeline-file FILE`` when given
 (for that pipeline's tasks), else from what each unit's latest run recorded; a unit with neither
-shows no decision.
+shows no decision. A ``--pipeline`` the ledger never recorded is refused (exit 2), naming
+the pipelines it did, as ``twice update`` refuses it.
 """
 
 from __future__ import annotations
@@ -80,6 +81,11 @@ def status(ledger_url: str | None, pipeline: str | None, pipeline_file: str | No
             raise InputError(str(exc)) from exc
     ledger = open_existing_ledger(ledger_url)
     with ledger:
+        if pipeline is not None:
+            # a name the ledger never recorded is a typo, refused as update/report/handover do
+            from twice.reports.source import describe, require_pipeline
+
+            require_pipeline(ledger, pipeline, describe(ledger_url))
         at, rows = unit_rows(ledger, at, settings_for, pipeline=pipeline)
         label = ledger.url
         headline = _add_health(ledger, at, rows, pipeline, live=as_of is None)

@@ -31,12 +31,14 @@ Examples:
 def update(ledger_url: str | None, pipeline: str | None, as_of: str | None,
            as_json: bool) -> None:
     """Print a short status update: headline, attention, next action, next evidence."""
+    from twice.cli.ledger_decide import parse_instant_arg
+    from twice.cli.ledger_open import check_ledger_url
     from twice.reports import ReportError, health_document, load_evidence, render_update
-    from twice.reports.source import parse_instant_option
 
+    check_ledger_url(ledger_url)  # a URL no ledger can have is refused naming --ledger
     try:
         evidence = load_evidence(
-            ledger_url, as_of=parse_instant_option(as_of, "--as-of"), pipeline=pipeline
+            ledger_url, as_of=parse_instant_arg(as_of, "--as-of"), pipeline=pipeline
         )
     except ReportError as exc:
         raise InputError(str(exc)) from exc

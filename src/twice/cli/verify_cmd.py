@@ -56,11 +56,11 @@ def verify(ledger_url: str | None, destination: str | None, pipeline_file: str |
     Destinations are recorded without passwords: give --pipeline-file (or the engine's own
     sources, e.g. PGPASSWORD or ~/.pgpass) for the credentials.
     """
+    from twice.cli.ledger_open import open_ledger
     from twice.core.secrets import redact, remember
     from twice.destinations import DestinationError, open_destination
     from twice.destinations.fingerprint import verify as check
     from twice.engine.verification import as_fingerprint
-    from twice.ledger import Ledger, LedgerError
 
     if pipeline_file is not None:
         from twice.define.load import load_pipeline
@@ -68,11 +68,7 @@ def verify(ledger_url: str | None, destination: str | None, pipeline_file: str |
         load_pipeline(pipeline_file)  # its tasks register their destinations' credentials
     if destination is not None:
         destination = remember(destination)  # recorded under its public identity
-    try:
-        ledger = Ledger.open(ledger_url)
-    except (LedgerError, ValueError) as exc:
-        raise InputError(str(exc)) from exc
-    with ledger:
+    with open_ledger(ledger_url) as ledger:
         records = ledger.latest_fingerprints(destination)
     if not records:
         raise InputError("the ledger has no recorded fingerprints"

@@ -63,14 +63,13 @@ def _since(text: str | None) -> datetime | None:
 @options.range_options("The interval(s) to work on, e.g. 2026-11-30.")
 @click.option("--name", default=None, metavar="NAME",
               help="Lease holder name, unique per live process (default: host:pid).")
-@click.option("--lease-ttl", default=60.0, show_default=True,
-              type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
-              help="How long a dead worker's unit stays blocked (renewed every third of it).")
+@options.lease_ttl_option(
+    "How long a dead worker's unit stays blocked (renewed every third of it).", default=60.0)
 @click.option("--pool-ttl", default=60.0, show_default=True,
-              type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
+              type=options.FiniteRange(min=0, min_open=True), metavar="SECONDS",
               help="The same for pool slots held in the ledger.")
 @click.option("--poll", default=1.0, show_default=True,
-              type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
+              type=options.FiniteRange(min=0, min_open=True), metavar="SECONDS",
               help="Wait between passes when every open unit is leased elsewhere or waiting.")
 @click.option("--once", is_flag=True, help="One pass: leave units leased elsewhere to others.")
 @click.option("--max-units", default=None, type=click.IntRange(min=1), metavar="N",
@@ -96,6 +95,7 @@ def worker(pipeline_file: str, ledger_url: str | None, interval: str | None, sta
            yes: bool, as_json: bool) -> None:
     """Work on a pipeline's units alongside other workers sharing the ledger."""
     from twice.cli.pipeline_run import (
+        lineage_for,
         load_run_inputs,
         open_durable_ledger,
         refuse_open_spans,
@@ -105,13 +105,13 @@ def worker(pipeline_file: str, ledger_url: str | None, interval: str | None, sta
     from twice.define.pipeline import PipelineError
     from twice.define.schedule import ScheduleError
     from twice.drivers.worker import Worker
-    from twice.engine.lineage import lineage_listeners
 
     if name is not None and not name.strip():
         raise InputError("--name must not be empty")
     since_at = _since(since)
     inputs = load_run_inputs(pipeline_file, interval=interval, start=start, end=end,
                              tasks=tasks, deadline=deadline, repeat=repeat, yes=yes)
+    listeners = lineage_for(inputs.pipeline)  # when OpenLineage is configured
     with open_durable_ledger(ledger_url) as ledger:
         refuse_open_spans(inputs.spans, ledger.now(), allow_open)
         try:
@@ -121,7 +121,7 @@ def worker(pipeline_file: str, ledger_url: str | None, interval: str | None, sta
                 max_units=max_units, since=since_at,
                 rng=None if seed is None else random.Random(seed), repeat=inputs.repeat,
                 allow_open=allow_open,
-                listeners=lineage_listeners(inputs.pipeline),  # when OpenLineage is configured
+                listeners=listeners,
             )
         except (ValueError, PipelineError, ScheduleError) as exc:
             raise InputError(str(exc)) from exc

@@ -378,7 +378,7 @@ class Schedule:
 
     def _instant(self, value: object, field: str) -> datetime:
         if isinstance(value, date):
-            _check_year(value, field)
+            check_year(value, field)
         if isinstance(value, datetime):
             if value.tzinfo is not None and value.utcoffset() is not None:
                 return value.astimezone(_UTC)
@@ -568,7 +568,7 @@ def _marks_between(lo: datetime, hi: datetime) -> int:
     return 0 if first >= hi else -((first - hi) // _HOUR)
 
 
-def _check_year(value: date, field: str) -> None:
+def check_year(value: date, field: str) -> None:
     if not FIRST_YEAR <= value.year <= LAST_YEAR:
         raise ScheduleError(
             f"{field}: {value.isoformat()} is outside the supported years "
@@ -589,7 +589,7 @@ def _parse_point(text: str, field: str) -> date | datetime:
             f"{field}: {text!r} is not an ISO date or datetime (e.g. 2026-11-30, "
             "2026-11-30T05:00 or 2026-11-30T05:00+01:00)"
         ) from None
-    _check_year(point, field)
+    check_year(point, field)
     return point
 
 

@@ -58,6 +58,7 @@ from twice.engine.events import (
     Reconciled,
     UnitSettled,
 )
+from twice.errors import InputError
 
 if TYPE_CHECKING:
     from twice.core.interval import Interval
@@ -95,13 +96,21 @@ def openlineage_configured(environ: Mapping[str, str] | None = None,
                            cwd: Path | None = None, home: Path | None = None) -> bool:
     """Whether twice emits OpenLineage events (no import of ``openlineage`` here).
 
-    ``TWICE_OPENLINEAGE`` decides when set (on/off); ``OPENLINEAGE_DISABLED=true`` turns it
+    ``TWICE_OPENLINEAGE`` decides when set (on/off; any other value is ``InputError``);
+    ``OPENLINEAGE_DISABLED=true`` turns it
     off, as it does the client; otherwise it is on when OpenLineage is configured the way the
     client reads it: ``OPENLINEAGE_URL``, ``OPENLINEAGE_CONFIG``, any ``OPENLINEAGE__TRANSPORT``
     variable, or an ``openlineage.yml`` in the working directory or ``~/.openlineage/``.
     """
     env = os.environ if environ is None else environ
     switch = env.get(SWITCH, "").strip().lower()
+    if switch and switch not in _ON | _OFF:
+        # ignoring it would emit events when OpenLineage is configured, whatever
+        # "disabled" or "nope" was meant to say
+        raise InputError(
+            f"{SWITCH}: {env.get(SWITCH)!r} is not one of its values: "
+            f"{', '.join(sorted(_ON))} emit OpenLineage events, {', '.join(sorted(_OFF))} "
+            "never emit; unset it to emit when OpenLineage is configured")
     if switch in _OFF:
         return False
     if env.get("OPENLINEAGE_DISABLED", "").strip().lower() == "true":

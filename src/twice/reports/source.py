@@ -91,14 +91,14 @@ def load_evidence(
                                                                                    ":memory:"):
             _check_sqlite_file(resolved.database, shown)
         with Ledger.open(url) as ledger:
-            _require_pipeline(ledger, pipeline, shown)
+            require_pipeline(ledger, pipeline, shown)
             return gather(ledger, as_of=as_of, pipeline=pipeline, deadline=deadline,
                           max_observation_age=max_observation_age)
     except LedgerError as exc:
         raise ReportError(f"ledger {shown}: {exc}") from None
 
 
-def _require_pipeline(ledger: LedgerReader, pipeline: str | None, shown: str) -> None:
+def require_pipeline(ledger: LedgerReader, pipeline: str | None, shown: str) -> None:
     """Refuse a ``pipeline`` the ledger recorded nothing of (most likely a typo)."""
     if pipeline is not None and not ledger.units(pipeline=pipeline):
         names = sorted({unit.pipeline for unit in ledger.units()})
