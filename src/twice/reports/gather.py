@@ -493,8 +493,10 @@ def _superseded(units: list[UnitRecord], timelines: Mapping[str, list[TimelineEv
     """``{uow_id: newer uow_id}`` for units another unit of the same task and interval replaced.
 
     A changed input or transform version is a new unit (``identify_unit``); the one the engine
-    worked on last is the current one. Activity is what the ledger recorded about each unit by
-    ``as_of`` (its attempts, observations, decisions), creation included.
+    took up last is the current one: the latest to be recorded, to have a run start on it or
+    an attempt begin, by ``as_of``. What follows from an earlier start (an attempt finishing,
+    its errors, a reconcile) does not count: a process paused past its lease whose late write
+    was fenced records its refusal after the newer unit's success, and is not current for it.
     """
     groups: dict[tuple[str, str, str], list[UnitRecord]] = {}
     for unit in units:
@@ -505,7 +507,7 @@ def _superseded(units: list[UnitRecord], timelines: Mapping[str, list[TimelineEv
             continue
 
         def last_activity(unit: UnitRecord) -> tuple[datetime, int]:
-            known = [e for e in timelines[unit.uow_id] if _known_by(e, as_of)]
+            known = [e for e in timelines[unit.uow_id] if _known_by(e, as_of) and _takes_up(e)]
             latest = max(known, key=lambda e: (e.at, e.seq), default=None)
             return (unit.created_at, 0) if latest is None else (latest.at, latest.seq)
 
@@ -514,6 +516,16 @@ def _superseded(units: list[UnitRecord], timelines: Mapping[str, list[TimelineEv
             if unit.uow_id != current.uow_id:
                 replaced[unit.uow_id] = current.uow_id
     return replaced
+
+
+def _takes_up(event: TimelineEvent) -> bool:
+    """Whether ``event`` is the engine taking its unit up: recording it, starting a run on it,
+    beginning an attempt (see ``_superseded``)."""
+    if event.kind in ("unit-recorded", "attempt-started"):
+        return True
+    record = event.record
+    return (event.kind == "observation" and isinstance(record, ObservationRecord)
+            and record.state == RUN_STARTED)
 
 
 def _known_by(event: TimelineEvent, as_of: datetime) -> bool:
