@@ -487,3 +487,42 @@ def test_twice_run_refuses_a_pipeline_with_two_writers_of_one_table(tmp_path: Pa
     assert done.exit_code == BAD_INPUT, done.output
     assert "the table task 'a' writes" in done.output and "Traceback" not in done.output
     assert not (tmp_path / "w.duckdb").exists()  # nothing ran
+
+
+def test_a_relative_file_destination_is_recorded_absolute(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a task records names the same file wherever the ledger is read from: a relative
+    path is made absolute against the directory the pipeline is defined in (where it would
+    be opened), so `twice verify` from another directory checks the right file."""
+    from click.testing import CliRunner
+
+    from twice.cli import cli
+
+    work = tmp_path / "work"
+    (work / "data").mkdir(parents=True)
+    monkeypatch.chdir(work)
+    source = work / "rel.py"
+    source.write_text(
+        "import pyarrow as pa\n"
+        "from twice import Pipeline, Schedule\n"
+        "pipeline = Pipeline('p5', schedule=Schedule.daily('UTC'))\n"
+        "@pipeline.task(destination='sqlite:data/rel.db?partition_column=day#t',\n"
+        "               write='replace', safe_repeat=True)\n"
+        "def t(ctx): return pa.table({'day': [ctx.interval.start.date()], 'x': [1]})\n"
+    )
+    ledger = str(tmp_path / "l.db")
+    done = CliRunner().invoke(cli, ["run", str(source), "--interval", "2026-11-01",
+                                    "--deadline", "none", "--ledger", ledger])
+    assert done.exit_code == 0, done.output
+    from twice.ledger import Ledger
+
+    with Ledger.open(ledger) as opened:
+        [unit] = opened.units()
+    assert unit.destination == f"sqlite://{work}/data/rel.db?partition_column=day#t"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    checked = CliRunner().invoke(cli, ["verify", "--ledger", ledger])
+    assert checked.exit_code == 0, checked.output
+    assert not (elsewhere / "data").exists()

@@ -48,6 +48,27 @@ NO_UPSERT: dict[str, str] = {
 }
 
 
+#: Schemes whose location is a local path (``scheme:///abs/path`` or ``scheme:rel/path``).
+FILE_SCHEMES = frozenset({"sqlite", "duckdb", "parquet", "spark", "iceberg", "delta"})
+
+
+def absolute(spec: str) -> str:
+    """``spec`` with a relative file path made absolute against the working directory
+    (``sqlite:rel.db#t`` -> ``sqlite:///cwd/rel.db#t``), so what a task records names the
+    same file wherever it is read from (``twice verify`` run from another directory). Any
+    other spec is returned unchanged."""
+    import os
+
+    scheme, colon, rest = spec.partition(":")
+    if not colon or scheme.lower() not in FILE_SCHEMES or rest.startswith("/"):
+        return spec
+    cut = min((i for i in (rest.find("?"), rest.find("#")) if i >= 0), default=len(rest))
+    path, tail = rest[:cut], rest[cut:]
+    if not path or path.startswith(":"):  # no path, or an in-memory database
+        return spec
+    return f"{scheme}://{os.path.abspath(os.path.expanduser(path))}{tail}"
+
+
 def table_of(spec: str) -> str:
     """The table (or dataset) ``spec`` names, without its options: two specs of one table
     differ at most in their query (``partition_column=``, ``key_columns=``)."""

@@ -216,9 +216,12 @@ class Task:
         # Issue 19: the task carries its destination's public identity (no password), which is
         # what units, fingerprints, commit records and reports hold; the spec as written is
         # registered so that only opening the destination uses the password.
+        # A relative file path is made absolute here, against the working directory where the
+        # pipeline is defined, which is where it would be opened (core.schemes.absolute).
+        from twice.core.schemes import absolute
         from twice.core.secrets import remember
 
-        object.__setattr__(self, "destination", remember(self.destination))
+        object.__setattr__(self, "destination", remember(absolute(self.destination)))
         _check_partition(self.input_partition, where)
         for attr in ("input_version", "reconcile"):
             value = getattr(self, attr)
