@@ -297,6 +297,19 @@ def test_a_seal_fences_an_earlier_holder_before_anything_is_written(engine, engi
             ("replace", 3), ("fence", 7), ("replace", 8)]
 
 
+def test_key_columns_are_a_key_within_each_slice_on_every_engine(engine, engines) -> None:
+    """``key_columns=id`` with ``partition_column=day``: the same ids every day (a fund's
+    position each day) are one row per day. SQLite and PostgreSQL once declared the table's
+    key on ``id`` alone and refused the second day with the engine's raw IntegrityError,
+    while DuckDB, Parquet and the table formats took it."""
+    with open_destination(engines.spec(engine, key_columns=("id",))) as dest:
+        dest.replace_partition(rows("d1", days=(D1,)), day_interval(D1, 1), stamp=None)
+        dest.replace_partition(rows("d2", days=(D2,)), day_interval(D2, 1), stamp=None)
+        for day, tag in ((D1, "d1"), (D2, "d2")):
+            assert sorted_rows(dest.read_partition(day_interval(day, 1))) == sorted_rows(
+                rows(tag, days=(day,)))
+
+
 def test_fencing_of_upsert(sql_engine, engines) -> None:
     with open_destination(engines.spec(sql_engine, key_columns=("id",))) as dest:
         dest.upsert(rows("t5"), stamp=stamp(5))

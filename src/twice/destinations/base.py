@@ -448,11 +448,22 @@ class SqlDestination(BaseDestination, ABC, Generic[ConnT]):
     def _commits_table_exists(self) -> bool:
         """Whether ``twice_commits`` exists (never creating anything, not even the file)."""
 
+    @property
+    def row_key(self) -> tuple[str, ...]:
+        """A row's key within its slice: ``key_columns``, and the partition column when the
+        table has one, since an interval's rows may repeat another's keys (the same fund every
+        day). The table's PRIMARY KEY, the upsert's conflict target and the uniqueness check
+        of incoming rows all use it."""
+        if self.key_columns and self.partition_column and (
+                self.partition_column not in self.key_columns):
+            return (*self.key_columns, self.partition_column)
+        return self.key_columns
+
     def _upsert_key_error(self, detail: object) -> DestinationError:
         """The error of an upsert whose table has no unique constraint on the key columns."""
         return DestinationError(
             f"{self.spec}: upsert needs a PRIMARY KEY or UNIQUE constraint on exactly "
-            f"{list(self.key_columns)}: {str(detail).strip()}"
+            f"{list(self.row_key)}: {str(detail).strip()}"
         )
 
     def _column_list(self, names: Sequence[str]) -> str:
@@ -558,7 +569,7 @@ class SqlDestination(BaseDestination, ABC, Generic[ConnT]):
         require_columns(schema, [column, *self.key_columns])
         slc = Slice.of(column, schema[column], partition)
         slc.check_rows(table)
-        check_keys(table, self.key_columns)
+        check_keys(table, self.row_key)
         where, params = self._where(slc)
         commit = None
         with self._owned(owner) as tx:
@@ -611,7 +622,8 @@ class SqlDestination(BaseDestination, ABC, Generic[ConnT]):
     def upsert(
         self, rows: RowsLike, *, partition: PartitionSpec = None, stamp: StampArg = ACTIVE
     ) -> WriteResult:
-        """Insert or update by ``key_columns``; with ``partition``, rows must lie inside it.
+        """Insert or update by the row key (``key_columns``, with the partition column:
+        :attr:`row_key`); with ``partition``, rows must lie inside it.
 
         With a stamp (default: the active one) the commit record (fingerprint of ``partition``,
         or of all rows) is committed in the same transaction, after the fencing check.
@@ -621,8 +633,8 @@ class SqlDestination(BaseDestination, ABC, Generic[ConnT]):
             raise DestinationError(f"{self.spec}: upsert needs key_columns (e.g. source id)")
         existing, schema, table, label = self._incoming(rows, partition)
         q = self.dialect.quote
-        keys = ", ".join(q(k) for k in self.key_columns)
-        updates = [c for c in schema if c not in self.key_columns]
+        keys = ", ".join(q(k) for k in self.row_key)
+        updates = [c for c in schema if c not in self.row_key]
         if updates:
             sets = ", ".join(f"{q(c)} = excluded.{q(c)}" for c in updates)
             conflict = f"ON CONFLICT ({keys}) DO UPDATE SET {sets}"
@@ -860,7 +872,7 @@ class SqlDestination(BaseDestination, ABC, Generic[ConnT]):
         schema = existing or schema_of(table)
         require_columns(schema, self.key_columns)
         label = self._check_slice(schema, table, partition)
-        check_keys(table, self.key_columns)
+        check_keys(table, self.row_key)
         return existing, schema, table, label
 
     def _check_slice(self, schema: Schema, table: pa.Table, partition: PartitionSpec) -> str:
@@ -896,7 +908,7 @@ class SqlDestination(BaseDestination, ABC, Generic[ConnT]):
         q = self.dialect.quote
         columns = [f"{q(name)} {self.dialect.ddl_type(ctype)}" for name, ctype in schema.items()]
         if self.key_columns and self.dialect.key_constraint:
-            columns.append("PRIMARY KEY (" + ", ".join(q(k) for k in self.key_columns) + ")")
+            columns.append("PRIMARY KEY (" + ", ".join(q(k) for k in self.row_key) + ")")
         self._execute(tx, f"CREATE TABLE IF NOT EXISTS {self.qualified} ({', '.join(columns)})")
         if self.partition_column and self.dialect.index_partition_column:
             digest = hashlib.sha256(f"{self.qualified}.{self.partition_column}".encode())

@@ -175,8 +175,8 @@ class DuckDBDestination(EmbeddedSqlDestination[duckdb.DuckDBPyConnection]):
         rows holding its key, or is inserted."""
         q = self.dialect.quote
         target, incoming = q("twice_target"), q("twice_incoming")
-        on = " AND ".join(f"{target}.{q(k)} = {incoming}.{q(k)}" for k in self.key_columns)
-        updates = [n for n in names if n not in self.key_columns]
+        on = " AND ".join(f"{target}.{q(k)} = {incoming}.{q(k)}" for k in self.row_key)
+        updates = [n for n in names if n not in self.row_key]
         matched = (
             "WHEN MATCHED THEN UPDATE SET "
             + ", ".join(f"{q(n)} = {incoming}.{q(n)}" for n in updates) + " "
