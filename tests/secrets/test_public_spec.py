@@ -138,6 +138,17 @@ def test_a_ledger_url_is_shown_without_any_form_of_its_password() -> None:
         "at postgresql://u:***@h/db, mail a@b.c")
 
 
+def test_a_ledger_url_keeps_a_user_name_that_is_also_a_registered_password() -> None:
+    """The development default, ``postgresql://twice:twice@...``: once a destination registers
+    the password ``twice``, a ledger's name still shows its user (only its password masked)."""
+    from twice.ledger.engine import mask_url, resolve_url
+
+    remember("postgresql://twice:twice@127.0.0.1:5432/wh#public.t")
+    assert mask_url(resolve_url("postgresql://twice:twice@127.0.0.1:1/nowhere")) == (
+        "postgresql+psycopg://twice:***@127.0.0.1:1/nowhere")
+    assert redact("password twice") == "password ***"  # free text still masks it
+
+
 def test_remember_of_a_public_spec_registers_nothing() -> None:
     before = dict(secrets._registered)
     assert remember("postgresql://etl@db/wh#t") == "postgresql://etl@db/wh#t"

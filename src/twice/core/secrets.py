@@ -175,13 +175,22 @@ def with_credentials(spec: str) -> str:
         return _registered.get(spec, spec)
 
 
+def redact_url(text: str) -> str:
+    """``text`` with the passwords a URL's own form shows masked: ``user:***@host`` and
+    ``password=***`` pairs (what :func:`redact` does without the registered passwords, for a
+    URL twice shows as a name, whose user name may equal a registered password)."""
+    if not isinstance(text, str) or not text:
+        return text
+    text = _URL_PASSWORD.sub(rf"\g<head>{MASK}@", text)
+    return _PASSWORD_PAIR.sub(rf"\g<head>{MASK}", text)
+
+
 def redact(text: str) -> str:
     """``text`` with every password it may hold replaced by ``***``: in URLs
     (``user:***@host``), in ``password=`` pairs, and every password registered here."""
     if not isinstance(text, str) or not text:
         return text
-    text = _URL_PASSWORD.sub(rf"\g<head>{MASK}@", text)
-    text = _PASSWORD_PAIR.sub(rf"\g<head>{MASK}", text)
+    text = redact_url(text)
     with _lock:
         known = sorted(_secrets, key=len, reverse=True)
     for secret in known:

@@ -27,7 +27,7 @@ from sqlalchemy.engine import URL, Connection, RootTransaction, make_url
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.pool import StaticPool
 
-from twice.core.secrets import redact
+from twice.core.secrets import redact_url
 from twice.ledger.errors import LedgerError
 from twice.ledger.prepared import inserting_new
 from twice.ledger.schema import locks
@@ -41,9 +41,9 @@ POSTGRES_CONNECT_TIMEOUT_SECONDS = 5
 def mask_url(url: str | URL) -> str:
     """The URL with any password replaced by ``***``, safe for messages and logs: the
     password of its user, and a password given as a query parameter (``?password=``), masked
-    as ``twice.core.secrets.redact`` masks them everywhere."""
+    as ``twice.core.secrets.redact_url`` masks them."""
     text = url.render_as_string(hide_password=True) if isinstance(url, URL) else url
-    return redact(text)
+    return redact_url(text)
 
 
 def resolve_url(url: str | os.PathLike[str] | None) -> URL:
