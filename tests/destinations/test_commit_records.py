@@ -267,17 +267,17 @@ def test_fencing_refuses_an_older_token_and_writes_nothing(engine, engines) -> N
 def test_a_seal_fences_an_earlier_holder_before_anything_is_written(engine, engines) -> None:
     """``seal`` (a takeover's, before it concludes the earlier holder never committed) makes
     its token the slot's newest with no rows: a paused earlier holder's write is refused
-    from then on, in every mode; newer writes and other slots pass. Where a destination
-    cannot seal (table formats) it says so (False) and changes nothing."""
+    from then on, in every mode; newer writes and other slots pass."""
     with open_destination(engines.spec(engine)) as dest:
-        sealed = dest.seal(stamp(7, attempt=0))
-        if engine in ("iceberg", "delta"):
-            assert sealed is False and dest.commit_records() == []
-            return
-        assert sealed is True
-        [fence] = dest.commit_records()
-        assert (fence.mode, fence.token, fence.attempt, fence.rows_written) == ("fence", 7, 0, 0)
-        assert dest.commit_records("uow-a") == [fence]
+        if engine in ("iceberg", "delta"):  # a table must exist to seal (metadata-only commit)
+            assert dest.seal(stamp(7, attempt=0)) is False
+        other = dest.replace_partition(rows("o", n=1), DAY,
+                                       stamp=stamp(3, fence="pipe/other/2026-11-30"))
+        assert other.commit is not None
+        assert dest.seal(stamp(7, attempt=0)) is True
+        fence = dest.commit_records()[-1]
+        assert (fence.mode, fence.token, fence.attempt, fence.rows_written) == (
+            "fence", 7, 0, 0)
         for write in (
             lambda: dest.replace_partition(rows("paused"), DAY, stamp=stamp(6)),
             lambda: dest.append(rows("paused"), partition=DAY, stamp=stamp(6)),
@@ -290,11 +290,31 @@ def test_a_seal_fences_an_earlier_holder_before_anything_is_written(engine, engi
         written = dest.replace_partition(rows("taker"), DAY, stamp=stamp(8, attempt=2))
         assert written.commit is not None
         assert sorted_rows(dest.read_partition(DAY)) == sorted_rows(rows("taker"))
-        other = dest.replace_partition(rows("o", n=1), DAY,
-                                       stamp=stamp(3, fence="pipe/other/2026-11-30"))
-        assert other.commit is not None
-        assert [(r.mode, r.token) for r in dest.commit_records()] == [
-            ("replace", 3), ("fence", 7), ("replace", 8)]
+        modes = [(r.mode, r.token) for r in dest.commit_records()]
+        assert modes == [("replace", 3), ("fence", 7), ("replace", 8)]
+
+
+@pytest.mark.parametrize("table_format", ["iceberg", "delta"])
+def test_a_seal_between_a_writers_fence_check_and_its_commit_fences_it(table_format, engines
+                                                                      ) -> None:
+    """The table formats commit optimistically: a paused writer has read the table and passed
+    the fence before the taker seals. Its commit then loses to the seal's (the catalog's
+    metadata swap; Delta's conflict on the fence app id), and on the reload the fence refuses
+    it: nothing of it lands."""
+    spec = engines.spec(table_format)
+    with open_destination(spec) as paused, open_destination(spec) as taker:
+        paused.replace_partition(rows("v1"), DAY, stamp=stamp(5))
+        sealed: list[bool] = []
+
+        def seal_now() -> None:
+            if not sealed:
+                sealed.append(taker.seal(stamp(7, attempt=0)))
+
+        paused._before_commit = seal_now  # type: ignore[method-assign]
+        with pytest.raises(FencedWriteError) as caught:
+            paused.replace_partition(rows("stale"), DAY, stamp=stamp(6, attempt=2))
+        assert sealed == [True] and caught.value.newer_token == 7
+        assert sorted_rows(taker.read_partition(DAY)) == sorted_rows(rows("v1"))
 
 
 def test_key_columns_are_a_key_within_each_slice_on_every_engine(engine, engines) -> None:

@@ -233,8 +233,9 @@ class BaseDestination(Closeable):
         (see ``twice.destinations.commits``). Made by the holder that took a unit over before
         it concludes that the earlier holder's attempt never committed: that holder may only
         be paused, and would otherwise commit after the conclusion. False where the
-        destination cannot seal (its earlier holder is then fenced only once the taker's own
-        write commits). Raises ``FencedWriteError`` if a newer token already holds the slice."""
+        destination cannot seal (Spark; Delta and Iceberg before their table exists): its
+        earlier holder is then fenced only once the taker's own write commits. Raises
+        ``FencedWriteError`` if a newer token already holds the slice."""
         return False
 
 

@@ -75,6 +75,7 @@ from twice.destinations.columns import (
 )
 from twice.destinations.commits import (
     ACTIVE,
+    FENCE_MODE,
     Appended,
     CommitRecord,
     StampArg,
@@ -327,6 +328,35 @@ class DeltaDestination(ArrowScanned):
         """Seam after the Delta commit, before the write returns (crash tests kill here)."""
 
     # -- commit records ---------------------------------------------------------------------
+
+    def seal(self, stamp: WriteStamp) -> bool:
+        """See :meth:`BaseDestination.seal`: a commit without rows carrying the slot's fence app
+        transaction at the token (and a ``fence`` record): a concurrent write carrying the
+        same app id loses to it, reloads and is fenced. False while there is no table yet."""
+        dl = _deltalake()
+        for _ in range(MAX_COMMIT_TRIES):
+            table = self._table()
+            if table is None:
+                return False
+            check_fence(stamp, table.transaction_version(FENCE_APP + stamp.fence_key),
+                        self.spec)
+            record = CommitRecord.create(
+                stamp, table=self.uri, slice="", mode=FENCE_MODE, rows_written=0, row_count=0,
+                checksum="", algorithm="none",
+            )
+            properties = dl.CommitProperties(
+                custom_metadata={COMMIT_KEY: record.to_json()},
+                app_transactions=[dl.Transaction(FENCE_APP + stamp.fence_key, stamp.token)],
+            )
+            empty = pa.schema(table.schema().to_arrow()).empty_table()
+            try:
+                dl.write_deltalake(table, empty, mode="append", commit_properties=properties)
+            except dl.exceptions.CommitFailedError:
+                continue  # another writer committed first: read the fence again
+            return True
+        raise DestinationUnavailableError(
+            f"{self.spec}: {MAX_COMMIT_TRIES} commits in a row lost to concurrent writers"
+        )
 
     def commit_records(self, uow_id: str | None = None) -> list[CommitRecord]:
         """The commit records in the table's log (of ``uow_id`` only, if given), by (token,

@@ -98,6 +98,7 @@ from twice.destinations.columns import (
 )
 from twice.destinations.commits import (
     ACTIVE,
+    FENCE_MODE,
     Appended,
     CommitRecord,
     StampArg,
@@ -418,6 +419,40 @@ class IcebergDestination(ArrowScanned):
         """Seam after the data files are written, before the catalog commit (crash tests)."""
 
     # -- commit records ---------------------------------------------------------------------
+
+    def seal(self, stamp: WriteStamp) -> bool:
+        """See :meth:`BaseDestination.seal`: an empty append (a snapshot without data files,
+        its summary holding a ``fence`` record) that sets the slot's fence table property to
+        the token. A concurrent write staged on the snapshot before it fails its commit (the
+        branch moved: pyiceberg asserts the snapshot it read), reloads and is fenced; a
+        property change alone would not move the branch. False while there is no table."""
+        from pyiceberg.exceptions import CommitFailedException
+
+        for _ in range(MAX_COMMIT_TRIES):
+            base = self._load()
+            if base is None:
+                return False
+            checked = self._without_pyiceberg_retry(base)
+            if checked is None:
+                continue
+            check_fence(stamp, _newest_token(checked, _records(checked), stamp.fence_key),
+                        self.spec)
+            record = CommitRecord.create(
+                stamp, table=self.table_label, slice="", mode=FENCE_MODE,
+                rows_written=0, row_count=0, checksum="", algorithm="none",
+            )
+            tx = checked.transaction()
+            tx.append(checked.schema().as_arrow().empty_table(), snapshot_properties={
+                WRITE_PROPERTY: uuid.uuid4().hex, COMMIT_PROPERTY: record.to_json()})
+            tx.set_properties({FENCE_PROPERTY + stamp.fence_key: str(stamp.token)})
+            try:
+                tx.commit_transaction()
+            except CommitFailedException:
+                continue  # another writer committed first: read the fence again
+            return True
+        raise DestinationUnavailableError(
+            f"{self.spec}: {MAX_COMMIT_TRIES} commits in a row lost to concurrent writers"
+        )
 
     def marked_attempt(self, uow_id: str) -> tuple[int, int] | None:
         """The unit's table property (appends only), unless the history still reaches back

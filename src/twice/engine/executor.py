@@ -2092,8 +2092,9 @@ class _UnitRun:
             return False, None  # effects twice cannot see (a remote job) may still land: ask
         sealing = (
             "the slice is sealed against it, so it never will" if sealed else
-            "this destination cannot be sealed: should its process be paused rather than "
-            "gone, a write it makes is refused once this unit's next write commits"
+            "the slice could not be sealed (Spark; a table format before its table exists): "
+            "should its process be paused rather than gone, a write it makes is refused once "
+            "this unit's next write commits"
         )
         self.ledger.record_observation(
             self.uow_id, "not-found", source=source, attempt=number,
