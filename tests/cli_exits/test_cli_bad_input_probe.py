@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import click
@@ -286,3 +287,25 @@ def test_the_readme_check_catches_the_old_claims() -> None:
            "`verify`).\n")
     with pytest.raises(AssertionError, match="worker has no"):
         check_readme_option_claims(old)
+
+
+def test_decide_over_a_ledger_counts_units_without_a_policy_as_undecided(tmp_path: Path) -> None:
+    """A unit whose run recorded no policy has no decision: the JSON summary counted it under
+    the Python text "None"; it is "undecided", beside the planner's decision names."""
+    from click.testing import CliRunner
+
+    from twice.cli import cli
+    from twice.core.interval import Interval
+    from twice.core.unit import UnitOfWork
+    from twice.ledger import Ledger
+
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    start = datetime(2026, 11, 30, tzinfo=UTC)
+    with Ledger.open(url) as ledger:
+        ledger.record_unit(UnitOfWork("p", "t", Interval(start, start + timedelta(days=1)),
+                                      "", "1"))
+    done = CliRunner().invoke(cli, ["decide", "--ledger", url, "--json"])
+    assert done.exit_code == 0, done.output
+    report = json.loads(done.output)
+    assert report["summary"] == {"undecided": 1}
+    assert report["tasks"][0]["decision"] is None

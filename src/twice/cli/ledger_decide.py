@@ -26,6 +26,8 @@ if TYPE_CHECKING:
     from twice.ledger import AttemptRecord, Ledger, LedgerReader, ResolutionRecord, UnitRecord
 
 SCHEMA = "twice.decide-ledger/v1"
+#: The summary's count of units the planner could not decide (no policy recorded).
+UNDECIDED = "undecided"
 SettingsFor = Callable[["UnitRecord"], "PlanSettings | None"]
 
 
@@ -175,7 +177,8 @@ def _report(ledger: LedgerReader, at: datetime, rows: list[dict[str, Any]]) -> d
         "ledger": ledger.url,
         "asOf": iso(at),
         "tasks": rows,
-        "summary": dict(sorted(Counter(str(r["decision"]) for r in rows).items())),
+        # a unit without a recorded policy has no decision (its reason says so): "undecided"
+        "summary": dict(sorted(Counter(r["decision"] or UNDECIDED for r in rows).items())),
         "jobsExecuted": False,
         "idempotencyProven": False,
         "completionGuaranteed": False,
