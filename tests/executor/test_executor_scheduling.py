@@ -209,3 +209,40 @@ def test_a_failing_deadline_function_blocks_only_that_unit(ledger: Ledger,
     unit = Executor(pipeline, ledger, clock=clock).run(day()).unit("load")
     assert unit.outcome == "blocked" and "no calendar entry" in unit.reason
     assert ledger.attempts(unit.uow_id) == []
+
+
+@pytest.mark.parametrize("shared", [True, False], ids=["ledger-pool", "local-pool"])
+def test_an_attempt_that_waited_for_slots_is_not_started_past_the_deadline(
+    real_ledger: Ledger, shared: bool
+) -> None:
+    """The deadline checks are made again after the pool wait: ``late`` can finish in time
+    when it asks for the pool, not once ``first`` has held both slots for 0.8 s (found by the
+    adversarial probe: it started anyway, and finished after the deadline)."""
+    from datetime import UTC, datetime, timedelta
+
+    ran: list[str] = []
+    deadline = datetime.now(UTC) + timedelta(seconds=1.2)
+    pipeline = Pipeline("funds", schedule=Schedule.daily("UTC"), deadline=lambda _: deadline)
+    pipeline.pool("positions_db", slots=2)
+
+    @pipeline.task(pool="positions_db", slots=2, estimated_duration=0.1, safe_repeat=True)
+    def first(ctx):  # type: ignore[no-untyped-def]
+        ran.append("first")
+        time.sleep(0.8)
+
+    @pipeline.task(safe_repeat=True, estimated_duration=0.05)
+    def gate(ctx):  # type: ignore[no-untyped-def]
+        time.sleep(0.2)  # ``first`` takes the pool before ``late`` asks for it
+
+    @pipeline.task(pool="positions_db", slots=2, estimated_duration=0.6, depends_on=gate,
+                   safe_repeat=True)
+    def late(ctx):  # type: ignore[no-untyped-def]
+        ran.append("late")
+
+    executor = Executor(pipeline, real_ledger, max_workers=4, shared_pools=shared,
+                        pool_poll_interval=0.01)
+    result = executor.run(day())
+    assert result.unit("late").outcome == "deadline-infeasible", result.unit("late")
+    assert "late" not in ran and result.unit("first").ok
+    decided = [d.decision for d in real_ledger.decisions(result.unit("late").uow_id or "")]
+    assert decided[-1] == "deadline-infeasible"

@@ -948,6 +948,10 @@ def _sqlalchemy_error() -> type[Exception]:
     return SQLAlchemyError
 
 
+#: A pool wait longer than this re-checks the deadlines before the attempt starts.
+POOL_WAIT_RECHECK_SECONDS = 0.05
+
+
 def _claim_not_recorded(task: Task, interval: Interval, unit: UnitOfWork,
                         exc: LedgerError) -> UnitResult:
     """The ledger refused the claim (disk full, read-only, locked past the retry window): its
@@ -1531,9 +1535,15 @@ class _UnitRun:
                 self.uow_id, "lease-lost", source=EXECUTOR_SOURCE, detail={"reason": reason}
             )
             return self._result("leased-elsewhere", reason)
+        waited_from = time.monotonic()
         refused = self._take_slots()
         if refused is not None:
             return refused
+        if time.monotonic() - waited_from > POOL_WAIT_RECHECK_SECONDS:
+            refused = self._still_feasible()
+            if refused is not None:
+                self._give_back_slots()
+                return refused
         with contextlib.ExitStack() as slots:
             try:
                 timeout = self._attempt_timeout()
@@ -1544,6 +1554,24 @@ class _UnitRun:
             record, taken = self._begin()
             report = self._run_attempt(record, taken, timeout)
         return self._after_attempt(record, report)
+
+    def _still_feasible(self) -> UnitResult | None:
+        """After waiting for pool slots, the checks made before the wait, again: the time
+        spent waiting may leave too little to finish, validation included, before the
+        delivery deadline or the workflow deadline (an attempt that cannot finish is never
+        started). None when it can still start."""
+        evidence = self._gathered()
+        decision = plan_unit(evidence)
+        assert decision is not None
+        if decision.decision in STOPPING_DECISIONS:
+            self._record(decision, evidence)
+            return self._result(STOPPING_DECISIONS[decision.decision], decision.reason, decision)
+        if self.deadline is not None:
+            try:
+                self.deadline.check(evidence.duration_seconds())
+            except WorkflowTimeout as exc:
+                return self._not_started(f"not started: {exc}", "workflow-timeout")
+        return None
 
     def _attempt_timeout(self) -> float | None:
         """The next attempt's timeout: the task's own, capped by the workflow deadline
