@@ -246,3 +246,48 @@ def test_an_attempt_that_waited_for_slots_is_not_started_past_the_deadline(
     assert "late" not in ran and result.unit("first").ok
     decided = [d.decision for d in real_ledger.decisions(result.unit("late").uow_id or "")]
     assert decided[-1] == "deadline-infeasible"
+
+
+def test_a_timed_out_thread_keeps_its_shared_slots_after_reconcile_finds_no_job(
+    ledger_url: str,
+) -> None:
+    """``reconcile=`` answers NOT_FOUND for a timed-out attempt whose thread still runs: the
+    job is settled, yet the work goes on in this process, so its slots stay held in the
+    ledger until the thread ends, and another process's task waits for them (found by the
+    adversarial probe: the ledger released them at once, and a second executor doubled the
+    load on the pool's dependency)."""
+    import threading
+
+    from twice import RemoteState
+    from twice.ledger import Ledger
+
+    spans: dict[str, list[float]] = {}
+    pipeline = Pipeline("funds", schedule=Schedule.daily("UTC"))
+    pipeline.pool("positions_db", slots=2)
+
+    def look(job_id: str, ctx: object) -> RemoteState:
+        return RemoteState.NOT_FOUND
+
+    @pipeline.task(destination="bq:proj.ds.t", pool="positions_db", slots=2, timeout=0.3,
+                   reconcile=look, retry=RetryPolicy(max_attempts=1))
+    def submit(ctx):  # type: ignore[no-untyped-def]
+        spans["submit"] = [time.monotonic()]
+        time.sleep(1.2)
+        spans["submit"].append(time.monotonic())
+
+    @pipeline.task(destination="bq:proj.ds.u", pool="positions_db", slots=2, reconcile=look,
+                   retry=RetryPolicy(max_attempts=1))
+    def other(ctx):  # type: ignore[no-untyped-def]
+        spans["other"] = [time.monotonic()]
+
+    with Ledger.open(ledger_url) as first, Ledger.open(ledger_url) as second:
+        Executor(pipeline, first, pool_poll_interval=0.01).run(day(), tasks=["submit"])
+        assert any(t.name.startswith("twice-attempt") for t in threading.enumerate())
+        assert [h.slots for h in first.pool_holdings("positions_db")] == [2]
+        Executor(pipeline, second, pool_poll_interval=0.01).run(day(), tasks=["other"])
+        assert spans["other"][0] >= spans["submit"][1]  # it waited for the thread to end
+        kept = [o.state for o in first.observations(
+            Executor(pipeline, first).unit_for("submit", day()).uow_id)]
+        assert "pool-kept" in kept
+        time.sleep(0.1)
+        assert first.pool_holdings("positions_db") == []  # released once the thread ended

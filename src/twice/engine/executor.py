@@ -1709,7 +1709,12 @@ class _UnitRun:
 
     def _job_ended(self, number: int, *, kept: bool = True) -> None:
         """Attempt ``number``'s work is confirmed ended: release what was kept for it
-        (``kept=False``: this run knows nothing was, so the ledger is not asked)."""
+        (``kept=False``: this run knows nothing was, so the ledger is not asked). While the
+        attempt's timed-out thread still runs here, its slots are taken back from the job
+        instead, and released once that thread ends (``_give_back_slots``)."""
+        if kept and self._kept_while_running(number):
+            self._give_back_slots()
+            return
         released = self.ledger.release_job_pool_slots(self.uow_id, number) if kept else []
         for holding in released:
             self.ledger.record_observation(
@@ -1718,6 +1723,24 @@ class _UnitRun:
                         "holder": holding.holder, "basis": "the job is confirmed ended"},
             )
         self._give_back_slots()
+
+    def _kept_while_running(self, number: int) -> bool:
+        """Take attempt ``number``'s slots back from its job when its thread still runs."""
+        worker, pool, lease = self._pool_worker, self._pool, self._pool_lease
+        if (worker is None or not worker.is_alive() or not isinstance(pool, LedgerPool)
+                or lease is None):
+            return False
+        from twice.ledger.lease import job_holder
+
+        taken = pool.take_back_from_job(lease, job_holder(self.uow_id, number))
+        if taken:
+            self.ledger.record_observation(
+                self.uow_id, "pool-kept", source=EXECUTOR_SOURCE, attempt=number,
+                detail={"pool": pool.name, "slots": taken, "holder": lease.holder,
+                        "basis": "its job is confirmed ended, but the attempt's thread still "
+                                 "runs in this process: held until it ends"},
+            )
+        return bool(taken)
 
     def _give_back_slots(self) -> None:
         """Leave the ``acquire`` block: local slots freed, the ledger holding too unless it was

@@ -329,6 +329,29 @@ class LedgerPool:
             lease.handed.set()
         return handed
 
+    def take_back_from_job(self, lease: PoolLease, job: str) -> int:
+        """The reverse of :meth:`keep_for_job`: ``job``'s holding is ``lease``'s again, renewed
+        and released when the ``acquire`` block exits. For a job confirmed ended whose attempt
+        still runs in this process (a timed-out thread): its slots stay held as long as the
+        work continues, not released, nor left to the job holding (which any acquisition
+        releases once the attempt is closed). Returns the slots taken back."""
+        take = getattr(self._ledger, "take_pool_slots_from_job", None)
+        if (take is None or not isinstance(lease, LedgerLease) or lease.pool != self.name
+                or not lease.handed.is_set()):
+            return 0
+        taken = int(take(self.name, job, lease.holder, self._ttl))
+        if taken:
+            lease.handed.clear()
+            lease.renewal_done.clear()
+            renewer = threading.Thread(
+                target=self._renew, args=(lease, lease.renewal_done),
+                name=f"twice-pool-{self.name}", daemon=True,
+            )
+            with self._renewers_lock:
+                self._renewers[lease.holder] = renewer
+            renewer.start()
+        return taken
+
     def _stop_renewal(self, lease: LedgerLease) -> None:
         lease.renewal_done.set()
         with self._renewers_lock:

@@ -396,6 +396,31 @@ def hand_pool_slots_to_job(
     return int(sum(row.slots for row in mine))
 
 
+def take_pool_slots_from_job(
+    conn: Connection, *, pool: str, job: str, holder: str, ttl_seconds: float, clock: Clock
+) -> int:
+    """The reverse of :func:`hand_pool_slots_to_job`: ``job``'s holding of ``pool`` becomes
+    ``holder``'s again, expiring ``ttl_seconds`` from now unless renewed (the job is confirmed
+    ended, but the attempt's work still runs in the process behind ``holder``). Returns the
+    slots taken back (0: nothing was kept for the job)."""
+    holder, job = _holder(holder), _holder(job)
+    lock_key(conn, "pool", pool)
+    now = clock()
+    kept = conn.execute(
+        select(pool_holdings.c.id, pool_holdings.c.slots).where(
+            *_active(pool, now), pool_holdings.c.holder == job
+        )
+    ).all()
+    if not kept:
+        return 0
+    conn.execute(
+        update(pool_holdings)
+        .where(pool_holdings.c.id.in_([row.id for row in kept]))
+        .values(holder=holder, expires_at=now + timedelta(seconds=ttl_seconds))
+    )
+    return int(sum(row.slots for row in kept))
+
+
 def release_job_pool_slots(
     conn: Connection, *, uow_id: str, clock: Clock, attempt: int | None = None
 ) -> list[PoolHolding]:
@@ -555,6 +580,11 @@ class LeaseStore:
 
     def hand_slots_to_job(self, pool: str, holder: str, job: str) -> int:
         return self._clocked(hand_pool_slots_to_job, pool=pool, holder=holder, job=job)
+
+    def take_slots_from_job(self, pool: str, job: str, holder: str, ttl_seconds: float
+                            ) -> int:
+        return self._clocked(take_pool_slots_from_job, pool=pool, job=job, holder=holder,
+                             ttl_seconds=ttl_seconds)
 
     def release_job_slots(self, uow_id: str, attempt: int | None = None) -> list[PoolHolding]:
         return self._clocked(release_job_pool_slots, uow_id=uow_id, attempt=attempt)

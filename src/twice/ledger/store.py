@@ -700,6 +700,13 @@ class Ledger(Closeable):
         job or an operator's resolution of its attempt. Returns the slots handed over."""
         return self._leases.hand_slots_to_job(pool, holder, job)
 
+    def take_pool_slots_from_job(self, pool: str, job: str, holder: str,
+                                 ttl_seconds: float) -> int:
+        """Give ``job``'s kept slots of ``pool`` back to ``holder``, expiring ``ttl_seconds``
+        from now unless renewed: the job is confirmed ended but the attempt's work still runs
+        in that holder's process. Returns the slots taken back."""
+        return self._leases.take_slots_from_job(pool, job, holder, ttl_seconds)
+
     def release_job_pool_slots(
         self, uow_id: str, attempt: int | None = None
     ) -> list[PoolHolding]:
