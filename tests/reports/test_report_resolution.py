@@ -72,3 +72,25 @@ def test_a_later_validation_by_a_named_source_verifies_it(tmp_path: Path) -> Non
     assert (unit.status.state, unit.status.basis) == ("verified", "verified")
     assert "asserted by an operator (alice)" in unit.status.text  # still says who asserted it
     assert unit.attempts[-1].basis == "asserted"  # the attempt's outcome is still a person's
+
+
+def test_the_update_says_a_failure_was_asserted_by_an_operator(tmp_path: Path) -> None:
+    """``twice resolve --as failed``: the unit waits for a retry, and the short update says
+    whose word that failure is (it read as an observed failure, found by the adversarial
+    probe: status and explain said so, the update did not)."""
+    clock = FakeClock()
+    uow = make_uow()
+    with Ledger.open(tmp_path / "l.db", clock=clock) as ledger:
+        ledger.record_unit(uow)
+        ledger.begin_attempt(uow.uow_id, holder="w1")
+        clock.advance(60)
+        ledger.finish_attempt(uow.uow_id, 1, "unknown")
+        clock.advance(60)
+        ledger.record_resolution(uow.uow_id, outcome="failed", operator="bob",
+                                 note="gateway log: no request with that id")
+        clock.advance(60)
+        evidence = gather(ledger)
+    assert evidence.unit(uow.uow_id).status.state == "waiting"
+    text = render_update(evidence)
+    waiting = next(line for line in text.splitlines() if "waiting:" in line)
+    assert "asserted by an operator (bob)" in waiting, text

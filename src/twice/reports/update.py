@@ -140,7 +140,16 @@ def _cause(unit: UnitReport) -> str:
 
 
 def _item(unit: UnitReport, as_of: datetime, name: Namer) -> str:
-    """One unit in the update, in the words its health calls for."""
+    """One unit in the update, in the words its health calls for; an outcome an operator
+    asserted (``twice resolve``) says so, whatever the health."""
+    text = _item_text(unit, as_of, name)
+    asserted = unit.asserted
+    if asserted is not None and "asserted" not in text:
+        text += f" [{asserted.label}]"
+    return text
+
+
+def _item_text(unit: UnitReport, as_of: datetime, name: Namer) -> str:
     state = unit.status.state
     latest = unit.attempts[-1] if unit.attempts else None
     number = 0 if latest is None else latest.number
