@@ -12,7 +12,9 @@ from twice.reports import BASES, BASIS_MEANING, gather, render_handover, render_
 from twice.reports.timeline_svg import timeline_svg
 
 
-def _resolved_ledger(path: Path, clock: FakeClock, *, validate: bool = False) -> str:
+def _resolved_ledger(path: Path, clock: FakeClock, *, validate: bool = False,
+                     outcome: str = "succeeded", operator: str = "alice",
+                     note: str = "rows checked by hand") -> str:
     uow = make_uow()
     with Ledger.open(path, clock=clock) as ledger:
         ledger.record_unit(uow)
@@ -20,8 +22,7 @@ def _resolved_ledger(path: Path, clock: FakeClock, *, validate: bool = False) ->
         clock.advance(60)
         ledger.finish_attempt(uow.uow_id, 1, "unknown")
         clock.advance(600)
-        ledger.record_resolution(uow.uow_id, outcome="succeeded", operator="alice",
-                                 note="rows checked by hand")
+        ledger.record_resolution(uow.uow_id, outcome=outcome, operator=operator, note=note)
         if validate:
             clock.advance(60)
             ledger.record_observation(uow.uow_id, "validated", source="twice.define.acceptance",
@@ -79,18 +80,11 @@ def test_the_update_says_a_failure_was_asserted_by_an_operator(tmp_path: Path) -
     whose word that failure is (it read as an observed failure, found by the adversarial
     probe: status and explain said so, the update did not)."""
     clock = FakeClock()
-    uow = make_uow()
+    uow_id = _resolved_ledger(tmp_path / "l.db", clock, outcome="failed", operator="bob",
+                              note="gateway log: no request with that id")
     with Ledger.open(tmp_path / "l.db", clock=clock) as ledger:
-        ledger.record_unit(uow)
-        ledger.begin_attempt(uow.uow_id, holder="w1")
-        clock.advance(60)
-        ledger.finish_attempt(uow.uow_id, 1, "unknown")
-        clock.advance(60)
-        ledger.record_resolution(uow.uow_id, outcome="failed", operator="bob",
-                                 note="gateway log: no request with that id")
-        clock.advance(60)
         evidence = gather(ledger)
-    assert evidence.unit(uow.uow_id).status.state == "waiting"
+    assert evidence.unit(uow_id).status.state == "waiting"
     text = render_update(evidence)
     waiting = next(line for line in text.splitlines() if "waiting:" in line)
     assert "asserted by an operator (bob)" in waiting, text

@@ -376,24 +376,9 @@ def hand_pool_slots_to_job(
 ) -> int:
     """Give ``holder``'s unexpired holding of ``pool`` to ``job`` (a ``job_holder`` key), with
     no expiry; returns the slots handed over (0 if the holding had expired or was released)."""
-    holder, job = _holder(holder), _holder(job)
-    if job_of_holder(job) is None:
+    if job_of_holder(_holder(job)) is None:
         raise LedgerError(f"{job!r} is not a job holder (see job_holder)")
-    lock_key(conn, "pool", pool)
-    now = clock()
-    mine = conn.execute(
-        select(pool_holdings.c.id, pool_holdings.c.slots).where(
-            *_active(pool, now), pool_holdings.c.holder == holder
-        )
-    ).all()
-    if not mine:
-        return 0
-    conn.execute(
-        update(pool_holdings)
-        .where(pool_holdings.c.id.in_([row.id for row in mine]))
-        .values(holder=job, expires_at=JOB_HOLDING_EXPIRES)
-    )
-    return int(sum(row.slots for row in mine))
+    return _pass_holding(conn, pool, holder, job, lambda _now: JOB_HOLDING_EXPIRES, clock)
 
 
 def take_pool_slots_from_job(
@@ -403,22 +388,30 @@ def take_pool_slots_from_job(
     ``holder``'s again, expiring ``ttl_seconds`` from now unless renewed (the job is confirmed
     ended, but the attempt's work still runs in the process behind ``holder``). Returns the
     slots taken back (0: nothing was kept for the job)."""
-    holder, job = _holder(holder), _holder(job)
+    return _pass_holding(conn, pool, job, holder,
+                         lambda now: now + timedelta(seconds=ttl_seconds), clock)
+
+
+def _pass_holding(conn: Connection, pool: str, giver: str, taker: str,
+                  expires: Callable[[datetime], datetime], clock: Clock) -> int:
+    """Re-key ``giver``'s unexpired holding of ``pool`` to ``taker``, expiring at
+    ``expires(now)``, under the pool's lock; returns the slots passed on."""
+    giver, taker = _holder(giver), _holder(taker)
     lock_key(conn, "pool", pool)
     now = clock()
-    kept = conn.execute(
+    held = conn.execute(
         select(pool_holdings.c.id, pool_holdings.c.slots).where(
-            *_active(pool, now), pool_holdings.c.holder == job
+            *_active(pool, now), pool_holdings.c.holder == giver
         )
     ).all()
-    if not kept:
+    if not held:
         return 0
     conn.execute(
         update(pool_holdings)
-        .where(pool_holdings.c.id.in_([row.id for row in kept]))
-        .values(holder=holder, expires_at=now + timedelta(seconds=ttl_seconds))
+        .where(pool_holdings.c.id.in_([row.id for row in held]))
+        .values(holder=taker, expires_at=expires(now))
     )
-    return int(sum(row.slots for row in kept))
+    return int(sum(row.slots for row in held))
 
 
 def release_job_pool_slots(
