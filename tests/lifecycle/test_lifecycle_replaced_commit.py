@@ -130,3 +130,33 @@ def test_reconcile_seals_the_slice_before_it_concludes_nothing_committed(
         with pytest.raises(FencedWriteError):
             dest.replace_partition(paused, DAY, stamp=stamps[0])
         assert dest.read_partition(DAY).column("writer").to_pylist() == ["retry"]
+
+
+def test_a_task_with_reconcile_is_asked_before_any_seal(tmp_path: Path) -> None:
+    """A task with ``reconcile=`` has a remote job that may still write legitimately: the
+    executor asks it rather than concluding "never committed" itself, so it does not seal
+    the slice against that job."""
+    from twice import OutcomeUnknownError, RemoteState
+    from twice.destinations import open_destination
+
+    spec = f"sqlite:///{tmp_path}/wh.db?partition_column=day#events"
+    pipeline = Pipeline("asked", schedule=Schedule.daily("UTC"))
+    asked: list[str] = []
+
+    def look(job_id: str, ctx: TaskContext) -> RemoteState:
+        asked.append(job_id)
+        return RemoteState.NOT_FOUND
+
+    @pipeline.task(destination=spec, write="replace", safe_repeat=True, reconcile=look)
+    def events(ctx: TaskContext) -> pa.Table:
+        if ctx.interval == DAY and not asked:
+            raise OutcomeUnknownError("no answer (injected)")
+        return pa.table({"day": [ctx.interval.start.date()], "writer": ["retry"]})
+
+    with Ledger.open(f"sqlite:///{tmp_path / 'ledger.db'}") as ledger:
+        assert Executor(pipeline, ledger).run(BEFORE).ok
+        Executor(pipeline, ledger).run(DAY)
+        Executor(pipeline, ledger).run(DAY)
+    assert asked  # the task's reconcile was asked
+    with open_destination(spec) as dest:
+        assert "fence" not in {record.mode for record in dest.commit_records()}

@@ -2100,7 +2100,10 @@ class _UnitRun:
         try:
             commit = self._commit_record(number, attempt.generation)
             marked = commit is None and self._marked(attempt)
-            sealed = commit is None and not marked and self._seal(attempt)
+            # sealed only when twice itself is about to conclude "never committed": a task's
+            # reconcile= is asked first, and its remote job may still legitimately write
+            concluding = self.task.reconcile is None or attempt.job_id is None
+            sealed = commit is None and not marked and concluding and self._seal(attempt)
             if sealed:  # the attempt can no longer commit: its record (or none) is final
                 commit = self._commit_record(number, attempt.generation)
                 marked = commit is None and self._marked(attempt)
