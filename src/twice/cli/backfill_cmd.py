@@ -379,13 +379,13 @@ def run_with_progress(pipeline: Any, ledger: Any, intervals: Any, total: int | N
                 progress.advance(bar)
             elif kind == "attempt-failed":
                 progress.console.print(
-                    f"  {data['interval'][:10]} {data['task']}: attempt {data['attempt']} "
+                    f"  {_short(data['interval'])} {data['task']}: attempt {data['attempt']} "
                     f"failed ({data['error']})"
                     + ("; transient, retrying" if data["transient"] else "")
                 )
             elif kind == "reconciled":
                 progress.console.print(
-                    f"  {data['interval'][:10]} {data['task']}: outcome unknown, reconciled job "
+                    f"  {_short(data['interval'])} {data['task']}: outcome unknown, reconciled job "
                     f"{data['job_id']} -> {data['state']} (same job id, not resubmitted)"
                 )
             elif kind == "task-finished":
@@ -395,11 +395,18 @@ def run_with_progress(pipeline: Any, ledger: Any, intervals: Any, total: int | N
         return run_backfill(pipeline, ledger, intervals, emit=emit, **options)
 
 
+def _short(label: str) -> str:
+    """An interval's label (``START/END``) as a line names it (``Interval.short``)."""
+    from twice.core.interval import Interval
+
+    return Interval.parse(label).short
+
+
 def describe_run(run: dict[str, Any]) -> str:
     """One line per unit: status, and for a written partition its fingerprint difference:
     against the previous recorded version, then (when the partition had been changed behind
     twice's back) the drift (recorded -> as found) and the change (as found -> written)."""
-    head = f"{run['interval'][:10]} {run['task']:<10} {run['status']:<9}"
+    head = f"{_short(run['interval']):<10} {run['task']:<10} {run['status']:<9}"
     diff = run.get("diff")
     drift = run.get("drift")
     drifted = drift_text(drift, diff) if drift and drift.get("drifted") else ""
@@ -467,7 +474,7 @@ def print_summary(result: BackfillResult) -> None:
     for run in drifted:
         assert run.drift is not None
         diff = None if run.diff is None else run.diff.to_dict()
-        console.print(f"  {run.task} {run.interval.start.date()} {run.drift.destination}: "
+        console.print(f"  {run.task} {run.interval.short} {run.drift.destination}: "
                       + drift_text(run.drift.to_dict(), diff), markup=False)
     if result.plan.dependents:
         dependents = ", ".join(result.plan.dependents)
@@ -476,16 +483,16 @@ def print_summary(result: BackfillResult) -> None:
                       f"{dependents}")
     new_inputs = [r for r in result.runs if r.new_input_version and r.status != "skipped"]
     for run in new_inputs:
-        console.print(f"source changed: {run.task} {run.interval.start.date()} ran as a new unit "
+        console.print(f"source changed: {run.task} {run.interval.short} ran as a new unit "
                       f"of work (input version {run.input_version})")
     for run in result.runs:
         if run.status in ("failed", "refused", "blocked"):
-            console.print(f"[red]{run.status}[/red]: {run.task} {run.interval.start.date()}: "
+            console.print(f"[red]{run.status}[/red]: {run.task} {run.interval.short}: "
                           f"{run.reason}")
     held = [run for run in result.runs if run.status == "leased-elsewhere"]
     for run in held:
         console.print(f"[yellow]held by another run[/yellow]: {run.task} "
-                      f"{run.interval.start.date()}: {run.reason}")
+                      f"{run.interval.short}: {run.reason}")
     if held:
         console.print(f"{len(held)} unit(s) were left to the process holding them: run the "
                       "same backfill again once it has finished (verified units are skipped)")

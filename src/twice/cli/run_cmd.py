@@ -117,7 +117,7 @@ def _summary(result: RunResult, label: str) -> None:
     for unit in result.units:
         style = _STYLE.get(unit.outcome, "white")
         table.add_row(
-            unit.task, unit.interval.start.isoformat()[:16], f"[{style}]{unit.outcome}[/]",
+            unit.task, unit.interval.short, f"[{style}]{unit.outcome}[/]",
             f"{unit.attempts} ({unit.total_attempts})", unit.job_id or "-",
             # a success is verified before it is recorded: nothing to do (--json keeps the
             # planner's raw decision, validate-output, which the engine already carried out)

@@ -130,6 +130,7 @@ def _print(label: str, at: Any, rows: list[dict[str, Any]], headline: str) -> No
     from rich.table import Table
 
     from twice.cli.console import make_console
+    from twice.core.interval import Interval
     from twice.engine.evidence import iso
     from twice.ledger import OPERATOR_SOURCE_PREFIX
     from twice.reports import wording
@@ -155,7 +156,7 @@ def _print(label: str, at: Any, rows: list[dict[str, Any]], headline: str) -> No
         if row["note"] and (row["nextAction"] or row["needsAttention"]):
             decision += f"\n[dim]{escape(row['note'])}[/]"
         table.add_row(
-            f"{row['pipeline']}.{row['task']}", (row["intervalStart"] or "")[:16],
+            f"{row['pipeline']}.{row['task']}", Interval.parse(row["interval"]).short,
             row["health"] or "-", attempt, evidence, row["jobId"] or "-", decision,
         )
     console.print(table)

@@ -147,7 +147,7 @@ def _summary(report: WorkerReport, label: str) -> None:
         result = unit.result
         attempts = "-" if result is None else f"{result.attempts} ({result.total_attempts})"
         table.add_row(
-            unit.task, unit.interval.start.isoformat()[:16], f"[{style}]{unit.settlement}[/]",
+            unit.task, unit.interval.short, f"[{style}]{unit.settlement}[/]",
             unit.outcome or "-", attempts, escape(why(unit.reason, result)),
         )
     console.print(table)

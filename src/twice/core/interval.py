@@ -7,7 +7,7 @@ selects the same input and replaces the same output slice.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, time, timedelta, timezone
 
 from twice.errors import InputError
 
@@ -63,6 +63,18 @@ class Interval:
     def label(self) -> str:
         """Stable, human-readable key: ``2026-11-30T00:00:00+00:00/2026-12-01T00:00:00+00:00``."""
         return f"{self.start.isoformat()}/{self.end.isoformat()}"
+
+    @property
+    def short(self) -> str:
+        """How a table names the interval, unambiguous across DST: its local date when it is
+        one whole local day (``2026-10-25``, also the 25-hour one), else its local start to
+        the minute with its offset (``2026-11-01T01:00-04:00`` and ``...-05:00``, the two
+        passes of a repeated hour)."""
+        start, end = self.start, self.end
+        if (start.time() == end.time() == time(0)
+                and (end.date() - start.date()).days == 1):
+            return start.date().isoformat()
+        return start.isoformat(timespec="minutes")
 
     @classmethod
     def parse(cls, text: str) -> Interval:
