@@ -120,7 +120,6 @@ def backfill(pipeline_file: str, interval_text: str | None, start_text: str | No
     """
     from twice.cli.pipeline_run import (
         confirm_units,
-        lineage_for,
         open_durable_ledger,
         parse_span,
     )
@@ -130,6 +129,7 @@ def backfill(pipeline_file: str, interval_text: str | None, start_text: str | No
     from twice.define.schedule import OpenIntervalError, ScheduleError
     from twice.destinations import DestinationError
     from twice.drivers.backfill import BackfillError, iter_plan, run_backfill, selected_tasks
+    from twice.engine.lineage import lineage_listeners
     from twice.ledger import LedgerError
 
     if interval_text is not None and (start_text is not None or end_text is not None):
@@ -162,7 +162,7 @@ def backfill(pipeline_file: str, interval_text: str | None, start_text: str | No
         if not count:
             raise BackfillError(f"[{start_text}, {end_text}) holds no interval")
         confirm_units(count, len(names), yes=yes)
-        listeners = lineage_for(pipeline)  # when OpenLineage is configured
+        listeners = lineage_listeners(pipeline)  # before the ledger opens: bad input first
         ledger = open_durable_ledger(ledger_url)
     except (PipelineFileError, PipelineError, ScheduleError, IntervalError, BackfillError,
             LedgerError, ValueError) as exc:

@@ -23,7 +23,6 @@ from twice.errors import InputError, UnavailableError
 if TYPE_CHECKING:
     from twice.core.interval import Interval
     from twice.define.pipeline import Pipeline
-    from twice.engine.events import Listener
     from twice.engine.executor import UnitResult
     from twice.ledger import Ledger
 
@@ -122,15 +121,6 @@ def open_durable_ledger(ledger_url: str | None) -> Ledger:
     from twice.cli.ledger_open import open_ledger
 
     return open_ledger(ledger_url, durable=True)
-
-
-def lineage_for(pipeline: Pipeline) -> list[Listener]:
-    """The OpenLineage listeners of a run of ``pipeline``, made before the ledger is opened:
-    a ``TWICE_OPENLINEAGE`` value that is neither on nor off is bad input before anything
-    runs (``twice.engine.lineage.openlineage_configured``)."""
-    from twice.engine.lineage import lineage_listeners
-
-    return lineage_listeners(pipeline)
 
 
 def parse_intervals(pipeline: Pipeline, interval: str | None, start: str | None,

@@ -71,7 +71,6 @@ def run(pipeline_file: str, interval: str | None, start: str | None, end: str | 
         refresh_snapshots: bool, yes: bool, as_json: bool) -> None:
     """Run a pipeline for one interval or a range."""
     from twice.cli.pipeline_run import (
-        lineage_for,
         load_run_inputs,
         open_durable_ledger,
         refuse_open_spans,
@@ -79,11 +78,12 @@ def run(pipeline_file: str, interval: str | None, start: str | None, end: str | 
         show_and_finish,
     )
     from twice.engine.executor import Executor
+    from twice.engine.lineage import lineage_listeners
     from twice.errors import Interrupted
 
     inputs = load_run_inputs(pipeline_file, interval=interval, start=start, end=end,
                              tasks=tasks, deadline=deadline, repeat=repeat, yes=yes)
-    listeners = lineage_for(inputs.pipeline)  # when OpenLineage is configured
+    listeners = lineage_listeners(inputs.pipeline)  # before the ledger opens: bad input first
     with open_durable_ledger(ledger_url) as ledger:
         refuse_open_spans(inputs.spans, ledger.now(), allow_open)
         executor = Executor(

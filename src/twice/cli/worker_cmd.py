@@ -95,7 +95,6 @@ def worker(pipeline_file: str, ledger_url: str | None, interval: str | None, sta
            yes: bool, as_json: bool) -> None:
     """Work on a pipeline's units alongside other workers sharing the ledger."""
     from twice.cli.pipeline_run import (
-        lineage_for,
         load_run_inputs,
         open_durable_ledger,
         refuse_open_spans,
@@ -105,13 +104,14 @@ def worker(pipeline_file: str, ledger_url: str | None, interval: str | None, sta
     from twice.define.pipeline import PipelineError
     from twice.define.schedule import ScheduleError
     from twice.drivers.worker import Worker
+    from twice.engine.lineage import lineage_listeners
 
     if name is not None and not name.strip():
         raise InputError("--name must not be empty")
     since_at = _since(since)
     inputs = load_run_inputs(pipeline_file, interval=interval, start=start, end=end,
                              tasks=tasks, deadline=deadline, repeat=repeat, yes=yes)
-    listeners = lineage_for(inputs.pipeline)  # when OpenLineage is configured
+    listeners = lineage_listeners(inputs.pipeline)  # before the ledger opens: bad input first
     with open_durable_ledger(ledger_url) as ledger:
         refuse_open_spans(inputs.spans, ledger.now(), allow_open)
         try:

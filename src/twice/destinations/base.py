@@ -45,7 +45,6 @@ from twice.destinations.commits import (
     ACTIVE,
     COMMIT_COLUMNS,
     COMMITS_TABLE,
-    FENCE_MODE,
     CommitRecord,
     StampArg,
     WriteStamp,
@@ -678,11 +677,8 @@ class SqlDestination(BaseDestination, ABC, Generic[ConnT]):
         fenced transaction every stamped write takes (so it waits for a write in progress,
         and a later one under an older token sees it)."""
         with self._owned_transaction(stamp) as tx:
-            record = CommitRecord.create(
-                stamp, table=self.table_label, slice="", mode=FENCE_MODE, rows_written=0,
-                row_count=0, checksum="", algorithm="none", committed_at=self._clock(tx),
-            )
-            self._insert_record(tx, record)
+            self._insert_record(tx, CommitRecord.fence(stamp, table=self.table_label,
+                                                        committed_at=self._clock(tx)))
         return True
 
     # -- commit records (stamped writes) ------------------------------------------------------

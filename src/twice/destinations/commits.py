@@ -210,6 +210,13 @@ class CommitRecord:
             extra=dict(extra or {}),
         )
 
+    @classmethod
+    def fence(cls, stamp: WriteStamp, *, table: str, committed_at: str = "") -> CommitRecord:
+        """The record of a seal (``FENCE_MODE``): no rows, only ``stamp.token`` as the slice's
+        newest (``Destination.seal``)."""
+        return cls.create(stamp, table=table, slice="", mode=FENCE_MODE, rows_written=0,
+                          row_count=0, checksum="", algorithm="none", committed_at=committed_at)
+
     def to_row(self) -> tuple[Any, ...]:
         """The values of one ``twice_commits`` row, in :data:`COMMIT_COLUMNS` order."""
         return (

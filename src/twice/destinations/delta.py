@@ -75,7 +75,6 @@ from twice.destinations.columns import (
 )
 from twice.destinations.commits import (
     ACTIVE,
-    FENCE_MODE,
     Appended,
     CommitRecord,
     StampArg,
@@ -340,10 +339,7 @@ class DeltaDestination(ArrowScanned):
                 return False
             check_fence(stamp, table.transaction_version(FENCE_APP + stamp.fence_key),
                         self.spec)
-            record = CommitRecord.create(
-                stamp, table=self.uri, slice="", mode=FENCE_MODE, rows_written=0, row_count=0,
-                checksum="", algorithm="none",
-            )
+            record = CommitRecord.fence(stamp, table=self.uri)
             properties = dl.CommitProperties(
                 custom_metadata={COMMIT_KEY: record.to_json()},
                 app_transactions=[dl.Transaction(FENCE_APP + stamp.fence_key, stamp.token)],

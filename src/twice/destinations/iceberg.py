@@ -98,7 +98,6 @@ from twice.destinations.columns import (
 )
 from twice.destinations.commits import (
     ACTIVE,
-    FENCE_MODE,
     Appended,
     CommitRecord,
     StampArg,
@@ -437,10 +436,7 @@ class IcebergDestination(ArrowScanned):
                 continue
             check_fence(stamp, _newest_token(checked, _records(checked), stamp.fence_key),
                         self.spec)
-            record = CommitRecord.create(
-                stamp, table=self.table_label, slice="", mode=FENCE_MODE,
-                rows_written=0, row_count=0, checksum="", algorithm="none",
-            )
+            record = CommitRecord.fence(stamp, table=self.table_label)
             tx = checked.transaction()
             tx.append(checked.schema().as_arrow().empty_table(), snapshot_properties={
                 WRITE_PROPERTY: uuid.uuid4().hex, COMMIT_PROPERTY: record.to_json()})

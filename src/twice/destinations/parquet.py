@@ -74,7 +74,6 @@ from twice.destinations.base import ArrowScanned, DestinationSpec, WriteResult
 from twice.destinations.columns import ColumnType, Schema, require_columns, schema_of
 from twice.destinations.commits import (
     ACTIVE,
-    FENCE_MODE,
     PARQUET_COMMIT_FILE,
     PARQUET_HISTORY_FILE,
     CommitRecord,
@@ -395,10 +394,7 @@ class ParquetDestination(HiveDestination, ArrowScanned):
         with self._locked():
             self._recover()
             self._check_fence(stamp, self._record_dirs())
-            self._add_dataset_record(CommitRecord.create(
-                stamp, table=str(self.root), slice="", mode=FENCE_MODE, rows_written=0,
-                row_count=0, checksum="", algorithm="none",
-            ))
+            self._add_dataset_record(CommitRecord.fence(stamp, table=str(self.root)))
         return True
 
     def _add_dataset_record(self, record: CommitRecord) -> None:

@@ -1514,13 +1514,9 @@ class _UnitRun:
                 slots.enter_context(self.writer.pop_all())  # the file's writer, held since
                 report = self._run_attempt(begun.record, begun.generation, begun.timeout)
             return self._after_attempt(begun.record, report)
-        needed = evidence.duration_seconds()
-        if self.deadline is not None:
-            try:
-                self.deadline.check(needed)
-            except WorkflowTimeout as exc:
-                return self._not_started(f"not started: {exc}", "workflow-timeout")
-        refused = self._cost_refusal()
+        refused = self._workflow_refusal(evidence)
+        if refused is None:
+            refused = self._cost_refusal()
         if refused is not None:
             return refused
         changed = self._inputs_changed()
@@ -1566,6 +1562,11 @@ class _UnitRun:
         if decision.decision in STOPPING_DECISIONS:
             self._record(decision, evidence)
             return self._result(STOPPING_DECISIONS[decision.decision], decision.reason, decision)
+        return self._workflow_refusal(evidence)
+
+    def _workflow_refusal(self, evidence: UnitEvidence) -> UnitResult | None:
+        """Not started when the attempt, validation included, cannot finish before the
+        workflow deadline; None when it can (or there is none)."""
         if self.deadline is not None:
             try:
                 self.deadline.check(evidence.duration_seconds())
@@ -1814,6 +1815,11 @@ class _UnitRun:
         )
         return self._result("blocked", reason)
 
+    @property
+    def _fence_key(self) -> str:
+        """The slot every write of this task and interval is fenced on (``WriteStamp``)."""
+        return f"{self.unit.pipeline}/{self.unit.task}/{self.unit.interval.label}"
+
     def _context(self, record: AttemptRecord, generation: int | None) -> TaskContext:
         number = record.number
         recorder = None
@@ -1824,7 +1830,7 @@ class _UnitRun:
                 )
         stamp = WriteStamp(
             uow_id=self.uow_id,
-            fence_key=f"{self.unit.pipeline}/{self.unit.task}/{self.unit.interval.label}",
+            fence_key=self._fence_key,
             generation=generation or 1, attempt=number, token=self.token,
             input_version=self.unit.input_version,
         )
@@ -2174,7 +2180,7 @@ class _UnitRun:
 
         stamp = WriteStamp(
             uow_id=self.uow_id,
-            fence_key=f"{self.unit.pipeline}/{self.unit.task}/{self.unit.interval.label}",
+            fence_key=self._fence_key,
             generation=attempt.generation or 1, attempt=0,
             token=self.ledger.next_fencing_token(), input_version=self.unit.input_version,
         )

@@ -296,14 +296,7 @@ class LedgerPool:
                         f"within {timeout:g} s"
                     )
                 time.sleep(self._poll_interval if left is None else min(self._poll_interval, left))
-            done = lease.renewal_done
-            renewer = threading.Thread(
-                target=self._renew, args=(lease, done), name=f"twice-pool-{self.name}",
-                daemon=True,
-            )
-            with self._renewers_lock:
-                self._renewers[lease.holder] = renewer
-            renewer.start()
+            self._start_renewal(lease)
             try:
                 yield lease
             finally:
@@ -343,14 +336,18 @@ class LedgerPool:
         if taken:
             lease.handed.clear()
             lease.renewal_done.clear()
-            renewer = threading.Thread(
-                target=self._renew, args=(lease, lease.renewal_done),
-                name=f"twice-pool-{self.name}", daemon=True,
-            )
-            with self._renewers_lock:
-                self._renewers[lease.holder] = renewer
-            renewer.start()
+            self._start_renewal(lease)
         return taken
+
+    def _start_renewal(self, lease: LedgerLease) -> None:
+        """Extend ``lease`` from a daemon thread until its ``renewal_done`` is set."""
+        renewer = threading.Thread(
+            target=self._renew, args=(lease, lease.renewal_done),
+            name=f"twice-pool-{self.name}", daemon=True,
+        )
+        with self._renewers_lock:
+            self._renewers[lease.holder] = renewer
+        renewer.start()
 
     def _stop_renewal(self, lease: LedgerLease) -> None:
         lease.renewal_done.set()
