@@ -19,11 +19,21 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.decide.conftest import reference_source, seed_source
 from tests.decide.lab_cases import CASE_PATH, lab_case, mutated_fixtures, raw_texts, valid_fixtures
 from twice.interop.lab import FixtureError, evaluate
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN_PY = ROOT / "labs" / "pde-retry-window" / "run.py"
+
+
+def test_the_copied_reference_is_the_seed_program() -> None:
+    """The oracle beside the tests is the seed's program, byte for byte, wherever the seed text
+    is found (it always is beside /work/main); a clone elsewhere runs on the copy."""
+    seed = seed_source()
+    if seed is None:
+        pytest.skip("no seed text beside this checkout: the copy is the oracle")
+    assert reference_source() == seed
 
 
 def reference_line(reference: types.ModuleType, raw: str) -> str | None:
