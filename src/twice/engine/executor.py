@@ -95,7 +95,7 @@ from twice.engine.pool import (
     SlotPool,
 )
 from twice.engine.reconcile import reconcile_attempt
-from twice.engine.timeouts import Deadline, WorkflowTimeout
+from twice.engine.timeouts import Deadline, WorkflowTimeout, outliving, still_running
 from twice.engine.verification import (
     MeasuredPartition,
     PartitionDiff,
@@ -105,7 +105,7 @@ from twice.engine.verification import (
 )
 from twice.errors import Interrupted, OutcomeUnknownError
 from twice.ledger.errors import LedgerCommitUnknownError, LedgerError
-from twice.ledger.lease_holders import new_holder
+from twice.ledger.lease_holders import new_holder, running_elsewhere
 from twice.remote.jobs import JobFailed, JobStatus
 
 if TYPE_CHECKING:
@@ -1618,6 +1618,7 @@ class _UnitRun:
         still = getattr(report.error, "worker", None)
         if not isinstance(still, threading.Thread) or not still.is_alive():
             return
+        outliving(self._attempt_key(number), still)  # it may still act: _still_acting
         if self._pool_stack is None:
             return
         self._pool_worker = still
@@ -2034,6 +2035,7 @@ class _UnitRun:
         ``safe_repeat`` never settles an unknown outcome: the lab reconciles first.
         """
         self._record(decision, evidence, job_id=attempt.job_id)
+        self._wait_for_thread(attempt.number)
         if self.task.owns_output:
             settled, stop = self._settle_from_commit_record(attempt)
             if settled:
@@ -2069,6 +2071,18 @@ class _UnitRun:
                 rejected = self._verify_now(number, detail, generation=generation)
             self._close_verified(attempt, rejected, detail, "output check after reconcile")
             return None
+        acting = self._still_acting(attempt) if report.state is RemoteState.NOT_FOUND else None
+        if acting is not None:  # "not yet", not "never": the request may still be sent
+            reason = (
+                f"job {attempt.job_id} not found, but attempt {attempt.number} may still send "
+                f"it: {acting}; outcome left unknown, nothing resubmitted (the service is asked "
+                "again on the next run)"
+            )
+            self.ledger.record_observation(
+                self.uow_id, "unknown", source=EXECUTOR_SOURCE, attempt=attempt.number,
+                detail={"job_id": attempt.job_id, "reconcile": "not-found", "why": reason},
+            )
+            return self._result("unknown-needs-reconcile", reason)
         if report.state in (RemoteState.FAILED, RemoteState.NOT_FOUND):
             self._reconciled(attempt, report.state.value, f"reconcile({attempt.job_id})")
         if report.state is RemoteState.FAILED:
@@ -2095,6 +2109,41 @@ class _UnitRun:
         if report.error:
             reason += f" (last reconcile error: {report.error})"
         return self._result("unknown-needs-reconcile", reason)
+
+    def _attempt_key(self, number: int) -> str:
+        """Attempt ``number`` of this unit, as this process remembers its timed-out thread."""
+        return f"{self.uow_id}#{number}"
+
+    def _wait_for_thread(self, number: int) -> None:
+        """Give attempt ``number``'s timed-out thread in this process (if it still runs) the
+        observe budget to end, bounded by the deadline: its own ending is better evidence
+        than the service's answer while it can still send."""
+        worker = still_running(self._attempt_key(number))
+        if worker is None:
+            return
+        budget = self.x.observe_timeout
+        if self.deadline is not None:
+            budget = min(budget, max(0.0, self.deadline.remaining()))
+        worker.join(budget)
+
+    def _still_acting(self, attempt: AttemptRecord) -> str | None:
+        """Why ``attempt`` may still make its request, or None: its timed-out thread still
+        runs in this process, or its holder is another process of this host that still
+        exists (paused past its lease, say). From another host nothing can be seen; there a
+        service that refuses a second job of the same id is what prevents a duplicate (the
+        same job id is resubmitted)."""
+        worker = still_running(self._attempt_key(attempt.number))
+        if worker is not None:
+            return f"its timed-out thread {worker.name!r} still runs in this process"
+        pid = running_elsewhere(attempt.holder)
+        if pid is not None:
+            from twice.core import processes
+
+            return (
+                f"its holder {attempt.holder} (process {processes.look(pid).describe()}) "
+                "still exists on this host"
+            )
+        return None
 
     def _settle_from_commit_record(
         self, attempt: AttemptRecord
@@ -2150,6 +2199,12 @@ class _UnitRun:
             return True, None
         if self.task.reconcile is not None and attempt.job_id is not None:
             return False, None  # effects twice cannot see (a remote job) may still land: ask
+        acting = None if sealed else self._still_acting(attempt)
+        if acting is not None:
+            return True, self._result("unknown-needs-reconcile", (
+                f"no commit record of attempt {number} yet, but it may still write: {acting}, "
+                "and this destination cannot be sealed against it; outcome left unknown, "
+                "nothing rewritten (settled on the next run)"))
         sealing = (
             "the slice is sealed against it, so it never will" if sealed else
             "the slice could not be sealed (Spark; a table format before its table exists): "

@@ -64,6 +64,32 @@ class AttemptTimeout(TwiceError, TimeoutError):
         )
 
 
+#: Timed-out attempt threads of this process, by the key their caller gave (``outliving``).
+_OUTLIVING: dict[str, threading.Thread] = {}
+_OUTLIVING_LOCK = threading.Lock()
+
+
+def outliving(key: str, worker: threading.Thread) -> None:
+    """Remember ``worker``, a timed-out attempt's thread, under ``key``: while it runs, the
+    attempt can still cause its effects, so nothing may conclude that they never happened
+    (:func:`still_running`)."""
+    with _OUTLIVING_LOCK:
+        for done in [name for name, thread in _OUTLIVING.items() if not thread.is_alive()]:
+            del _OUTLIVING[done]
+        if worker.is_alive():
+            _OUTLIVING[key] = worker
+
+
+def still_running(key: str) -> threading.Thread | None:
+    """The timed-out thread remembered under ``key`` while it still runs, else None."""
+    with _OUTLIVING_LOCK:
+        worker = _OUTLIVING.get(key)
+        if worker is not None and not worker.is_alive():
+            del _OUTLIVING[key]
+            return None
+        return worker
+
+
 class AttemptCrashed(TwiceError, RuntimeError):
     """The child process died without reporting a result (killed, segfault, os._exit).
 

@@ -38,6 +38,19 @@ def new_holder() -> str:
     return f"{process_holder()}:{uuid.uuid4().hex[:8]}"
 
 
+def running_elsewhere(holder: str, *, proc: Path = processes.PROC) -> int | None:
+    """The pid of ``holder`` when it names ANOTHER process of this host that still exists
+    (running or stopped), else None. Such a holder may still act on what it began, lease or
+    no lease: a paused process resumes where it stopped."""
+    found = _HOLDER.fullmatch(holder)
+    if found is None or found["host"] != socket.gethostname():
+        return None
+    pid = int(found["pid"])
+    if pid == os.getpid() or processes.gone(pid, proc=proc):
+        return None
+    return pid
+
+
 def exited(holder: str, *, proc: Path = processes.PROC) -> bool:
     """Whether ``holder`` names a process of this host that no longer runs."""
     found = _HOLDER.fullmatch(holder)
