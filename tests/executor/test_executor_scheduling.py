@@ -252,10 +252,11 @@ def test_a_timed_out_thread_keeps_its_shared_slots_after_reconcile_finds_no_job(
     ledger_url: str,
 ) -> None:
     """``reconcile=`` answers NOT_FOUND for a timed-out attempt whose thread still runs: the
-    job is settled, yet the work goes on in this process, so its slots stay held in the
-    ledger until the thread ends, and another process's task waits for them (found by the
-    adversarial probe: the ledger released them at once, and a second executor doubled the
-    load on the pool's dependency)."""
+    work goes on in this process, so the answer settles nothing, the job's slots stay held in
+    the ledger, and another process's task does not take them (found by the adversarial
+    probe: the ledger released them at once, and a second executor doubled the load on the
+    pool's dependency). Once the thread has ended, the next run's NOT_FOUND is final and the
+    slots are free."""
     import threading
 
     from twice import RemoteState
@@ -271,23 +272,35 @@ def test_a_timed_out_thread_keeps_its_shared_slots_after_reconcile_finds_no_job(
     @pipeline.task(destination="bq:proj.ds.t", pool="positions_db", slots=2, timeout=0.3,
                    reconcile=look, retry=RetryPolicy(max_attempts=1))
     def submit(ctx):  # type: ignore[no-untyped-def]
-        spans["submit"] = [time.monotonic()]
-        time.sleep(1.2)
-        spans["submit"].append(time.monotonic())
+        if ctx.attempt == 1:  # the request that outlives its timeout
+            spans["submit"] = [time.monotonic()]
+            time.sleep(1.2)
+            spans["submit"].append(time.monotonic())
 
     @pipeline.task(destination="bq:proj.ds.u", pool="positions_db", slots=2, reconcile=look,
                    retry=RetryPolicy(max_attempts=1))
     def other(ctx):  # type: ignore[no-untyped-def]
         spans["other"] = [time.monotonic()]
 
+    def executor(ledger: Ledger) -> Executor:  # observes briefly: the thread outlives it
+        return Executor(pipeline, ledger, pool_poll_interval=0.01, observe_timeout=0.05,
+                        poll_interval=0.01)
+
     with Ledger.open(ledger_url) as first, Ledger.open(ledger_url) as second:
-        Executor(pipeline, first, pool_poll_interval=0.01).run(day(), tasks=["submit"])
+        ran = executor(first).run(day(), tasks=["submit"]).units[0]
+        assert ran.outcome == "unknown-needs-reconcile" and "still runs" in ran.reason
         assert any(t.name.startswith("twice-attempt") for t in threading.enumerate())
         assert [h.slots for h in first.pool_holdings("positions_db")] == [2]
-        Executor(pipeline, second, pool_poll_interval=0.01).run(day(), tasks=["other"])
-        assert spans["other"][0] >= spans["submit"][1]  # it waited for the thread to end
-        kept = [o.state for o in first.observations(
-            Executor(pipeline, first).unit_for("submit", day()).uow_id)]
-        assert "pool-kept" in kept
+        executor(second).run(day(), tasks=["other"])
+        assert "other" not in spans  # the job's slots were not free
+        seen = [o.state for o in first.observations(ran.uow_id)]
+        assert seen[-3:] == ["unknown", "not-found", "unknown"]  # asked, and left unknown
+        assert [a.outcome for a in first.attempts(ran.uow_id)] == ["unknown"]
+        while "submit" in spans and len(spans["submit"]) < 2:
+            time.sleep(0.05)
         time.sleep(0.1)
-        assert first.pool_holdings("positions_db") == []  # released once the thread ended
+        settled = executor(first).run(day(), tasks=["submit"]).units[0]
+        assert settled.outcome == "succeeded", settled.reason  # "not found" is final now
+        assert first.pool_holdings("positions_db") == []  # the job is settled: released
+        executor(second).run(day(), tasks=["other"])
+        assert spans["other"][0] >= spans["submit"][1]  # it ran once the thread had ended

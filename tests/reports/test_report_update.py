@@ -104,3 +104,28 @@ def test_nothing_unknown_and_nothing_scheduled(tmp_path: Path) -> None:
         "Needs attention: unverified: extract (no observation recorded; validate its output).")
     assert "No current decision for extract" in lines["Next action"]
     assert lines["Next evidence"] == "Next evidence: due now: validate extract's output."
+
+
+def test_every_line_stays_short_with_many_units(tmp_path: Path) -> None:
+    """An update is pasted into an incident channel: with 40 units awaiting one action, the
+    next-action line names a few and counts the rest, like every other line."""
+    from dataclasses import replace
+    from datetime import timedelta
+
+    from twice.core.interval import Interval
+
+    clock = StoryClock()
+    with Ledger.open(tmp_path / "l.db", clock=clock) as ledger:
+        first = unit_for("extract")
+        for day in range(40):
+            span = Interval(first.interval.start + timedelta(days=day),
+                            first.interval.end + timedelta(days=day))
+            uow = ledger.record_unit(replace(first, interval=span)).uow_id
+            clock.current = at(5, 0)
+            ledger.begin_attempt(uow, holder="w")
+            ledger.finish_attempt(uow, 1, "unknown")
+        text = render_update(gather(ledger))
+    action = next(line for line in text.splitlines() if line.startswith("Next action"))
+    assert len(action) < 600, action
+    assert "more" in action
+    assert max(len(line) for line in text.splitlines()) < 800

@@ -53,6 +53,12 @@ def _listing(items: list[str], limit: int = MAX_ITEMS) -> str:
     return "; ".join(shown)
 
 
+def _named(names: list[str], limit: int = MAX_ITEMS) -> str:
+    """``a, b, c and 37 more``: a line stays short whatever the number of units."""
+    shown = ", ".join(names[:limit])
+    return shown if len(names) <= limit else f"{shown} and {len(names) - limit} more"
+
+
 def _namer(evidence: Evidence) -> tuple[Namer, str]:
     """Short names, and the scope they leave out ("pipeline p, interval d")."""
     pipelines = {u.unit.pipeline for u in evidence.units}
@@ -268,7 +274,7 @@ def _next_action(evidence: Evidence, name: Namer) -> str:
             missing.append(name(unit))
             continue
         grouped.setdefault(chosen.kind, []).append(name(unit) + _action_note(unit, chosen))
-    items = [f"{kind} for {', '.join(grouped[kind])}" for kind in URGENCY if kind in grouped]
+    items = [f"{kind} for {_named(grouped[kind])}" for kind in URGENCY if kind in grouped]
     if "deadline-infeasible" in grouped:
         items[0] += " (do not start; communicate the impact and an alternative)"
     line = (f"Next action (planner decisions): {_listing(items, len(URGENCY))}." if items
