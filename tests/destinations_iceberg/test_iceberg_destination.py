@@ -232,6 +232,26 @@ def test_upsert_updates_never_appends_and_is_fenced(iceberg_spec: SpecFactory) -
     assert dest.row_count() == 6
 
 
+def test_a_large_upsert_by_a_composite_key(iceberg_spec: SpecFactory) -> None:
+    """12,000 rows upserted twice by (id, day) over two days (found by a probe: one EqualTo
+    conjunction per row crashed pyiceberg's delete with SIGSEGV at about 10,000 rows); the
+    second upsert updates every row and adds none, and the keys of each day stay apart."""
+    dest = open_destination(iceberg_spec(key_columns=("id", "day")))
+    half = 6_000
+    first = (rows("a", NOV30, n=half) + rows("a", DEC1, n=half))
+    dest.upsert(first)
+    second = (rows("b", NOV30, n=half) + rows("b", DEC1, n=half - 1)
+              + rows("c", DEC1, n=2, start=half + 10))
+    dest.upsert(second)
+    got = sorted((r["day"], r["id"], r["name"]) for r in dest.read_partition().to_pylist())
+    expected = sorted(
+        [(NOV30, i, f"b-{i}") for i in range(half)]
+        + [(DEC1, i, f"b-{i}") for i in range(half - 1)] + [(DEC1, half - 1, f"a-{half - 1}")]
+        + [(DEC1, half + 10 + i, f"c-{i}") for i in range(2)]
+    )
+    assert got == expected
+
+
 # --------------------------------------------------------------------------- fingerprints
 
 SCHEMA = pa.schema([
