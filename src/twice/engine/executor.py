@@ -2035,7 +2035,6 @@ class _UnitRun:
         ``safe_repeat`` never settles an unknown outcome: the lab reconciles first.
         """
         self._record(decision, evidence, job_id=attempt.job_id)
-        self._wait_for_thread(attempt.number)
         if self.task.owns_output:
             settled, stop = self._settle_from_commit_record(attempt)
             if settled:
@@ -2050,6 +2049,7 @@ class _UnitRun:
                 "retried"
             )
             return self._result("unknown-needs-reconcile", reason, decision)
+        self._wait_for_thread(attempt.number)  # before the service is asked: _still_acting
         ctx = self._context(attempt, attempt.generation)
         polls = max(1, int(self.x.observe_timeout / self.x.poll_interval))
         report = reconcile_attempt(
@@ -2116,8 +2116,9 @@ class _UnitRun:
 
     def _wait_for_thread(self, number: int) -> None:
         """Give attempt ``number``'s timed-out thread in this process (if it still runs) the
-        observe budget to end, bounded by the deadline: its own ending is better evidence
-        than the service's answer while it can still send."""
+        observe budget to end, bounded by the deadline, as a running remote job is observed:
+        the service's "not found" settles nothing while the thread can still send. (An owned
+        write needs no wait: the seal refuses the thread's late commit.)"""
         worker = still_running(self._attempt_key(number))
         if worker is None:
             return
