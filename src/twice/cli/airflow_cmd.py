@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import click
 
+from twice.cli.console import echo
 from twice.cli.exits import exit_on_error
 from twice.cli.options import json_option
 from twice.errors import InputError
@@ -48,13 +49,13 @@ def describe(pipeline_file: str, dag_id: str | None, ledger_url: str | None,
     except PipelineFileError as exc:
         raise InputError(str(exc)) from exc
     if as_json:
-        click.echo(describe_json(pipeline, dag_id=dag_id))
+        echo(describe_json(pipeline, dag_id=dag_id))
         return
-    click.echo(describe_text(pipeline, dag_id=dag_id))
-    click.echo("")
-    click.echo("DAG file (put it in Airflow's dags folder):")
+    echo(describe_text(pipeline, dag_id=dag_id))
+    echo("")
+    echo("DAG file (put it in Airflow's dags folder):")
     for line in dag_file(str(pipeline.source_file), ledger_url, dag_id).splitlines():
-        click.echo(f"  {line}" if line else "")
+        echo(f"  {line}" if line else "")
 
 
 def dag_file(source_file: str, ledger_url: str | None, dag_id: str | None) -> str:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from twice.cli.console import echo
 from twice.cli.exits import exit_on_error, finish
 from twice.cli.options import (
     ALLOW_OPEN,
@@ -195,7 +196,7 @@ def backfill(pipeline_file: str, interval_text: str | None, start_text: str | No
         }
         if as_json:
             result = run_backfill(pipeline, ledger, intervals, **options)
-            click.echo(json.dumps(result.to_dict(), sort_keys=True))
+            echo(json.dumps(result.to_dict(), sort_keys=True))
         else:
             result = run_with_progress(pipeline, ledger, intervals, total=count, **options)
             print_summary(result)
@@ -235,12 +236,12 @@ def _print_plan_json(header: dict[str, Any], labels: list[str], items: Iterable[
     """``{"dry_run": true, **plan.to_dict()}`` with sorted keys, byte for byte, written as the
     items are planned."""
     dumps = json.dumps
-    click.echo("{" + f'"dependents": {dumps(header["dependents"])}, "dry_run": true, '
+    echo("{" + f'"dependents": {dumps(header["dependents"])}, "dry_run": true, '
                f'"force": {dumps(header["force"])}, "intervals": {dumps(labels)}, "items": [',
                nl=False)
     for n, item in enumerate(items):
-        click.echo((", " if n else "") + dumps(item.to_dict(), sort_keys=True), nl=False)
-    click.echo(f'], "pipeline": {dumps(header["pipeline"])}, "tasks": {dumps(header["tasks"])}'
+        echo((", " if n else "") + dumps(item.to_dict(), sort_keys=True), nl=False)
+    echo(f'], "pipeline": {dumps(header["pipeline"])}, "tasks": {dumps(header["tasks"])}'
                "}")
 
 

@@ -1,4 +1,11 @@
-"""The one place the CLI makes its Rich consoles, so every command prints alike.
+"""The one place the CLI makes its Rich consoles and echoes text, so every command prints
+alike, and nothing printed can drive the operator's terminal.
+
+Whatever a command prints goes through :func:`twice.core.inert.inert` (a console's strings and
+table cells, and :func:`echo`): an escape sequence or bidirectional override in an error
+message, a note or a job id is shown as its escape, never executed by the terminal. Fields that
+must stay on one line (an error in a timeline) are made inert, newlines included, where they
+are formatted.
 
 On a terminal, Rich fits the terminal's width. Piped or redirected (a log file, ``grep``, a CI
 job), nothing is wrapped: Rich's default of 80 columns would cut a message, a path or a unit of
@@ -9,10 +16,13 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Any
+
+from twice.core.inert import inert
 
 if TYPE_CHECKING:
     from rich.console import Console
+    from rich.text import Text
 
 PIPED_WIDTH = 1_000  # wide enough that no line of ours is wrapped; tables still fit content
 
@@ -22,8 +32,19 @@ def make_console(*, stderr: bool = False, file: IO[str] | None = None,
     """A console on stdout (or stderr, or ``file``) that does not wrap when not a terminal."""
     from rich.console import Console
 
+    class InertConsole(Console):
+        def render_str(self, text: str, **options: Any) -> Text:
+            return super().render_str(inert(text, lines=True), **options)
+
     stream = file if file is not None else (sys.stderr if stderr else sys.stdout)
     isatty = getattr(stream, "isatty", None)
     piped = not (callable(isatty) and isatty())
     width = PIPED_WIDTH if piped and not os.environ.get("COLUMNS") else None
-    return Console(file=stream, width=width, soft_wrap=piped, highlight=highlight)
+    return InertConsole(file=stream, width=width, soft_wrap=piped, highlight=highlight)
+
+
+def echo(text: str, *, err: bool = False, nl: bool = True) -> None:
+    """``click.echo`` of ``text`` made inert (tabs and newlines kept)."""
+    import click
+
+    click.echo(inert(text, lines=True), err=err, nl=nl)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from twice.cli.console import echo
 from twice.cli.exits import exit_on_error, finish
 from twice.cli.options import (
     allow_open_option,
@@ -168,7 +169,7 @@ def backfill(project_dir: str, database: str, select: str, exclude: str | None,
         try:
             if as_json:
                 result = run_backfill(pipeline, ledger, intervals, **options)
-                click.echo(json.dumps({**result.to_dict(), "dbt": _describe(resolved)},
+                echo(json.dumps({**result.to_dict(), "dbt": _describe(resolved)},
                                       sort_keys=True))
             else:
                 count = pipeline.schedule.count_intervals(span.start, span.end)

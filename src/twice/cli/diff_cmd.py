@@ -14,6 +14,7 @@ import json
 
 import click
 
+from twice.cli.console import echo
 from twice.cli.exits import exit_on_error
 from twice.cli.options import json_option
 from twice.errors import InputError, UnavailableError
@@ -83,26 +84,26 @@ def diff(destination: str, partition_text: str, from_version: int, to_version: i
         raise UnavailableError(redact(f"{type(exc).__name__}: {exc}".strip())) from None
     shown = redact(dest.spec)
     if as_json:
-        click.echo(json.dumps({"destination": shown, "partition": partition_text,
+        echo(json.dumps({"destination": shown, "partition": partition_text,
                                "from_version": from_version, "to_version": to_version,
                                **result.to_dict()}, sort_keys=True, default=str))
         return
-    click.echo(f"{shown}  {partition_text}  v{from_version} -> v{to_version}")
-    click.echo(f"  rows       {result.rows_before} -> {result.rows_after}")
-    click.echo(f"  added      {result.added}")
-    click.echo(f"  removed    {result.removed}")
-    click.echo(f"  changed    {result.changed}"
+    echo(f"{shown}  {partition_text}  v{from_version} -> v{to_version}")
+    echo(f"  rows       {result.rows_before} -> {result.rows_after}")
+    echo(f"  added      {result.added}")
+    echo(f"  removed    {result.removed}")
+    echo(f"  changed    {result.changed}"
                + (f" ({_columns(result.changed_columns)})" if result.changed_columns else ""))
-    click.echo(f"  unchanged  {result.unchanged}")
+    echo(f"  unchanged  {result.unchanged}")
     for kind, found, count in (("added", result.added_keys, result.added),
                                ("removed", result.removed_keys, result.removed),
                                ("changed", result.changed_keys, result.changed)):
         if not found:
             continue
         more = f" (first {len(found)} of {count})" if count > len(found) else ""
-        click.echo(f"  {kind} keys{more}:")
+        echo(f"  {kind} keys{more}:")
         for key in found:
-            click.echo("    " + ", ".join(f"{k}={v}" for k, v in key.items()))
+            echo("    " + ", ".join(f"{k}={v}" for k, v in key.items()))
 
 
 def _columns(counts: dict[str, int]) -> str:

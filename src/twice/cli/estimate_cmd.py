@@ -14,6 +14,7 @@ from typing import Any
 
 import click
 
+from twice.cli.console import echo
 from twice.cli.exits import finish
 from twice.cli.options import json_option
 
@@ -35,22 +36,22 @@ def _datasets(values: tuple[str, ...]) -> dict[str, Any]:
 def _show(check: Any, as_json: bool) -> None:
     estimate = check.estimate
     if as_json:
-        click.echo(json.dumps(check.to_detail(), indent=2, sort_keys=True))
+        echo(json.dumps(check.to_detail(), indent=2, sort_keys=True))
         return
     bound = " (upper bound)" if estimate.upper_bound else ""
-    click.echo(f"task:      {check.task}")
-    click.echo(f"estimate:  {estimate.bytes} bytes{bound}  [{estimate.method}]")
+    echo(f"task:      {check.task}")
+    echo(f"estimate:  {estimate.bytes} bytes{bound}  [{estimate.method}]")
     if estimate.columns:
-        click.echo("columns:")
+        echo("columns:")
         for column, size in estimate.columns.items():
-            click.echo(f"  {column:<24} {size:>14} bytes")
+            echo(f"  {column:<24} {size:>14} bytes")
     if estimate.partitions_total is not None:
-        click.echo(f"partitions: {len(estimate.partitions)} of {estimate.partitions_total}")
+        echo(f"partitions: {len(estimate.partitions)} of {estimate.partitions_total}")
     for note in estimate.notes:
-        click.echo(f"note:      {note}")
+        echo(f"note:      {note}")
     limit = "none" if check.limit is None else str(check.limit)
-    click.echo(f"limit:     {limit} (maximum_bytes_billed)")
-    click.echo(f"decision:  {'allow' if check.allowed else 'refuse'}: {check.reason}")
+    echo(f"limit:     {limit} (maximum_bytes_billed)")
+    echo(f"decision:  {'allow' if check.allowed else 'refuse'}: {check.reason}")
 
 
 @click.command("estimate", epilog="""\b

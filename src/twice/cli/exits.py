@@ -17,8 +17,7 @@ import functools
 from collections.abc import Callable
 from typing import NoReturn, ParamSpec, TypeVar
 
-import click
-
+from twice.cli.console import echo
 from twice.errors import ConflictError, InputError, Interrupted, TwiceError, UnavailableError
 
 OK = 0
@@ -52,7 +51,7 @@ def fail(error: TwiceError | KeyboardInterrupt, prefix: str) -> NoReturn:
     """End the command for ``error``: ``prefix: message`` on stderr (no traceback) and the exit
     code of the error's type."""
     text = str(error) or type(error).__name__
-    click.echo(f"{prefix}: {text}", err=True)
+    echo(f"{prefix}: {text}", err=True)
     raise SystemExit(exit_code_for(error))
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import click
 
+from twice.cli.console import echo
 from twice.cli.exits import exit_on_error
 from twice.cli.options import json_option, ledger_option
 
@@ -57,7 +58,7 @@ def explain(uow_id: str, ledger_url: str | None, as_json: bool) -> None:
     from twice.core.secrets import redact
 
     if as_json:
-        click.echo(redact(json.dumps({"uow_id": unit.uow_id, "identity": unit.to_unit_of_work()
+        echo(redact(json.dumps({"uow_id": unit.uow_id, "identity": unit.to_unit_of_work()
                                       .identity(), "health": str(status.state),
                                       "healthBasis": status.basis, "healthReason": status.text,
                                       "events": rows}, sort_keys=True, default=str)))
@@ -65,6 +66,7 @@ def explain(uow_id: str, ledger_url: str | None, as_json: bool) -> None:
     from rich.markup import escape
 
     from twice.cli.console import make_console
+    from twice.core.inert import inert
 
     console = make_console()
     console.print(f"[bold]{unit.uow_id}[/]  {unit.pipeline}.{unit.task}  {unit.interval}")
@@ -75,13 +77,14 @@ def explain(uow_id: str, ledger_url: str | None, as_json: bool) -> None:
     from twice.reports.health import BASIS_LABEL
 
     basis = "" if status.basis == status.state else f" ({BASIS_LABEL[status.basis]})"
-    console.print(f"  health: [bold]{status.state}[/]{escape(basis)}: {escape(status.text)}")
+    console.print(f"  health: [bold]{status.state}[/]{escape(basis)}: "
+                  f"{escape(inert(status.text))}")
     for row in rows:
         attempt = f" #{row['attempt']}" if row["attempt"] is not None else ""
         tag = "" if row["assertedBy"] is None else "[magenta]\\[asserted][/] "
         console.print(
             f"{row['at']}  [cyan]{row['kind']:<17}[/]{attempt:<4} {tag}"
-            f"{escape(redact(row['summary']))}"
+            f"{escape(inert(redact(row['summary'])))}"  # one line: no forged entry
         )
     if any(row["assertedBy"] is not None for row in rows):
         console.print("[asserted]: an operator's resolution (twice resolve), a person's word; "

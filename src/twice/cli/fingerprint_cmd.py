@@ -13,6 +13,7 @@ from typing import Any
 
 import click
 
+from twice.cli.console import echo
 from twice.cli.exits import exit_on_error
 from twice.cli.options import json_option
 from twice.errors import InputError, UnavailableError
@@ -64,13 +65,13 @@ def fingerprint(destination: str, partition_text: str, key_columns: str | None,
         raise UnavailableError(redact(f"{type(exc).__name__}: {exc}".strip())) from None
     shown = redact(dest.spec)  # an engine's spec is public already; belt and braces
     if as_json:
-        click.echo(json.dumps({"destination": shown, **result.to_dict()}, sort_keys=True))
+        echo(json.dumps({"destination": shown, **result.to_dict()}, sort_keys=True))
         return
-    click.echo(f"{shown}  {result.partition}")
-    click.echo(f"  rows       {result.row_count}")
-    click.echo(f"  checksum   {result.checksum}")
-    click.echo(f"  columns    {', '.join(result.columns)} ({len(result.columns)})")
-    click.echo(f"  algorithm  {result.algorithm} (computed in {result.engine})")
+    echo(f"{shown}  {result.partition}")
+    echo(f"  rows       {result.row_count}")
+    echo(f"  checksum   {result.checksum}")
+    echo(f"  columns    {', '.join(result.columns)} ({len(result.columns)})")
+    echo(f"  algorithm  {result.algorithm} (computed in {result.engine})")
 
 
 def _parse_partition(text: str) -> tuple[str | None, Any]:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from twice.cli.console import echo
 from twice.cli.exits import exit_on_error
 from twice.cli.options import json_option, ledger_option, pipeline_file_option, pipeline_name_option
 from twice.errors import InputError
@@ -85,11 +86,11 @@ def handover(ledger_url: str | None, pipeline_file: str | None, pipeline: str | 
     else:
         text = render_handover(evidence, definition)
     if output is None:
-        click.echo(text, nl=False)
+        echo(text, nl=False)
         return
     try:
         output.write_text(text, encoding="utf-8")
     except OSError as exc:
         raise InputError(f"cannot write {output}: {exc.strerror or exc}") from exc
     what = "health document" if as_json else "runbook"
-    click.echo(f"wrote {output}: {what} for {len(evidence.units)} units of work", err=as_json)
+    echo(f"wrote {output}: {what} for {len(evidence.units)} units of work", err=as_json)

@@ -16,6 +16,7 @@ import shlex
 
 import click
 
+from twice.cli.console import echo
 from twice.cli.exits import exit_on_error
 from twice.cli.options import json_option
 
@@ -51,7 +52,7 @@ def init(name: str, as_json: bool) -> None:
     ]
     files = [str(path) for path in created.files]
     if as_json:
-        click.echo(json.dumps({
+        echo(json.dumps({
             "directory": str(created.directory),
             "pipeline": created.name,
             "workdirEnv": created.env,
@@ -59,10 +60,10 @@ def init(name: str, as_json: bool) -> None:
             "next": next_steps,
         }, sort_keys=True))
         return
-    click.echo(f"Created pipeline {created.name!r} in {created.directory}/:")
+    echo(f"Created pipeline {created.name!r} in {created.directory}/:")
     for path in files:
-        click.echo(f"  {path}")
-    click.echo(f"Its warehouse goes to ${created.env}/warehouse.duckdb "
+        echo(f"  {path}")
+    echo(f"Its warehouse goes to ${created.env}/warehouse.duckdb "
                f"(default ./{created.name}-work). Next:")
     for command in next_steps:
-        click.echo(f"  {command}")
+        echo(f"  {command}")

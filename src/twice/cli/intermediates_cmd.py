@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from twice.cli.console import echo
 from twice.cli.exits import exit_on_error, finish
 from twice.cli.options import FiniteRange, json_option, ledger_option
 from twice.errors import InputError
@@ -63,7 +64,7 @@ def intermediates(ledger_url: str | None, name: str | None, status: str | None,
         rows = [_row(ledger, entry, cost) for entry in entries]
         label, now = ledger.url, ledger.now()
     if as_json:
-        click.echo(json.dumps({
+        echo(json.dumps({
             "ledger": label, "asOf": now.isoformat(), "intermediates": rows,
             "expired": [_expiry_dict(e) for e in expired],
         }, sort_keys=True))
@@ -117,20 +118,20 @@ def _print(label: str, rows: list[dict[str, Any]], expired: list[Expiry]) -> Non
 
     for item in expired:
         if item.error:
-            click.echo(f"NOT expired {item.name} {item.version}: {item.error}")
+            echo(f"NOT expired {item.name} {item.version}: {item.error}")
         else:
-            click.echo(f"expired {item.name} {item.version}: deleted {item.rows_deleted} rows "
+            echo(f"expired {item.name} {item.version}: deleted {item.rows_deleted} rows "
                        f"from {item.location} [{item.partition}]")
     if not rows:
-        click.echo(f"{label}: no materialized intermediates recorded")
+        echo(f"{label}: no materialized intermediates recorded")
         return
-    click.echo(f"{label}: {len(rows)} intermediate version(s)")
+    echo(f"{label}: {len(rows)} intermediate version(s)")
     for row in rows:
-        click.echo(f"{row['name']}  version {row['version']}  [{row['status']}]  "
+        echo(f"{row['name']}  version {row['version']}  [{row['status']}]  "
                    f"owner {row['owner']}")
-        click.echo(f"  stored   {row['location']} [{row['partition']}]: {row['rows']} rows, "
+        echo(f"  stored   {row['location']} [{row['partition']}]: {row['rows']} rows, "
                    f"{format_bytes(row['bytesStored'])}, checksum {row['checksum']}")
-        click.echo(f"  kept     until {row['expiresAt']} ({row['statusReason']})")
-        click.echo(f"  used     {row['reuseCount']} reuse(s), {row['refusals']} refusal(s), "
+        echo(f"  kept     until {row['expiresAt']} ({row['statusReason']})")
+        echo(f"  used     {row['reuseCount']} reuse(s), {row['refusals']} refusal(s), "
                    f"{row['materializations']} materialization(s)")
-        click.echo(f"  cost     {row['summary']}")
+        echo(f"  cost     {row['summary']}")

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeVar
 
 import click
 
+from twice.cli.console import echo
 from twice.cli.exits import finish
 from twice.errors import InputError, UnavailableError
 
@@ -209,7 +210,7 @@ def show_and_finish(outcome: OutcomeT, label: str, as_json: bool,
     """Print the outcome (``--json``: one object with the ledger's label; else ``summary``)
     and end with the exit code of its ``ok``."""
     if as_json:
-        click.echo(json.dumps({**outcome.to_dict(), "ledger": label}, sort_keys=True))
+        echo(json.dumps({**outcome.to_dict(), "ledger": label}, sort_keys=True))
     else:
         summary(outcome, label)
     finish(outcome.ok)
@@ -218,9 +219,12 @@ def show_and_finish(outcome: OutcomeT, label: str, as_json: bool,
 def why(reason: str, result: UnitResult | None) -> str:
     """A summary table's "why" cell: the reason, then the last error (unless it succeeded)
     and the notes of the unit's result."""
+    from twice.core.inert import inert  # each part one line: an error cannot forge a row
+
+    reason = inert(reason)
     if result is not None:
         if result.error and result.outcome != "succeeded":
-            reason += f"\nlast error: {result.error}"
+            reason += f"\nlast error: {inert(result.error)}"
         for note in result.notes:
-            reason += f"\nnote: {note}"
+            reason += f"\nnote: {inert(note)}"
     return reason

@@ -16,6 +16,7 @@ from typing import Any
 
 import click
 
+from twice.cli.console import echo
 from twice.core.backoff import jitter_bounds
 from twice.core.policy import JITTERS, PolicyError, RetryPolicy
 from twice.interop.translations import (
@@ -394,7 +395,7 @@ def _emit(retry_policy: RetryPolicy, source: Translation | None, duration: float
             for n, delay, wait, start in rows
         ]
         data["translations"] = [t.to_dict(duration) for t in translations]
-        click.echo(json.dumps(data, indent=2))
+        echo(json.dumps(data, indent=2))
         return
 
     from rich.table import Table

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import click
 
+from twice.cli.console import echo
 from twice.cli.exits import exit_on_error
 from twice.cli.options import json_option, ledger_option, pipeline_name_option
 from twice.errors import InputError
@@ -71,10 +72,10 @@ def report(html_path: Path | None, ledger_url: str | None, pipeline: str | None,
             html_path.write_text(page, encoding="utf-8")
         except OSError as exc:
             raise InputError(f"cannot write {html_path}: {exc.strerror or exc}") from exc
-        click.echo(f"wrote {html_path}: {len(evidence.units)} units of work, "
+        echo(f"wrote {html_path}: {len(evidence.units)} units of work, "
                    f"{len(evidence.partitions)} fingerprinted partitions, as of "
                    f"{evidence.as_of.isoformat()}", err=as_json)
     if as_json:
         document = health_document(evidence, "report")
         document["html"] = None if html_path is None else str(html_path)
-        click.echo(json.dumps(document, sort_keys=True))
+        echo(json.dumps(document, sort_keys=True))

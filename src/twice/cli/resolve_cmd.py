@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, cast
 
 import click
 
+from twice.cli.console import echo
 from twice.cli.exits import exit_on_error
 from twice.cli.options import json_option, ledger_option
 from twice.errors import InputError
@@ -92,7 +93,7 @@ def resolve(uow_id: str, outcome: str, note: str | None, attempt: int | None,
     observation = record.observation
     previous = observation.detail.get("previous_outcome")
     if as_json:
-        click.echo(json.dumps({
+        echo(json.dumps({
             "uow_id": record.uow_id,
             "attempt": record.attempt.number,
             "asserted": record.outcome,
@@ -111,11 +112,11 @@ def resolve(uow_id: str, outcome: str, note: str | None, attempt: int | None,
     from twice.reports import wording
 
     if record.repeated:
-        click.echo(f"Attempt {record.attempt.number} of {record.uow_id} was already resolved as "
+        echo(f"Attempt {record.attempt.number} of {record.uow_id} was already resolved as "
                    f"{record.outcome} at {wording.instant(record.resolved_at)}; nothing new "
                    "recorded.")
         return
-    click.echo(
+    echo(
         f"Resolved attempt {record.attempt.number} of {record.uow_id}: {previous} -> "
         f"{record.attempt.outcome}, {wording.asserted_by(record.operator, record.note)}.\n"
         f"Recorded as observation {observation.state} from {observation.source} "

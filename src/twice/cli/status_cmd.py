@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from twice.cli.console import echo
 from twice.cli.exits import exit_on_error
 from twice.cli.options import (
     json_option,
@@ -92,7 +93,7 @@ def status(ledger_url: str | None, pipeline: str | None, pipeline_file: str | No
     if as_json:
         from twice.engine.evidence import iso
 
-        click.echo(json.dumps({"ledger": label, "asOf": iso(at), "headline": headline.headline,
+        echo(json.dumps({"ledger": label, "asOf": iso(at), "headline": headline.headline,
                                "done": headline.done, "units": rows}, sort_keys=True))
         return
     _print(label, at, rows, headline.headline)
@@ -130,6 +131,7 @@ def _print(label: str, at: Any, rows: list[dict[str, Any]], headline: str) -> No
     from rich.table import Table
 
     from twice.cli.console import make_console
+    from twice.core.inert import inert
     from twice.core.interval import Interval
     from twice.engine.evidence import iso
     from twice.ledger import OPERATOR_SOURCE_PREFIX
@@ -147,14 +149,15 @@ def _print(label: str, at: Any, rows: list[dict[str, Any]], headline: str) -> No
     for row in rows:
         attempt = "-" if row["attempt"] is None else f"#{row['attempt']} {row['outcome']}"
         if row["basis"] == "asserted":
-            attempt += "\n" + escape(wording.asserted_by(row["assertedBy"], row["assertion"]))
+            attempt += "\n" + escape(inert(wording.asserted_by(row["assertedBy"],
+                                                               row["assertion"])))
         source = row["source"]
         if source is not None and source.startswith(OPERATOR_SOURCE_PREFIX):
             source = wording.asserted_by(source[len(OPERATOR_SOURCE_PREFIX):])
-        evidence = "-" if source is None else f"{escape(source)} ({row['ageText']})"
+        evidence = "-" if source is None else f"{escape(inert(source))} ({row['ageText']})"
         decision = row["nextAction"] or "-"
         if row["note"] and (row["nextAction"] or row["needsAttention"]):
-            decision += f"\n[dim]{escape(row['note'])}[/]"
+            decision += f"\n[dim]{escape(inert(row['note']))}[/]"
         table.add_row(
             f"{row['pipeline']}.{row['task']}", Interval.parse(row["interval"]).short,
             row["health"] or "-", attempt, evidence, row["jobId"] or "-", decision,

@@ -12,6 +12,7 @@ import json
 
 import click
 
+from twice.cli.console import echo
 from twice.cli.exits import exit_on_error
 from twice.cli.options import json_option, ledger_option, pipeline_name_option
 from twice.errors import InputError
@@ -43,6 +44,6 @@ def update(ledger_url: str | None, pipeline: str | None, as_of: str | None,
     except ReportError as exc:
         raise InputError(str(exc)) from exc
     if as_json:
-        click.echo(json.dumps(health_document(evidence, "update"), sort_keys=True))
+        echo(json.dumps(health_document(evidence, "update"), sort_keys=True))
         return
-    click.echo(render_update(evidence), nl=False)
+    echo(render_update(evidence), nl=False)

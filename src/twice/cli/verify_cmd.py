@@ -14,6 +14,7 @@ from typing import Any
 
 import click
 
+from twice.cli.console import echo
 from twice.cli.exits import exit_on_error, finish
 from twice.cli.options import json_option, ledger_option
 from twice.errors import InputError
@@ -95,7 +96,7 @@ def verify(ledger_url: str | None, destination: str | None, pipeline_file: str |
     mismatches = [r for r in results if not r["matches"]]
     older = [r for r in results if r["older"] and r["matches"]]
     if as_json:
-        click.echo(json.dumps({"ok": not mismatches, "partitions": results}, sort_keys=True))
+        echo(json.dumps({"ok": not mismatches, "partitions": results}, sort_keys=True))
     else:
         for r in results:
             covers = f"[{r['algorithm']} over {', '.join(r['columns']) or 'no listed columns'}]"
@@ -106,13 +107,13 @@ def verify(ledger_url: str | None, destination: str | None, pipeline_file: str |
             else:
                 state = ("MISMATCH: " + "; ".join(r["reasons"])
                          + f" (changed behind twice's back since v{r['version']} was recorded)")
-            click.echo(f"{r['destination']}  {r['partition']}  v{r['version']}  {state}  {covers}")
+            echo(f"{r['destination']}  {r['partition']}  v{r['version']}  {state}  {covers}")
             if r["note"]:
-                click.echo(f"    note: {r['note']}")
+                echo(f"    note: {r['note']}")
         summary = (f"verified {len(results) - len(mismatches)}/{len(results)} partitions "
                    "match the ledger")
         if older:
             summary += (f"; {len(older)} recorded with an older algorithm, verified over their "
                         "recorded columns only")
-        click.echo(summary)
+        echo(summary)
     finish(not mismatches)

@@ -11,12 +11,14 @@ evidence cannot fill says so.
 
 from __future__ import annotations
 
+import html
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import fields, is_dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from twice.core.inert import inert
 from twice.core.outcomes import ERROR_CLASSIFICATIONS
 from twice.reports import wording
 from twice.reports.gather import (
@@ -53,12 +55,17 @@ STANDING_CAVEATS = (
 
 
 def _cell(value: object) -> str:
+    """A table cell of text that may come from outside twice (an error message, a note, an
+    owner): one line, inert (``twice.core.inert``), HTML and the cell separator escaped, so it
+    renders as the text it is and cannot add a row, a heading or markup."""
     text = "" if value is None else str(value)
-    return text.replace("|", "\\|").replace("\n", " ").strip() or "—"
+    text = inert(text.replace("\r\n", " ").replace("\n", " ")).strip()
+    return html.escape(text, quote=False).replace("|", "\\|") or "—"
 
 
 def _code(value: object) -> str:
-    text = str(value).replace("`", "'")
+    """A code span (HTML is not interpreted inside one); inert, one line, no backtick."""
+    text = inert(str(value).replace("`", "'"))
     return f"`{text}`" if text else "—"
 
 
@@ -486,4 +493,4 @@ def render_handover(evidence: Evidence, pipeline: Pipeline | None = None,
         _unresolved(evidence, pipeline),
     ):
         lines += [*section, ""]
-    return "\n".join(lines).rstrip() + "\n"
+    return inert("\n".join(lines).rstrip(), lines=True) + "\n"  # nothing drives a terminal
