@@ -257,3 +257,48 @@ def test_a_rerun_of_a_remote_task_is_a_new_generation_and_really_runs_again(
     assert rerun.job_id == first.job_id[:-1] + "2"
     assert sorted(bq.jobs) == sorted([first.job_id, rerun.job_id])  # two jobs really ran
     assert [g.state for g in ledger.job_generations(first.uow_id)] == ["succeeded"] * 2
+
+
+@pytest.mark.parametrize("engine", ["duckdb", "sqlite"])
+def test_a_rejected_output_twice_writes_never_replaces_the_accepted_slice(
+    tmp_path: Path, ledger: Ledger, clock: ManualClock, engine: str, ledger_url: str
+) -> None:
+    """Found by a probe: a rerun's output failed acceptance (1 row, min_rows=3) yet had
+    already replaced the 5 accepted rows, and ``twice verify`` then blamed a change "behind
+    twice's back". With ``write=``, twice holds the rows before writing: whatever of the
+    criteria the rows alone decide (rows of a replaced slice, required non-null columns) is
+    checked first, and a rejected output is never written."""
+    from click.testing import CliRunner
+
+    from twice.cli import cli
+
+    spec = f"{engine}:///{tmp_path / ('w.' + engine)}?partition_column=day#positions"
+    if engine == "duckdb":
+        spec = f"duckdb://{tmp_path / 'w.duckdb'}?partition_column=day#positions"
+    produced = {"rows": 5, "isin": "X"}
+
+    def load(ctx: TaskContext) -> pa.Table:
+        n = produced["rows"]
+        return pa.table({"day": pa.array([ctx.interval.start.date()] * n, pa.date32()),
+                         "isin": pa.array([produced["isin"]] * n, pa.string())})
+
+    def build(version: str) -> Pipeline:
+        pipeline = Pipeline("validated", schedule=Schedule.daily("UTC"))
+        pipeline.task(name="load", destination=spec, write="replace", safe_repeat=True,
+                      input_version=lambda interval: version,
+                      acceptance=AcceptanceCriteria(min_rows=3, required_non_null=("isin",)),
+                      timeout=30)(load)
+        return pipeline
+
+    first = Executor(build("v0"), ledger, clock=clock).run(day()).unit("load")
+    assert first.outcome == "succeeded", (first.reason, first.error)
+    for rows, isin in ((1, "X"), (4, None)):  # too few rows; a null where none may be
+        produced.update(rows=rows, isin=isin)
+        rejected = Executor(build(f"v{rows}"), ledger, clock=clock).run(day()).unit("load")
+        assert rejected.outcome == "failed-permanent", rejected.reason
+        assert "AcceptanceFailed" in (rejected.error or "")
+        with open_destination(spec) as dest:
+            kept = dest.read_partition(day()).to_pylist()
+        assert [r["isin"] for r in kept] == ["X"] * 5  # the accepted slice is untouched
+    verified = CliRunner().invoke(cli, ["verify", "--ledger", ledger_url])
+    assert verified.exit_code == 0, verified.output  # the recorded version still stands

@@ -2363,7 +2363,7 @@ class _UnitRun:
             try:
                 verdict = check_task_output(
                     criteria, self.task.destination, self.unit.interval, returned,
-                    self.nonfatal,
+                    self.nonfatal, landed=self.task.write is not None,
                 )
             except Exception as exc:  # the destination cannot be read: not verified
                 _mask_error(exc)

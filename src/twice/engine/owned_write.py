@@ -52,6 +52,12 @@ def land(task: Task, ctx: TaskContext, value: Any) -> WriteResult:
             "interval's rows (an empty table replaces the slice with nothing)"
         )
     rows = rows_of(value)
+    if task.acceptance is not None:  # a rejected output never replaces an accepted slice
+        from twice.destinations.rows import to_arrow
+        from twice.engine.verification import check_before_landing
+
+        check_before_landing(task.acceptance, to_arrow(rows),
+                             replaces_slice=task.write == "replace")
     with open_destination(task.destination) as dest:
         partition = ctx.interval if dest.partition_column else None
         if task.write == "replace":

@@ -29,6 +29,8 @@ from twice.define.acceptance import (
 from twice.errors import TwiceError
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from twice.define.pipeline import Task
     from twice.destinations.base import Destination
     from twice.destinations.columns import Schema
@@ -353,19 +355,41 @@ class AcceptanceFailed(TwiceError):
         self.result = result
 
 
+def check_before_landing(criteria: AcceptanceCriteria, table: pa.Table, *,
+                         replaces_slice: bool) -> None:
+    """Refuse, before twice writes them, rows the acceptance check would reject afterwards:
+    a rejected output must not replace an accepted slice. What the rows alone decide is
+    checked here: required non-null columns, and the row count when they replace the whole
+    slice (an upsert or an append adds to rows already there, so only the check after the
+    write can count those). The full check still runs after the write."""
+    knowable = AcceptanceCriteria(
+        min_rows=criteria.min_rows if replaces_slice else None,
+        max_rejected_rows=None, max_nonfatal_errors=None,
+        required_non_null=tuple(c for c in criteria.required_non_null
+                                if c in table.column_names),
+    )
+    nulls = {column: table.column(column).null_count for column in knowable.required_non_null}
+    verdict = evaluate(knowable, LoadOutcome(table.num_rows, None, None, nulls))
+    if not verdict.passed:
+        raise AcceptanceFailed(verdict)
+
+
 def check_task_output(
     criteria: AcceptanceCriteria, destination_spec: str, partition: PartitionSpec,
-    returned: object, nonfatal_errors: int,
+    returned: object, nonfatal_errors: int, *, landed: bool = False,
 ) -> AcceptanceResult:
     """Check one attempt's output: what the task returned plus what its destination holds.
 
     ``returned`` may be a mapping with ``rejected_rows`` (the task's own count of rows it
     refused); anything else leaves rejected rows unknown, which fails a criterion that needs
-    them. ``nonfatal_errors`` is the count the attempt recorded.
+    them. ``landed``: twice wrote the returned rows itself (``write=``), every one of them or
+    none, so none was rejected. ``nonfatal_errors`` is the count the attempt recorded.
     """
     from twice.destinations import open_destination
 
     rejected = returned.get("rejected_rows") if isinstance(returned, Mapping) else None
+    if landed:
+        rejected = 0
     if rejected is not None and (isinstance(rejected, bool) or not isinstance(rejected, int)):
         rejected = None
     with open_destination(destination_spec) as destination:
