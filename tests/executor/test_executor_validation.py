@@ -302,3 +302,37 @@ def test_a_rejected_output_twice_writes_never_replaces_the_accepted_slice(
         assert [r["isin"] for r in kept] == ["X"] * 5  # the accepted slice is untouched
     verified = CliRunner().invoke(cli, ["verify", "--ledger", ledger_url])
     assert verified.exit_code == 0, verified.output  # the recorded version still stands
+
+
+def test_a_dependent_left_behind_by_its_upstream_reads_never_run_not_verified(
+    tmp_path: Path, ledger: Ledger, clock: ManualClock
+) -> None:
+    """Found by a probe: after an upstream reran with a changed output and its dependent did
+    not run (``tasks=``, a worker stopped after one unit), status said every unit verified
+    while the dependent's table was built from the old upstream rows. The dependent's new
+    unit is recorded when the upstream succeeds: reports show it never run, the old one
+    superseded, until it runs."""
+    from twice.reports import gather
+
+    source = {"v": 1}
+    spec = f"sqlite:///{tmp_path / 'w.db'}?partition_column=day"
+    pipeline = Pipeline("stale", schedule=Schedule.daily("UTC"))
+
+    @pipeline.task(destination=spec + "#a", write="replace", safe_repeat=True,
+                   input_version=lambda interval: str(source["v"]))
+    def a(ctx: TaskContext) -> pa.Table:
+        return pa.table({"day": [ctx.interval.start.date()], "v": [source["v"]]})
+
+    @pipeline.task(destination=spec + "#b", write="replace", safe_repeat=True, depends_on="a")
+    def b(ctx: TaskContext) -> pa.Table:
+        return pa.table({"day": [ctx.interval.start.date()], "v": [source["v"] * 2]})
+
+    assert Executor(pipeline, ledger, clock=clock).run(day()).ok
+    source["v"] = 2
+    assert Executor(pipeline, ledger, clock=clock).run(day(), tasks=["a"]).ok
+    health = {(u.unit.task, str(u.status.state)) for u in gather(ledger).units}
+    assert ("b", "never-run") in health and ("b", "superseded") in health
+    assert ("b", "verified") not in health
+    assert Executor(pipeline, ledger, clock=clock).run(day(), tasks=["b"]).ok
+    health = {(u.unit.task, str(u.status.state)) for u in gather(ledger).units}
+    assert ("b", "verified") in health and ("b", "never-run") not in health

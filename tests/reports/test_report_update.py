@@ -129,3 +129,27 @@ def test_every_line_stays_short_with_many_units(tmp_path: Path) -> None:
     assert len(action) < 600, action
     assert "more" in action
     assert max(len(line) for line in text.splitlines()) < 800
+
+
+def test_status_as_of_leaves_out_units_recorded_later(tmp_path: Path) -> None:
+    """Found by a probe: ``status --as-of`` before a unit was recorded listed it (with a
+    decision planned from nothing) under a headline saying no unit was recorded."""
+    import json
+
+    from click.testing import CliRunner
+
+    from twice.cli import cli
+
+    clock = StoryClock()
+    url = str(tmp_path / "l.db")
+    with Ledger.open(url, clock=clock) as ledger:
+        clock.current = at(5, 0)
+        early = ledger.record_unit(unit_for("extract")).uow_id
+        clock.current = at(5, 30)
+        late = ledger.record_unit(unit_for("load")).uow_id
+    for args in (["status"], ["decide", "--json"]):
+        out = CliRunner().invoke(cli, [*args, "--ledger", url, "--as-of",
+                                       "2026-12-02T05:10:00Z", *(["--json"] if args == ["status"]
+                                                                 else [])])
+        assert out.exit_code in (0, 1), out.output
+        assert early in out.output and late not in out.output, (args, out.output)

@@ -95,6 +95,8 @@ def unit_rows(
     for unit in ledger.units():
         if pipeline is not None and unit.pipeline != pipeline:
             continue
+        if as_of is not None and unit.created_at > at:
+            continue  # recorded after the as-of time: not known then
         settings = settings_for(unit) if settings_for is not None else None
         evidence = gather_evidence(ledger, unit.uow_id, as_of=at, settings=settings,
                                    live=as_of is None)

@@ -742,8 +742,27 @@ class Executor:
             if not superseded:
                 break
         assert result is not None
+        if result.outcome == "succeeded":
+            self._record_dependents_due(task, interval)
         self.emit(UnitSettled(result.uow_id or "", task.name, interval, result.outcome, result))
         return result
+
+    def _record_dependents_due(self, task: Task, interval: Interval) -> None:
+        """Record the unit each direct dependent of ``task`` now needs for ``interval``, as
+        the ledger stands after ``task``'s success: when ``task``'s output changed, that is a
+        new unit, which every report then shows never run (and the dependent's earlier unit
+        superseded) until a run, a backfill or a worker executes it. Without this, a run of
+        ``task`` alone (``tasks=``, a worker stopped after one unit) left the dependents'
+        old successes reading "verified" over outputs built from the old input."""
+        for other in self.pipeline:
+            if task.name not in other.depends_on:
+                continue
+            try:
+                unit = self.unit_for(other.name, interval)
+            except Exception:  # noqa: S112 - identified, and its error reported, when planned
+                continue
+            if self.ledger.unit(unit.uow_id) is None:
+                self.ledger.record_unit(unit)
 
     def _claim_and_drive(
         self,
