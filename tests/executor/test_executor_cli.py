@@ -186,3 +186,30 @@ def test_subprocess_errors_have_no_traceback(tmp_path: Path) -> None:
         assert "Traceback" not in done.stderr + done.stdout
         assert done.stderr.strip()
     assert not (tmp_path / "none.db").exists()  # status/explain never create a ledger
+
+
+def test_decide_over_the_ledger_asks_nothing_of_a_verified_unit(tmp_path: Path) -> None:
+    """Found by a probe: ``twice decide --ledger`` told the operator to validate the output of
+    every verified unit (the lab's raw ``validate-output``), which status calls done. The table
+    now shows each unit's health, and a settled one has no decision; the JSON keeps the raw
+    decision beside ``health`` and ``nextAction``."""
+    path = tmp_path / "verified.py"
+    path.write_text(
+        "import pyarrow as pa\n"
+        "from twice import Pipeline, Schedule\n"
+        "pipeline = Pipeline('settled', schedule=Schedule.daily('UTC'))\n"
+        f"@pipeline.task(destination='sqlite:///{tmp_path}/w.db?partition_column=day#t',\n"
+        "               write='replace', safe_repeat=True)\n"
+        "def t(ctx):\n"
+        "    return pa.table({'day': [ctx.interval.start.date()], 'v': [1]})\n"
+    )
+    db = str(tmp_path / "l.db")
+    ran = invoke("run", str(path), "--interval", "2026-11-30", "--deadline", "none",
+                 "--ledger", db)
+    assert ran.exit_code == 0, ran.output
+    table = invoke("decide", "--ledger", db, "--format", "table")
+    assert table.exit_code == 0, table.output
+    assert "verified" in table.output and "validate-output" not in table.output
+    [row] = json.loads(invoke("decide", "--ledger", db).output)["tasks"]
+    assert (row["health"], row["nextAction"], row["decision"]) == (
+        "verified", None, "validate-output")

@@ -134,7 +134,6 @@ def test_every_line_stays_short_with_many_units(tmp_path: Path) -> None:
 def test_status_as_of_leaves_out_units_recorded_later(tmp_path: Path) -> None:
     """Found by a probe: ``status --as-of`` before a unit was recorded listed it (with a
     decision planned from nothing) under a headline saying no unit was recorded."""
-    import json
 
     from click.testing import CliRunner
 

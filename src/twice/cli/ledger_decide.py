@@ -171,6 +171,33 @@ def _assertion(
     return found[-1] if found else None
 
 
+def add_health(ledger: Any, at: Any, rows: list[dict[str, Any]], pipeline: str | None, *,
+                live: bool) -> Any:
+    """Give each row its health (the reports' model as of the same instant), put what needs
+    attention first, and return the scope (its headline)."""
+    from twice.reports import gather
+    from twice.reports.health import HEALTH_ORDER, IN_PROGRESS, NEEDS_ATTENTION, scope
+
+    evidence = gather(ledger, as_of=at, pipeline=pipeline, live=live)
+    known = {unit.uow_id: unit for unit in evidence.units}
+    rank = {str(state): i for i, state in enumerate(HEALTH_ORDER)}
+    for row in rows:
+        unit = known.get(row["id"])
+        if unit is None:  # recorded after --as-of: it had no state then
+            row.update(health=None, healthBasis=None, needsAttention=False,
+                       healthReason="recorded after the as-of time", nextAction=None)
+            continue
+        state = unit.status.state
+        row["health"] = str(state)
+        row["healthBasis"] = unit.status.basis
+        row["healthReason"] = unit.status.text
+        row["needsAttention"] = state in NEEDS_ATTENTION
+        acting = state in NEEDS_ATTENTION or state in IN_PROGRESS
+        row["nextAction"] = row["decision"] if acting else None
+    rows.sort(key=lambda row: rank.get(row["health"], len(rank)))
+    return scope(evidence.units)
+
+
 def _report(ledger: LedgerReader, at: datetime, rows: list[dict[str, Any]]) -> dict[str, Any]:
     from twice.engine.evidence import iso
 
@@ -195,13 +222,17 @@ def _table(report: dict[str, Any], stream: TextIO) -> None:
 
     console = make_console(file=stream)
     table = Table(title=f"Decisions over {report['ledger']} as of {report['asOf']}")
-    for column in ("unit of work", "state", "attempts", "evidence", "decision", "reason"):
+    for column in ("unit of work", "state", "health", "attempts", "evidence", "decision",
+                   "reason"):
         table.add_column(column, overflow="fold")
     for row in report["tasks"]:
         evidence = "-" if row["source"] is None else f"{row['source']}, {row['ageText']} old"
         attempts = "-" if row["attempt"] is None else f"{row['attemptsInRun']} ({row['attempt']})"
-        table.add_row(row["id"], row["state"] or "-", attempts, evidence,
-                      row["decision"] or "-", row["reason"])
+        settled = row["health"] is not None and row["nextAction"] is None and row["decision"]
+        decision, reason = (("-", row["healthReason"]) if settled
+                            else (row["decision"] or "-", row["reason"]))
+        table.add_row(row["id"], row["state"] or "-", row["health"] or "-", attempts, evidence,
+                      decision, reason)
     console.print(table)
     console.print(
         "attempts: this run's (all recorded). Decided only: no job was executed, idempotency is "
@@ -220,6 +251,7 @@ def decide_over_ledger(ledger_url: str, as_of: str | None, output_format: str) -
         return exit_code_for(exc)
     with ledger:
         at, rows = unit_rows(ledger, at)
+        add_health(ledger, at, rows, None, live=as_of is None)  # a verified unit needs nothing
         report = _report(ledger, at, rows)
     if output_format == "table":
         _table(report, sys.stdout)

@@ -25,6 +25,7 @@ import click
 
 from twice.cli.console import echo
 from twice.cli.exits import exit_on_error
+from twice.cli.ledger_decide import add_health
 from twice.cli.options import (
     json_option,
     ledger_option,
@@ -89,7 +90,7 @@ def status(ledger_url: str | None, pipeline: str | None, pipeline_file: str | No
             require_pipeline(ledger, pipeline, describe(ledger_url))
         at, rows = unit_rows(ledger, at, settings_for, pipeline=pipeline)
         label = ledger.url
-        headline = _add_health(ledger, at, rows, pipeline, live=as_of is None)
+        headline = add_health(ledger, at, rows, pipeline, live=as_of is None)
     if as_json:
         from twice.engine.evidence import iso
 
@@ -99,31 +100,6 @@ def status(ledger_url: str | None, pipeline: str | None, pipeline_file: str | No
     _print(label, at, rows, headline.headline)
 
 
-def _add_health(ledger: Any, at: Any, rows: list[dict[str, Any]], pipeline: str | None, *,
-                live: bool) -> Any:
-    """Give each row its health (the reports' model as of the same instant), put what needs
-    attention first, and return the scope (its headline)."""
-    from twice.reports import gather
-    from twice.reports.health import HEALTH_ORDER, IN_PROGRESS, NEEDS_ATTENTION, scope
-
-    evidence = gather(ledger, as_of=at, pipeline=pipeline, live=live)
-    known = {unit.uow_id: unit for unit in evidence.units}
-    rank = {str(state): i for i, state in enumerate(HEALTH_ORDER)}
-    for row in rows:
-        unit = known.get(row["id"])
-        if unit is None:  # recorded after --as-of: it had no state then
-            row.update(health=None, healthBasis=None, needsAttention=False,
-                       healthReason="recorded after the as-of time", nextAction=None)
-            continue
-        state = unit.status.state
-        row["health"] = str(state)
-        row["healthBasis"] = unit.status.basis
-        row["healthReason"] = unit.status.text
-        row["needsAttention"] = state in NEEDS_ATTENTION
-        acting = state in NEEDS_ATTENTION or state in IN_PROGRESS
-        row["nextAction"] = row["decision"] if acting else None
-    rows.sort(key=lambda row: rank.get(row["health"], len(rank)))
-    return scope(evidence.units)
 
 
 def _print(label: str, at: Any, rows: list[dict[str, Any]], headline: str) -> None:

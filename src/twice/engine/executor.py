@@ -759,7 +759,7 @@ class Executor:
                 continue
             try:
                 unit = self.unit_for(other.name, interval)
-            except Exception:  # noqa: S112 - identified, and its error reported, when planned
+            except Exception:  # identified, and its error reported, when it is planned
                 continue
             if self.ledger.unit(unit.uow_id) is None:
                 self.ledger.record_unit(unit)
