@@ -40,7 +40,8 @@ def explain(uow_id: str, ledger_url: str | None, as_json: bool) -> None:
         events = ledger.timeline(unit.uow_id)
         from twice.reports import gather
 
-        status = gather(ledger, pipeline=unit.pipeline).unit(unit.uow_id).status
+        status = gather(ledger, pipeline=unit.pipeline, task=unit.task,
+                        starting=unit.interval_start).unit(unit.uow_id).status
     rows: list[dict[str, Any]] = [
         {
             "seq": event.seq,

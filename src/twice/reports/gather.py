@@ -450,8 +450,14 @@ def gather(
     deadline: DeadlineSpec = None,
     max_observation_age: timedelta | None = None,
     live: bool | None = None,
+    task: str | None = None,
+    starting: datetime | None = None,
 ) -> Evidence:
     """Read the ledger into an :class:`Evidence` model as of ``as_of`` (default: its clock now).
+
+    ``task`` and ``starting`` narrow it to one task, and to the intervals that start at
+    ``starting``: one unit's slot, all a unit's health depends on (``twice explain`` reads no
+    more of a large ledger than that).
 
     ``deadline`` (one instant, or a function of the unit) fills in for units whose decisions
     recorded none; it is marked as given by the caller. ``max_observation_age`` likewise fills
@@ -463,7 +469,7 @@ def gather(
     live = as_of is None if live is None else live
     if moment.utcoffset() is None:
         raise ReportError(f"as_of {moment.isoformat()} must be timezone-aware")
-    recorded = ledger.units(pipeline=pipeline)
+    recorded = ledger.units(pipeline=pipeline, task=task, starting=starting)
     units = [u for u in recorded if u.created_at <= moment]
     timelines = {unit.uow_id: ledger.timeline(unit.uow_id) for unit in units}
     replaced = _superseded(units, timelines, moment)
@@ -473,7 +479,8 @@ def gather(
                                                 live), live)
         for unit in units
     ]
-    partitions, later_versions = _partitions(ledger, moment, pipeline, units)
+    narrowed = task is not None or starting is not None
+    partitions, later_versions = _partitions(ledger, moment, pipeline, units, narrowed)
     assumptions, open_questions = _assumptions(reports, partitions, deadline, moment)
     return Evidence(
         ledger=ledger.url,
@@ -849,18 +856,23 @@ def _deadline(unit: UnitRecord, decisions: tuple[RecordedDecision, ...],
 
 
 def _partitions(
-    ledger: LedgerReader, as_of: datetime, pipeline: str | None, units: list[UnitRecord]
+    ledger: LedgerReader, as_of: datetime, pipeline: str | None, units: list[UnitRecord],
+    narrowed: bool = False,
 ) -> tuple[list[PartitionHistory], int]:
     """Fingerprint histories known at ``as_of``, and how many later versions were left out.
 
     With a pipeline filter, a partition belongs to it through a unit's destination or a version
     recorded by one of its units (a backfill may record fingerprints without a unit).
+    ``narrowed`` (a task or interval filter): only the units' own partitions.
     """
     uow_ids = {u.uow_id for u in units}
     destinations = {u.destination for u in units}
+    slots = {(u.destination, u.interval.label) for u in units}
     found = []
     later = 0
     for latest in ledger.latest_fingerprints():
+        if narrowed and (latest.destination, latest.partition) not in slots:
+            continue
         every = ledger.fingerprints(latest.destination, latest.partition)
         ours = latest.destination in destinations or any(v.uow_id in uow_ids for v in every)
         if pipeline is not None and not ours:
