@@ -500,3 +500,30 @@ def test_each_write_is_committed_on_its_own(engine_url: str) -> None:
     finally:
         writer.close()
         reader.close()
+
+
+def test_timelines_read_together_equal_each_units_timeline(
+    ledger: Ledger, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``Ledger.timelines`` (a report's batched read, chunk by chunk) gives every unit exactly
+    the timeline ``Ledger.timeline`` gives it: same events, order and records, none mixed up
+    between units, across chunk boundaries, and an empty one for a unit with no event."""
+    from twice.ledger import timeline as timeline_module
+
+    monkeypatch.setattr(timeline_module, "CHUNK", 3)
+    ids = []
+    for day in range(8):
+        uow = ledger.record_unit(make_uow(day + 1)).uow_id
+        ids.append(uow)
+        for number in range(1, 1 + day % 3):
+            clock.advance(5)
+            ledger.begin_attempt(uow, holder="w")
+            ledger.record_observation(uow, "running", source="test", attempt=number)
+            ledger.finish_attempt(uow, number, "failed-transient" if day % 2 else "succeeded")
+            ledger.record_error(uow, error_class="ConnectionError", message=f"boom {day}",
+                                classification="transient", attempt=number)
+    together = ledger.timelines([*ids, "no-such-unit"])
+    assert together["no-such-unit"] == []
+    for uow in ids:
+        assert together[uow] == ledger.timeline(uow)
+        assert {event.uow_id for event in together[uow]} == {uow}

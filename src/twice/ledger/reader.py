@@ -8,6 +8,7 @@ keeps a write from slipping in, and lets them read any object that answers these
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Protocol
@@ -71,3 +72,5 @@ class LedgerReader(Protocol):
     ) -> FingerprintDiff | None: ...
 
     def timeline(self, uow_id: str) -> list[TimelineEvent]: ...
+
+    def timelines(self, uow_ids: Sequence[str]) -> dict[str, list[TimelineEvent]]: ...

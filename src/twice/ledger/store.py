@@ -800,6 +800,10 @@ class Ledger(Closeable):
         """
         return self._timeline.of(uow_id)
 
+    def timelines(self, uow_ids: Sequence[str]) -> dict[str, list[TimelineEvent]]:
+        """:meth:`timeline` of each of ``uow_ids``, read together (a report's whole ledger)."""
+        return self._timeline.of_many(uow_ids)
+
 
 if TYPE_CHECKING:
 

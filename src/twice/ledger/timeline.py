@@ -6,12 +6,12 @@ record in its current state, looked up by the key the entry names.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import Table, select
 from sqlalchemy.engine import Connection
 
-from twice.ledger import units
 from twice.ledger.records import TimelineEvent
 from twice.ledger.rows import (
     ATTEMPT,
@@ -22,6 +22,7 @@ from twice.ledger.rows import (
     NONFATAL,
     OBSERVATION,
     TIMELINE_EVENT,
+    UNIT,
     RowMapper,
     decode_detail,
 )
@@ -35,6 +36,7 @@ from twice.ledger.schema import (
     nonfatal_errors,
     observations,
 )
+from twice.ledger.schema import units as unit_rows
 from twice.ledger.session import Session
 
 #: Where the record of each kind of entry is, and the key naming it (default: the entry's seq).
@@ -54,38 +56,52 @@ class TimelineStore:
         self._session = session
 
     def of(self, uow_id: str) -> list[TimelineEvent]:
+        return self.of_many([uow_id])[uow_id]
+
+    def of_many(self, uow_ids: Sequence[str]) -> dict[str, list[TimelineEvent]]:
+        """Timelines of many units, read in one transaction a chunk of units per query (a
+        report over a large ledger makes a few queries per chunk, not nine per unit)."""
+        found: dict[str, list[TimelineEvent]] = {uow_id: [] for uow_id in uow_ids}
         with self._session.read() as conn:
-            rows = (
-                conn.execute(
-                    select(events)
-                    .where(events.c.uow_id == uow_id)
+            for start in range(0, len(found), CHUNK):
+                chunk = list(found)[start:start + CHUNK]
+                rows = conn.execute(
+                    select(events).where(events.c.uow_id.in_(chunk))
                     .order_by(events.c.at, events.c.seq)
-                )
-                .mappings()
-                .all()
-            )
-            if not rows:
-                return []
-            lookup = _records(conn, uow_id)
-        timeline = []
-        for row in rows:
-            kind = row["kind"]
-            if kind in ("attempt-started", "attempt-finished"):
-                record = lookup["attempt"].get(row["attempt"])
-            elif kind in ("job-generation", "generation-marked"):
-                record = lookup["generation"].get(decode_detail(row["data"]).get("generation"))
-            elif kind == "unit-recorded":
-                record = lookup["unit"].get(uow_id)
-            else:
-                record = lookup[kind].get(row["seq"])
-            timeline.append(TIMELINE_EVENT(row, record=record))
-        return timeline
+                ).mappings().all()
+                if not rows:
+                    continue
+                lookup = _records(conn, chunk)
+                for row in rows:
+                    uow_id = row["uow_id"]
+                    found[uow_id].append(TIMELINE_EVENT(row, record=_record(lookup, row)))
+        return found
 
 
-def _records(conn: Connection, uow_id: str) -> dict[str, dict[Any, object]]:
-    found: dict[str, dict[Any, object]] = {"unit": {uow_id: units.find(conn, uow_id)}}
+#: Units per query: well under SQLite's 32,766 bound parameters, and PostgreSQL's 65,535.
+CHUNK = 500
+
+
+def _record(lookup: dict[str, dict[Any, object]], row: Any) -> object:
+    """The record the journal entry ``row`` names, as it is now."""
+    kind, uow_id = row["kind"], row["uow_id"]
+    if kind in ("attempt-started", "attempt-finished"):
+        return lookup["attempt"].get((uow_id, row["attempt"]))
+    if kind in ("job-generation", "generation-marked"):
+        return lookup["generation"].get((uow_id, decode_detail(row["data"]).get("generation")))
+    if kind == "unit-recorded":
+        return lookup["unit"].get(uow_id)
+    return lookup[kind].get((uow_id, row["seq"]))
+
+
+def _records(conn: Connection, uow_ids: list[str]) -> dict[str, dict[Any, object]]:
+    """The detail records of ``uow_ids``, by kind, keyed ``(uow_id, key)`` (unit: uow_id)."""
+    recorded = conn.execute(select(unit_rows).where(unit_rows.c.uow_id.in_(uow_ids)))
+    found: dict[str, dict[Any, object]] = {
+        "unit": {row["uow_id"]: UNIT(row) for row in recorded.mappings()}}
     for name, (table, build, key) in _RECORDS.items():
-        query = select(table).where(table.c.uow_id == uow_id)
-        found[name] = {row[key]: build(row) for row in conn.execute(query).mappings()}
+        query = select(table).where(table.c.uow_id.in_(uow_ids))
+        found[name] = {(row["uow_id"], row[key]): build(row)
+                       for row in conn.execute(query).mappings()}
     found["lease-takeover"] = found["observation"]
     return found

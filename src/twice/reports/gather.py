@@ -471,7 +471,7 @@ def gather(
         raise ReportError(f"as_of {moment.isoformat()} must be timezone-aware")
     recorded = ledger.units(pipeline=pipeline, task=task, starting=starting)
     units = [u for u in recorded if u.created_at <= moment]
-    timelines = {unit.uow_id: ledger.timeline(unit.uow_id) for unit in units}
+    timelines = ledger.timelines([unit.uow_id for unit in units])
     replaced = _superseded(units, timelines, moment)
     reports = [
         _with_plan(ledger, moment, _unit_report(unit, timelines[unit.uow_id], moment, deadline,
