@@ -336,3 +336,52 @@ def test_a_dependent_left_behind_by_its_upstream_reads_never_run_not_verified(
     assert Executor(pipeline, ledger, clock=clock).run(day(), tasks=["b"]).ok
     health = {(u.unit.task, str(u.status.state)) for u in gather(ledger).units}
     assert ("b", "verified") in health and ("b", "never-run") not in health
+
+
+def test_an_upstream_column_renamed_reruns_its_dependents(
+    tmp_path: Path, ledger: Ledger, clock: ManualClock
+) -> None:
+    """Found by a probe: an upstream column renamed (the table migrated, the change accepted)
+    kept the same row count and checksum, so the dependent's input version did not change and
+    it kept the old column while every report said verified. A partition whose recorded
+    columns changed since its first version gives its dependents a new input version; one
+    whose columns never changed keeps the version earlier releases gave it."""
+    import duckdb
+
+    spec = f"duckdb://{tmp_path / 'w.duckdb'}?partition_column=day"
+    column = {"name": "v"}
+    runs: list[str] = []
+
+    def build() -> Pipeline:
+        pipeline = Pipeline("renamed", schedule=Schedule.daily("UTC"))
+
+        @pipeline.task(destination=spec + "#a", write="replace", safe_repeat=True,
+                       transform_version=column["name"])
+        def a(ctx: TaskContext) -> pa.Table:
+            return pa.table({"day": [ctx.interval.start.date()], column["name"]: [7]})
+
+        @pipeline.task(destination=spec + "#b", write="replace", safe_repeat=True,
+                       depends_on="a")
+        def b(ctx: TaskContext) -> pa.Table:
+            runs.append("b")
+            with open_destination(spec + "#a") as upstream:
+                return upstream.read_partition(ctx.interval)
+
+        return pipeline
+
+    first = build()
+    assert Executor(first, ledger, clock=clock).run(day()).ok and runs == ["b"]
+    before = Executor(first, ledger, clock=clock).unit_for("b", day()).uow_id
+    with duckdb.connect(str(tmp_path / "w.duckdb")) as con:
+        con.execute("ALTER TABLE a RENAME COLUMN v TO w")
+    column["name"] = "w"
+    renamed = build()
+    executor = Executor(renamed, ledger, clock=clock, accept_schema_change=True)
+    assert executor.run(day(), tasks=["a"]).ok
+    after = executor.unit_for("b", day()).uow_id
+    assert after != before  # a new input version: the dependent is due
+    with duckdb.connect(str(tmp_path / "w.duckdb")) as con:
+        con.execute("ALTER TABLE b RENAME COLUMN v TO w")  # its own migration
+    assert executor.run(day(), tasks=["b"]).ok and runs == ["b", "b"]
+    with open_destination(spec + "#b") as dest:
+        assert dest.read_partition(day()).column_names == ["day", "w"]

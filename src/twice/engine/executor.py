@@ -948,8 +948,26 @@ def _output_version(pipeline: Pipeline, ledger: Ledger, dep: str, interval: Inte
         record = ledger.latest_fingerprint(task.destination, interval.label)
         if record is None:
             return "fp:none"
-        return f"fp:{record.algorithm}:{record.row_count}:{record.checksum}"
+        version = f"fp:{record.algorithm}:{record.row_count}:{record.checksum}"
+        shape = _reshaped(ledger, record)
+        return version if shape is None else f"{version}:shape:{shape}"
     return f"unit:{identify_unit(pipeline, ledger, dep, interval).uow_id}"
+
+
+def _reshaped(ledger: Ledger, record: FingerprintRecord) -> str | None:
+    """A digest of ``record``'s columns when they differ from the partition's first recorded
+    version's (a column renamed or retyped, the change accepted): the checksum hashes values
+    only, so without it a renamed column would leave dependents on the old shape. None while
+    the columns are as first recorded (or either version predates recorded columns): such a
+    partition keeps the version string earlier releases gave it."""
+    if record.version <= 1 or (record.schema is None and record.columns is None):
+        return None
+    first = ledger.fingerprints(record.destination, record.partition)[0]
+    shape, original = (record.schema, first.schema) if record.schema is not None and \
+        first.schema is not None else (record.columns, first.columns)
+    if shape is None or original is None or shape == original:
+        return None
+    return hashlib.sha256(repr(shape).encode()).hexdigest()[:12]
 
 
 def _is_schema_refusal(error: BaseException) -> bool:
