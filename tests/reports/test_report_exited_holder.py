@@ -100,3 +100,6 @@ def test_twice_status_shows_it(tmp_path: Path) -> None:
     row = json.loads(shown.output)["units"][0]
     assert (row["health"], row["healthBasis"]) == ("unknown", "observed")
     assert row["needsAttention"] is True and "has exited" in row["healthReason"]
+    # the evidence column agrees with explain and update (found by a probe: it said
+    # "executor (attempt record)", aged from the attempt's start)
+    assert row["source"] == "process table" and row["age"] < 60

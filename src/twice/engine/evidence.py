@@ -191,6 +191,9 @@ class UnitEvidence:
     include_workflow_deadline: bool = False
     rerun_of: int | None = None  # the succeeded attempt the latest run repeats, if any
     run_started_at: datetime | None = None  # when the latest run opened the unit
+    #: the latest attempt was recorded running but its holder's process has exited (``live``):
+    #: seen unknown now, in this host's process table
+    exited_seen: bool = False
 
     @property
     def standing_refusal(self) -> DecisionRecord | None:
@@ -231,11 +234,15 @@ class UnitEvidence:
         latest = self.latest
         if latest is not None:
             times.append(latest.finished_at or latest.started_at)
+        if self.exited_seen:
+            times.append(self.as_of)
         return max(times) if times else None
 
     @property
     def source(self) -> str | None:
         """Who supplied the freshest evidence."""
+        if self.exited_seen:
+            return PROCESS_TABLE
         observation, latest = self.observation, self.latest
         attempt_time = None if latest is None else (latest.finished_at or latest.started_at)
         if observation is not None and (
@@ -480,7 +487,14 @@ def gather_evidence(
         include_workflow_deadline=include_workflow_deadline,
         rerun_of=rerun_of,
         run_started_at=None if marker is None else marker.observed_at,
+        exited_seen=bool(attempts) and attempts[-1].outcome == "unknown"
+        and recorded_attempts[-1].outcome == "running" and attempts[-1].finished_at is None
+        and recorded_attempts[-1].number == attempts[-1].number,
     )
+
+
+#: The source of what a report of the present sees in this host's process table.
+PROCESS_TABLE = "process table"
 
 
 def _as_of_attempt(attempt: AttemptRecord, at: datetime, live: bool = False) -> AttemptRecord:

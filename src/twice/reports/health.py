@@ -66,7 +66,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Literal
 
-from twice.engine.evidence import COST_GUARD, EXECUTOR_SOURCE
+from twice.engine.evidence import COST_GUARD, EXECUTOR_SOURCE, PROCESS_TABLE
 from twice.reports import wording
 
 if TYPE_CHECKING:
@@ -372,7 +372,7 @@ def assess(
             f"{wording.instant(as_of)} by this report, not yet recorded. Its outcome is unknown "
             "until the next run takes its lease over and settles it from the destination's "
             "commit record (or its reconcile function); settle it before any retry",
-            source="process table", at=as_of,
+            source=PROCESS_TABLE, at=as_of,
         )
     if latest.outcome == "unknown":
         since = latest.unknown_since or latest.started_at
