@@ -194,3 +194,18 @@ def test_explain_reads_only_the_units_slot(tmp_path: Path, monkeypatch: pytest.M
     assert out.exit_code == 0, out.output
     assert set(reads) == {ids[7]}
     assert f"health: {whole[ids[7]]}" in out.output
+
+
+def test_the_json_names_each_units_next_action(evidence: Evidence) -> None:
+    """``needsAttention`` and ``units`` give the planner's next action, as the JSON reference
+    says (found by a probe: only the health and the reason were there); settled: none."""
+    from twice.reports.health import health_document
+
+    document = health_document(evidence, "update")
+    attention = {entry["label"].split()[0].split(".")[-1]: entry["nextAction"]
+                 for entry in document["needsAttention"]}
+    assert attention["report_file"] == "repair-cause"
+    assert attention["archive"] == "deadline-infeasible"
+    units = {unit["task"]: unit["nextAction"] for unit in document["units"]}
+    assert units["extract"] is None  # verified: nothing to do
+    assert units["transform"] == "wait-backoff"

@@ -575,6 +575,17 @@ def scope(units: Iterable[UnitReport]) -> Scope:
     return Scope(dict(counts), sum(counts.values()), superseded)
 
 
+def next_action(unit: UnitReport) -> str | None:
+    """The planner's decision a unit that needs attention or is in progress waits on (the
+    recorded current one, else the one planned as of the report); None for a settled unit."""
+    if unit.status.state not in NEEDS_ATTENTION and unit.status.state not in IN_PROGRESS:
+        return None
+    decision = unit.current_decision
+    if decision is not None:
+        return str(decision.record.decision)
+    return None if unit.planned is None else str(unit.planned.decision)
+
+
 def unit_json(unit: UnitReport) -> dict[str, Any]:
     """One unit in every report's ``--json``: the same keys, the same health word."""
     from twice.engine.evidence import iso
@@ -593,6 +604,7 @@ def unit_json(unit: UnitReport) -> dict[str, Any]:
         "basisLabel": BASIS_LABEL[status.basis],
         "reason": status.text,
         "needsAttention": status.needs_attention,
+        "nextAction": next_action(unit),
         "evidenceSource": status.source,
         "evidenceAt": iso(status.at),
         "needsFreshEvidence": status.state in NEEDS_FRESH_EVIDENCE,
@@ -625,7 +637,7 @@ def health_document(evidence: Evidence, command: str) -> dict[str, Any]:
         | ({"superseded": summary.superseded} if summary.superseded else {}),
         "needsAttention": [
             {"id": u.uow_id, "label": u.label, "health": str(u.status.state),
-             "reason": u.status.text}
+             "reason": u.status.text, "nextAction": next_action(u)}
             for u in units if u.status.needs_attention
         ],
         "units": [unit_json(u) for u in units],
