@@ -52,13 +52,9 @@ def land(task: Task, ctx: TaskContext, value: Any) -> WriteResult:
             "interval's rows (an empty table replaces the slice with nothing)"
         )
     rows = rows_of(value)
-    if task.acceptance is not None:  # a rejected output never replaces an accepted slice
-        from twice.destinations.rows import to_arrow
-        from twice.engine.verification import check_before_landing
-
-        check_before_landing(task.acceptance, to_arrow(rows),
-                             replaces_slice=task.write == "replace")
     with open_destination(task.destination) as dest:
+        if task.acceptance is not None:  # a rejected output never replaces an accepted slice
+            _check_before_landing(task, dest, rows)
         partition = ctx.interval if dest.partition_column else None
         if task.write == "replace":
             if partition is None:
@@ -70,6 +66,28 @@ def land(task: Task, ctx: TaskContext, value: Any) -> WriteResult:
         if task.write == "upsert":
             return dest.upsert(rows, partition=partition)
         return dest.append(rows, partition=partition)
+
+
+def _check_before_landing(task: Task, dest: Any, rows: Any) -> None:
+    """The acceptance criteria the rows alone decide, checked before they are written
+    (``twice.engine.verification.check_before_landing``). The rows are read as the write will
+    read them (against the table's schema); rows the write itself would refuse (a column of
+    nulls only, no rows and no table yet) are left to the write and its own error, and the
+    check after the write still runs."""
+    import pyarrow as pa
+
+    from twice.destinations.rows import to_arrow
+    from twice.engine.verification import check_before_landing
+
+    assert task.acceptance is not None
+    if isinstance(rows, list | tuple) and not rows:
+        table = pa.table({})  # no rows: a replaced slice would hold none
+    else:
+        try:
+            table = to_arrow(rows, target=dest.schema())
+        except Exception:  # the write reports it, with its own error
+            return
+    check_before_landing(task.acceptance, table, replaces_slice=task.write == "replace")
 
 
 def rows_of(value: Any) -> Any:
