@@ -327,8 +327,19 @@ class IcebergDestination(ArrowScanned):
                 return _without_keys(current, incoming, keys)
 
             def apply(tx: Transaction, props: dict[str, str]) -> None:
-                if incoming.num_rows and base_snapshot(base) is not None:
-                    _delete(tx, _key_filter(incoming, keys), props)
+                snapshot = base_snapshot(base)
+                if not incoming.num_rows or snapshot is None:
+                    return
+                where, exact = _key_filter(incoming, keys)
+                if exact:
+                    _delete(tx, where, props)
+                    return
+                # a superset of the keys: the rows it matches that are not upserted go back
+                matched = base.scan(row_filter=where, snapshot_id=snapshot).to_arrow()
+                back = _without_keys(matched, incoming, keys)
+                _delete(tx, where, props)
+                if back.num_rows:
+                    tx.append(_to_table_schema(back, base), snapshot_properties=props)
 
             return 0, kept, apply
 
@@ -689,13 +700,16 @@ def _expression(slc: Slice) -> BooleanExpression:
     return cast("BooleanExpression", ex.EqualTo(slc.column, slc.value))
 
 
-def _key_filter(incoming: pa.Table, keys: list[str]) -> BooleanExpression:
-    """Rows whose key is one of ``incoming``'s (no null key: refused before).
+def _key_filter(incoming: pa.Table, keys: list[str]) -> tuple[BooleanExpression, bool]:
+    """A filter matching the rows whose key is one of ``incoming``'s (no null key: refused
+    before), and whether it matches exactly those.
 
-    One ``In`` over the key column with the most distinct values, per combination of the
-    other key columns: a key ``(id, day)`` of one interval is ``day = d AND id IN (...)``. One
-    ``EqualTo`` conjunction per row instead made a tree pyiceberg's delete crashed on (SIGSEGV
-    at about 10,000 rows) and slowed down quadratically before that."""
+    Exactly: one ``In`` over the key column with the most distinct values, per combination of
+    the other key columns (a key ``(id, day)`` of one interval is ``day = d AND id IN (...)``),
+    while there are at most ``KEY_TERMS`` combinations. Beyond that (keys distinct in every
+    column), ``In`` over that column alone: a superset, whose other rows the caller puts back.
+    One ``Or`` of thousands of terms crashed pyiceberg's delete (SIGSEGV at about 10,000) and
+    slowed down quadratically before that."""
     ex = _expressions()
     values = {key: incoming.column(key).to_pylist() for key in keys}
     widest = max(keys, key=lambda key: len(set(values[key])))
@@ -703,12 +717,18 @@ def _key_filter(incoming: pa.Table, keys: list[str]) -> BooleanExpression:
     groups: dict[tuple[Any, ...], set[Any]] = {}
     for index, value in enumerate(values[widest]):
         groups.setdefault(tuple(values[key][index] for key in others), set()).add(value)
+    if len(groups) > KEY_TERMS:
+        return cast("BooleanExpression", ex.In(widest, set(values[widest]))), False
     terms = []
     for fixed, members in groups.items():
         member = ex.In(widest, members) if len(members) > 1 else ex.EqualTo(widest, *members)
         equal = [ex.EqualTo(key, value) for key, value in zip(others, fixed, strict=True)]
         terms.append(ex.And(*equal, member) if equal else member)
-    return cast("BooleanExpression", terms[0] if len(terms) == 1 else ex.Or(*terms))
+    return cast("BooleanExpression", terms[0] if len(terms) == 1 else ex.Or(*terms)), True
+
+
+#: Key combinations an upsert's delete names one by one (see :func:`_key_filter`).
+KEY_TERMS = 256
 
 
 def _without_keys(kept: pa.Table, incoming: pa.Table, keys: list[str]) -> pa.Table:
