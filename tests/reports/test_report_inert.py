@@ -98,3 +98,44 @@ def test_an_operator_name_and_note_are_shown_inert(ledger: str) -> None:
                  _run("update", "--ledger", ledger), _run("handover", "--ledger", ledger)):
         assert "alice\\x1b[8m" in text and not ACTIVE.search(text)
         assert not any(line.startswith("forged line") for line in text.splitlines())
+
+
+MARKUP = ("no input under any of [/mnt/share/in, /mnt/backup/in]; see "
+          "[link=http://evil.example/x]the runbook[/link]")
+
+BRACKETS = """\
+import pyarrow as pa
+from twice.define.pipeline import Pipeline
+from twice.define.schedule import Schedule
+
+pipeline = Pipeline("brackets", schedule=Schedule.daily("UTC"))
+
+@pipeline.task(destination="sqlite:///{root}/w.db?partition_column=day#t", write="replace",
+               safe_repeat=True)
+def load(ctx):
+    if ctx.interval.start.day == 1:
+        raise FileNotFoundError({message!r})
+    return pa.table({{"day": [ctx.interval.start.date()], "v": [1]}})
+"""
+
+
+@pytest.mark.parametrize("command", ["backfill", "worker"])
+def test_brackets_in_an_error_are_printed_as_written(tmp_path: Path, command: str) -> None:
+    """Found by a probe: an error holding ``[/mnt/a, /mnt/b]`` was read as Rich markup, so
+    ``twice backfill`` died with a MarkupError traceback after one interval, and
+    ``[link=...]`` printed a hidden hyperlink; a worker named ``[/]x`` crashed likewise."""
+    path = tmp_path / "p.py"
+    path.write_text(BRACKETS.format(root=tmp_path, message=MARKUP))
+    url = str(tmp_path / "l.db")
+    args = [command, str(path), "--start", "2024-02-01", "--end", "2024-02-04", "--ledger", url,
+            "--deadline", "none"]
+    if command == "worker":
+        args += ["--once", "--name", "[/]x"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 1, result.output  # one interval failed: nothing crashed
+    assert not isinstance(result.exception, Exception) or isinstance(result.exception, SystemExit)
+    assert "Traceback" not in result.output and "\x1b]8" not in result.output
+    if command == "backfill":
+        assert "[/mnt/share/in, /mnt/backup/in]" in result.output
+    status = _run("status", "--ledger", url)
+    assert status.count("brackets.load") == 3  # every interval ran

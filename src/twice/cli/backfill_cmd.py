@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from twice.cli.console import echo
+from twice.cli.console import echo, shown
 from twice.cli.exits import exit_on_error, finish
 from twice.cli.options import (
     ALLOW_OPEN,
@@ -381,16 +381,16 @@ def run_with_progress(pipeline: Any, ledger: Any, intervals: Any, total: int | N
             elif kind == "attempt-failed":
                 progress.console.print(
                     f"  {_short(data['interval'])} {data['task']}: attempt {data['attempt']} "
-                    f"failed ({data['error']})"
+                    f"failed ({shown(data['error'])})"
                     + ("; transient, retrying" if data["transient"] else "")
                 )
             elif kind == "reconciled":
                 progress.console.print(
                     f"  {_short(data['interval'])} {data['task']}: outcome unknown, reconciled job "
-                    f"{data['job_id']} -> {data['state']} (same job id, not resubmitted)"
+                    f"{shown(data['job_id'])} -> {data['state']} (same job id, not resubmitted)"
                 )
             elif kind == "task-finished":
-                progress.console.print("  " + describe_run(data))
+                progress.console.print("  " + shown(describe_run(data)))
             progress.update(bar, running=state["running"], failed=state["failed"])
 
         return run_backfill(pipeline, ledger, intervals, emit=emit, **options)
@@ -485,17 +485,17 @@ def print_summary(result: BackfillResult) -> None:
     new_inputs = [r for r in result.runs if r.new_input_version and r.status != "skipped"]
     for run in new_inputs:
         console.print(f"source changed: {run.task} {run.interval.short} ran as a new unit "
-                      f"of work (input version {run.input_version})")
+                      f"of work (input version {shown(run.input_version)})")
     for run in result.runs:
         if run.status in ("failed", "refused", "blocked"):
             console.print(f"[red]{run.status}[/red]: {run.task} {run.interval.short}: "
-                          f"{run.reason}")
+                          f"{shown(run.reason)}")
     held = [run for run in result.runs if run.status == "leased-elsewhere"]
     for run in held:
         console.print(f"[yellow]held by another run[/yellow]: {run.task} "
-                      f"{run.interval.short}: {run.reason}")
+                      f"{run.interval.short}: {shown(run.reason)}")
     if held:
         console.print(f"{len(held)} unit(s) were left to the process holding them: run the "
                       "same backfill again once it has finished (verified units are skipped)")
     if result.refusal:
-        console.print(f"[red]refused[/red]: {result.refusal}")
+        console.print(f"[red]refused[/red]: {shown(result.refusal)}")

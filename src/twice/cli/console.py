@@ -31,10 +31,15 @@ def make_console(*, stderr: bool = False, file: IO[str] | None = None,
                  highlight: bool = False) -> Console:
     """A console on stdout (or stderr, or ``file``) that does not wrap when not a terminal."""
     from rich.console import Console
+    from rich.errors import MarkupError
 
     class InertConsole(Console):
         def render_str(self, text: str, **options: Any) -> Text:
-            return super().render_str(inert(text, lines=True), **options)
+            text = inert(text, lines=True)
+            try:
+                return super().render_str(text, **options)
+            except MarkupError:  # a bracket in text from outside twice: print it as it is
+                return super().render_str(text, **{**options, "markup": False})
 
     stream = file if file is not None else (sys.stderr if stderr else sys.stdout)
     isatty = getattr(stream, "isatty", None)
@@ -48,3 +53,12 @@ def echo(text: str, *, err: bool = False, nl: bool = True) -> None:
     import click
 
     click.echo(inert(text, lines=True), err=err, nl=nl)
+
+
+def shown(text: object) -> str:
+    """Text from outside twice (an error, a job id, a name, a URL) placed in Rich markup: inert
+    and on one line, its brackets escaped, so it is printed as written and cannot style, link
+    or break the line around it."""
+    from rich.markup import escape
+
+    return escape(inert(str(text)))

@@ -218,10 +218,10 @@ def _report(ledger: LedgerReader, at: datetime, rows: list[dict[str, Any]]) -> d
 def _table(report: dict[str, Any], stream: TextIO) -> None:
     from rich.table import Table
 
-    from twice.cli.console import make_console
+    from twice.cli.console import make_console, shown
 
     console = make_console(file=stream)
-    table = Table(title=f"Decisions over {report['ledger']} as of {report['asOf']}")
+    table = Table(title=f"Decisions over {shown(report['ledger'])} as of {report['asOf']}")
     for column in ("unit of work", "state", "health", "attempts", "evidence", "decision",
                    "reason"):
         table.add_column(column, overflow="fold")
@@ -231,8 +231,8 @@ def _table(report: dict[str, Any], stream: TextIO) -> None:
         settled = row["health"] is not None and row["nextAction"] is None and row["decision"]
         decision, reason = (("-", row["healthReason"]) if settled
                             else (row["decision"] or "-", row["reason"]))
-        table.add_row(row["id"], row["state"] or "-", row["health"] or "-", attempts, evidence,
-                      decision, reason)
+        table.add_row(row["id"], row["state"] or "-", row["health"] or "-", attempts,
+                      shown(evidence), decision, shown(reason))
     console.print(table)
     console.print(
         "attempts: this run's (all recorded). Decided only: no job was executed, idempotency is "

@@ -106,11 +106,11 @@ def _summary(result: RunResult, label: str) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from twice.cli.console import make_console
+    from twice.cli.console import make_console, shown
     from twice.cli.pipeline_run import why
 
     console = make_console()
-    table = Table(title=f"twice run {result.pipeline}  (ledger {label})")
+    table = Table(title=f"twice run {result.pipeline}  (ledger {shown(label)})")
     for column in ("task", "interval", "outcome", "attempts", "job id", "next", "why"):
         table.add_column(column, overflow="fold", no_wrap=column == "job id",
                          ratio=3 if column == "why" else None)

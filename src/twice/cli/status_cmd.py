@@ -106,7 +106,7 @@ def _print(label: str, at: Any, rows: list[dict[str, Any]], headline: str) -> No
     from rich.markup import escape
     from rich.table import Table
 
-    from twice.cli.console import make_console
+    from twice.cli.console import make_console, shown
     from twice.core.inert import inert
     from twice.core.interval import Interval
     from twice.engine.evidence import iso
@@ -115,10 +115,10 @@ def _print(label: str, at: Any, rows: list[dict[str, Any]], headline: str) -> No
 
     console = make_console()
     if not rows:
-        console.print(f"{label}: no units of work recorded yet")
+        console.print(f"{shown(label)}: no units of work recorded yet")
         return
     console.print(headline, markup=False, highlight=False)
-    table = Table(title=f"Units of work in {label} as of {iso(at)}")
+    table = Table(title=f"Units of work in {shown(label)} as of {iso(at)}")
     for column in ("task", "interval", "health", "attempt", "evidence (age)", "job id",
                    "decision now"):
         table.add_column(column, overflow="fold")

@@ -135,12 +135,13 @@ def _summary(report: WorkerReport, label: str) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from twice.cli.console import make_console
+    from twice.cli.console import make_console, shown
     from twice.cli.pipeline_run import why
     from twice.core.inert import inert
 
     console = make_console()
-    table = Table(title=f"twice worker {report.worker}: {report.pipeline}  (ledger {label})")
+    table = Table(title=f"twice worker {shown(report.worker)}: {report.pipeline}  "
+                        f"(ledger {shown(label)})")
     for column in ("task", "interval", "settled", "outcome", "attempts", "why"):
         table.add_column(column, overflow="fold")
     for unit in report.units:
