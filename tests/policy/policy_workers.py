@@ -38,3 +38,10 @@ def ignore_sigterm_and_sleep(seconds: float) -> None:
 
 def exit_abruptly(code: int) -> None:
     os._exit(code)
+
+
+def send_later(directory: str) -> None:
+    """An attempt body that sends (writes ``sent``) 2 s after it started (writes its pid)."""
+    Path(directory, "child.pid").write_text(str(os.getpid()))
+    time.sleep(2)
+    Path(directory, "sent").write_text("sent")

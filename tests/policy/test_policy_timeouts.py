@@ -150,3 +150,39 @@ def test_deadline_with_explicit_start_on_the_real_monotonic_clock() -> None:
 def test_deadline_refuses_a_nonsense_timeout() -> None:
     with pytest.raises(ValueError, match="timeout"):
         Deadline(0)
+
+
+ORPHAN_PARENT = """
+import sys
+sys.path[:0] = sys.argv[2:]
+from twice.engine.timeouts import run_in_process
+from policy_workers import send_later
+run_in_process(send_later, 30, sys.argv[1])
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self").exists(), reason="PR_SET_PDEATHSIG is Linux's")
+def test_an_attempt_child_does_not_outlive_its_killed_holder(tmp_path: Path) -> None:
+    """Found by a probe: a holder killed with ``kill -9`` left its process-isolated attempt
+    running; the next holder saw the holder gone, heard "not found" from the service, sent
+    again, and the orphan sent too. The child now dies with the process that started it."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from twice.core import processes
+
+    root = Path(__file__).resolve().parents[2]
+    parent = subprocess.Popen([sys.executable, "-c", ORPHAN_PARENT, str(tmp_path),
+                               str(Path(__file__).parent), str(root / "src")], cwd=root)
+    deadline = time.monotonic() + 30
+    while not (tmp_path / "child.pid").exists():
+        assert time.monotonic() < deadline and parent.poll() is None
+        time.sleep(0.05)
+    child = int((tmp_path / "child.pid").read_text())
+    os.kill(parent.pid, signal.SIGKILL)
+    parent.wait()
+    time.sleep(3)  # past the moment the child would have sent
+    assert not (tmp_path / "sent").exists()
+    assert processes.gone(child)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import multiprocessing
+import os
 import threading
 import time
 import traceback
@@ -147,9 +148,33 @@ def run_with_timeout(
     return result
 
 
+def _die_with(parent: int) -> None:
+    """Have the kernel kill this process when its parent dies (Linux ``PR_SET_PDEATHSIG``),
+    and exit now if it already has: an attempt's child must not outlive the holder that
+    started it. A holder killed with ``kill -9`` would otherwise leave it running, unseen:
+    the next holder finds the holder's process gone, asks the service, hears "not found",
+    and sends again while the orphan sends too. Elsewhere: nothing (best effort)."""
+    import ctypes
+    import ctypes.util
+    import signal
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # the parent died before the signal was armed
+        os._exit(1)
+
+
 def _child(conn: Connection, fn: Callable[..., Any], args: tuple[Any, ...],
-           kwargs: dict[str, Any]) -> None:
+           kwargs: dict[str, Any], parent: int | None = None) -> None:
     """Child-process entry point: send ("ok", result) or ("error", exception) to the parent."""
+    if parent is not None:
+        _die_with(parent)
     try:
         message: tuple[str, Any] = ("ok", fn(*args, **kwargs))
     except BaseException as exc:
@@ -190,7 +215,8 @@ def run_in_process(
     context = cast(_Context, multiprocessing.get_context(start_method))
     receiver, sender = context.Pipe(duplex=False)
     process = context.Process(
-        target=_child, args=(sender, fn, args, kwargs), name="twice-attempt", daemon=True
+        target=_child, args=(sender, fn, args, kwargs, os.getpid()), name="twice-attempt",
+        daemon=True,
     )
     process.start()
     sender.close()  # only the child writes; EOF on our end then means the child is gone
