@@ -41,6 +41,11 @@ class DestinationError(TwiceError, ValueError):
     """A destination cannot be opened, read or written as asked; nothing was changed."""
 
 
+class DestinationSpecError(DestinationError):
+    """A destination spec is malformed (an unknown option, an unsafe or missing table name):
+    bad input, found before anything was opened or written."""
+
+
 class OutcomeUnknownError(TwiceError):
     """The work may or may not have happened: a lost acknowledgement, a connection cut after the
     request was sent, a timeout. Raise it from a task that cannot tell.

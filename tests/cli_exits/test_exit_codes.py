@@ -49,3 +49,28 @@ def test_ctrl_c_in_task_code_is_recorded_and_exits_130(tmp_path: Path) -> None:
     with Ledger.open(str(ledger)) as opened:
         [unit] = opened.units()
         assert [a.outcome for a in opened.attempts(unit.uow_id)] == ["unknown"]
+
+
+@pytest.mark.parametrize("fragment", ["?partition_column=day&partiton=x#t",
+                                      "?partition_column=day#t;drop table x",
+                                      "?partition_column=day#"])
+def test_a_malformed_destination_spec_is_bad_input_for_a_backfill(
+    tmp_path: Path, fragment: str
+) -> None:
+    """Found by a probe: a typo'd option, an unsafe table name or no table made ``twice
+    backfill`` exit 1 (a failure, which a scheduler retries forever), not 2 (bad input)."""
+    path = tmp_path / "p.py"
+    path.write_text(
+        "import pyarrow as pa\n"
+        "from twice import Pipeline, Schedule\n"
+        "pipeline = Pipeline('specs', schedule=Schedule.daily('UTC'))\n"
+        f"@pipeline.task(destination='sqlite:///{tmp_path}/w.db{fragment}', write='replace',\n"
+        "               safe_repeat=True)\n"
+        "def t(ctx):\n"
+        "    return pa.table({'day': [ctx.interval.start.date()], 'v': [1]})\n"
+    )
+    result = CliRunner().invoke(cli, ["backfill", str(path), "--start", "2024-01-01", "--end",
+                                      "2024-01-02", "--ledger", str(tmp_path / "l.db"),
+                                      "--deadline", "none"])
+    assert result.exit_code == BAD_INPUT, result.output
+    assert "Traceback" not in result.output

@@ -129,6 +129,7 @@ def backfill(pipeline_file: str, interval_text: str | None, start_text: str | No
     from twice.define.pipeline import PipelineError
     from twice.define.schedule import OpenIntervalError, ScheduleError
     from twice.destinations import DestinationError
+    from twice.destinations.errors import DestinationSpecError
     from twice.drivers.backfill import BackfillError, iter_plan, run_backfill, selected_tasks
     from twice.engine.lineage import lineage_listeners
     from twice.ledger import LedgerError
@@ -200,8 +201,8 @@ def backfill(pipeline_file: str, interval_text: str | None, start_text: str | No
         else:
             result = run_with_progress(pipeline, ledger, intervals, total=count, **options)
             print_summary(result)
-    except (PipelineError, BackfillError) as exc:
-        raise InputError(str(exc)) from exc
+    except (PipelineError, BackfillError, DestinationSpecError) as exc:
+        raise InputError(str(exc)) from exc  # a malformed spec too: nothing was opened
     except DestinationError as exc:  # the destination failed while writing: not bad input
         raise UnavailableError(str(exc)) from exc
     finally:

@@ -12,14 +12,14 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from twice.errors import DestinationError
+from twice.errors import DestinationSpecError
 
 IDENTIFIER_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 # Hive partition values become directory names: no separators, no "..", no "=", no spaces.
 PATH_VALUE_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:+-]{0,127}")
 
 
-class IdentifierError(DestinationError):
+class IdentifierError(DestinationSpecError):
     """A name is not a safe identifier; the message names the field and the rule."""
 
 

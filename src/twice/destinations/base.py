@@ -52,7 +52,7 @@ from twice.destinations.commits import (
     resolve_stamp,
     utc_now_text,
 )
-from twice.destinations.errors import DestinationError
+from twice.destinations.errors import DestinationError, DestinationSpecError
 from twice.destinations.rows import RowsLike, check_keys, to_arrow
 from twice.destinations.slices import PartitionSpec, Slice
 
@@ -187,7 +187,7 @@ class DestinationSpec:
 def split_table_name(fragment: str, *, default_schema: str | None) -> tuple[str | None, str]:
     """``schema.table`` or ``table`` from a spec fragment, both parts validated."""
     if not fragment:
-        raise DestinationError("destination names no table: add '#table' (or '#schema.table')")
+        raise DestinationSpecError("destination names no table: add '#table' (or '#schema.table')")
     if fragment.count(".") > 1:
         raise DestinationError(f"table {fragment!r} must be 'table' or 'schema.table'")
     if "." in fragment:

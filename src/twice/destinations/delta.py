@@ -85,7 +85,11 @@ from twice.destinations.commits import (
     resolve_stamp,
     unit_marker,
 )
-from twice.destinations.errors import DestinationError, DestinationUnavailableError
+from twice.destinations.errors import (
+    DestinationError,
+    DestinationSpecError,
+    DestinationUnavailableError,
+)
 from twice.destinations.rows import RowsLike, check_keys, to_arrow
 from twice.destinations.slices import PartitionSpec, Slice
 
@@ -573,7 +577,7 @@ def open_destination(spec: DestinationSpec) -> DeltaDestination:
     for a path relative to the working directory; ``delta:s3://bucket/path`` for object
     storage through delta-rs)."""
     if spec.options:
-        raise DestinationError(f"delta destination: unknown options {sorted(spec.options)}")
+        raise DestinationSpecError(f"delta destination: unknown options {sorted(spec.options)}")
     if spec.fragment:
         raise DestinationError("delta destinations name a directory; drop the '#...' part")
     query = spec.twice_query()

@@ -20,7 +20,10 @@ from typing import Any, ClassVar, Protocol, TypeVar
 from twice.destinations.base import DestinationSpec, SqlDestination
 from twice.destinations.columns import Schema
 from twice.destinations.commits import COMMITS_TABLE
-from twice.destinations.errors import DestinationError, DestinationUnavailableError
+from twice.destinations.errors import (
+    DestinationSpecError,
+    DestinationUnavailableError,
+)
 
 
 class EmbeddedConnection(Protocol):
@@ -106,7 +109,8 @@ def database_file(spec: DestinationSpec) -> Path:
     """The absolute path of an embedded engine's database file, in an existing directory
     (the engine creates the file; twice takes no engine options for these)."""
     if spec.options:
-        raise DestinationError(f"{spec.scheme} destination: unknown options {sorted(spec.options)}")
+        raise DestinationSpecError(
+            f"{spec.scheme} destination: unknown options {sorted(spec.options)}")
     path = Path(spec.file_path()).expanduser().absolute()
     if not path.parent.is_dir():
         raise DestinationUnavailableError(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 # the family root lives in twice.errors, beside its siblings
 from twice.errors import DestinationError as DestinationError
+from twice.errors import DestinationSpecError as DestinationSpecError
 
 
 class DestinationUnavailableError(DestinationError):

@@ -109,7 +109,11 @@ from twice.destinations.commits import (
     resolve_stamp,
     unit_marker,
 )
-from twice.destinations.errors import DestinationError, DestinationUnavailableError
+from twice.destinations.errors import (
+    DestinationError,
+    DestinationSpecError,
+    DestinationUnavailableError,
+)
 from twice.destinations.rows import RowsLike, check_keys, to_arrow
 from twice.destinations.slices import PartitionSpec, Slice
 
@@ -755,9 +759,9 @@ def open_destination(spec: DestinationSpec) -> IcebergDestination:
     catalog_name = options.pop("catalog_name", None) or DEFAULT_CATALOG_NAME
     password = options.pop("password", None)
     if options:
-        raise DestinationError(f"iceberg destination: unknown options {sorted(options)}")
+        raise DestinationSpecError(f"iceberg destination: unknown options {sorted(options)}")
     if not spec.fragment:
-        raise DestinationError(
+        raise DestinationSpecError(
             "iceberg destination names no table: add '#namespace.table' (or '#table')"
         )
     if spec.fragment.count(".") > 1:

@@ -82,7 +82,7 @@ from twice.destinations.commits import (
     check_fence_records,
     resolve_stamp,
 )
-from twice.destinations.errors import DestinationError
+from twice.destinations.errors import DestinationError, DestinationSpecError
 from twice.destinations.hive import (
     HiveDestination,
     Incoming,
@@ -632,7 +632,7 @@ def open_destination(spec: DestinationSpec) -> ParquetDestination:
     options = dict(spec.options)
     overwrite = options.pop("overwrite", "static")
     if options:
-        raise DestinationError(f"parquet destination: unknown options {sorted(options)}")
+        raise DestinationSpecError(f"parquet destination: unknown options {sorted(options)}")
     if spec.fragment:
         raise DestinationError("parquet destinations name a directory; drop the '#...' part")
     root = Path(spec.file_path()).expanduser().absolute()

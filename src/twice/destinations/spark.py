@@ -78,7 +78,11 @@ from twice.destinations.commits import (
     check_fence_records,
     resolve_stamp,
 )
-from twice.destinations.errors import DestinationError, DestinationUnavailableError
+from twice.destinations.errors import (
+    DestinationError,
+    DestinationSpecError,
+    DestinationUnavailableError,
+)
 from twice.destinations.hive import (
     HiveDestination,
     Incoming,
@@ -676,14 +680,15 @@ def open_destination(spec: DestinationSpec) -> SparkDestination:
     master = options.pop("master", DEFAULT_MASTER) or DEFAULT_MASTER
     table = options.pop("table", "")
     if options:
-        raise DestinationError(f"spark destination: unknown options {sorted(options)}")
+        raise DestinationSpecError(f"spark destination: unknown options {sorted(options)}")
     if table and spec.fragment and table != spec.fragment:
         raise DestinationError(
             f"spark destination names two tables: table={table!r} and #{spec.fragment}"
         )
     table = table or spec.fragment
     if not table:
-        raise DestinationError("spark destination names no table: add '#table' or '?table=NAME'")
+        raise DestinationSpecError(
+            "spark destination names no table: add '#table' or '?table=NAME'")
     validate_identifier(table, "table name")
     check_mode(overwrite)
     warehouse = Path(spec.file_path()).expanduser().absolute()
