@@ -193,3 +193,43 @@ def test_accepting_a_schema_change_over_part_of_the_destination_is_refused(setup
     assert {r.status for r in partial.runs} <= {"skipped", "blocked"}
     whole = run_backfill(v2, ledger, spans, accept_schema_change=True)
     assert whole.ok, whole.to_dict()
+
+
+def test_the_plan_says_what_the_engine_will_hold_or_block(tmp_path: Path) -> None:
+    """Found by a probe: the dry run said "would run" for a forced task that is not
+    safe_repeat (the backfill then held it) and for a task whose unselected dependency never
+    ran (the backfill then blocked it). Each such item now says what the engine will do, and
+    the backfill does exactly that."""
+    import pyarrow as pa
+
+    from twice.define.pipeline import Pipeline, TaskContext
+    from twice.define.schedule import Schedule
+
+    pipeline = Pipeline("plans", schedule=Schedule.daily("UTC"))
+    spec = f"sqlite:///{tmp_path / 'w.db'}?partition_column=day"
+
+    @pipeline.task(destination=spec + "#a", write="replace", safe_repeat=True)
+    def a(ctx: TaskContext) -> pa.Table:
+        return pa.table({"day": [ctx.interval.start.date()], "v": [1]})
+
+    @pipeline.task(depends_on="a")
+    def notify(ctx: TaskContext) -> None:
+        """A side effect: not safe_repeat."""
+
+    spans = helpers.intervals(1)
+    with Ledger.open(tmp_path / "l.db") as ledger:
+        blocked = plan_backfill(pipeline, ledger, spans, tasks=["notify"]).items
+        assert [(i.task, i.expected) for i in blocked] == [("notify", "blocked")]
+        assert "dependency a is not selected" in blocked[0].reason
+        ran = run_backfill(pipeline, ledger, spans, tasks=["notify"])
+        assert [r.status for r in ran.runs] == ["blocked"]
+        assert run_backfill(pipeline, ledger, spans).ok
+        forced = plan_backfill(pipeline, ledger, spans, force=True).items
+        assert [(i.task, i.action, i.expected) for i in forced] == [
+            ("a", "run", None), ("notify", "run", "held")]
+        assert "--repeat notify" in forced[1].reason
+        again = run_backfill(pipeline, ledger, spans, force=True)
+        assert sorted((r.task, r.status) for r in again.runs) == [
+            ("a", "succeeded"), ("notify", "held")]
+        named = plan_backfill(pipeline, ledger, spans, force=True, repeat=["notify"]).items
+        assert [i.expected for i in named] == [None, None]

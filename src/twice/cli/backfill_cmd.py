@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import random
 import re
+from collections import Counter
 from datetime import date, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -178,7 +179,7 @@ def backfill(pipeline_file: str, interval_text: str | None, start_text: str | No
         intervals = pipeline.schedule.iter_intervals(start, end)
         if dry_run:
             items = iter_plan(pipeline, ledger, intervals, tasks=tasks,
-                              force=force or accept_schema_change)
+                              force=force or accept_schema_change, repeat=repeat)
             header = {"pipeline": pipeline.name, "tasks": names, "dependents": dependents,
                       "force": force or accept_schema_change}
             if as_json:
@@ -265,6 +266,7 @@ def _print_plan_stream(header: dict[str, Any], intervals: int, items: Iterable[P
     first_interval = None
     printed = 0
     runs = total = 0
+    stopped: Counter[str | None] = Counter()
 
     def flush() -> None:
         nonlocal printed
@@ -272,8 +274,8 @@ def _print_plan_stream(header: dict[str, Any], intervals: int, items: Iterable[P
             return
         title = None if printed else (
             f"backfill plan for {header['pipeline']} (dry run: nothing changed)")
-        cells = [(item.interval.start.isoformat(), item.task, item.action, item.reason)
-                 for item in rows]
+        cells = [(item.interval.start.isoformat(), item.task, item.expected or item.action,
+                  item.reason) for item in rows]
         plain = _plain_table(console, PLAN_COLUMNS, cells, title, show_header=not printed)
         if plain is not None:  # Rich's own output, without its per-cell cost (see there)
             console.file.write(plain)
@@ -296,13 +298,16 @@ def _print_plan_stream(header: dict[str, Any], intervals: int, items: Iterable[P
         first_interval = first_interval or item.interval
         rows.append(item)
         total += 1
-        runs += item.action == "run"
+        runs += item.action == "run" and item.expected is None
+        stopped[item.expected] += item.action == "run" and item.expected is not None
     flush()
     dependents = header["dependents"]
     deps = (f"; dependents follow (they run when the output they read changed): "
             f"{', '.join(dependents)}" if dependents else "")
-    console.print(f"{intervals} intervals x {tasks} tasks: {runs} would run, "
-                  f"{total - runs} would be skipped{deps}")
+    held = "".join(f", {stopped[word]} would be {word}" for word in ("held", "blocked")
+                   if stopped[word])
+    console.print(f"{intervals} intervals x {tasks} tasks: {runs} would run{held}, "
+                  f"{total - runs - sum(stopped.values())} would be skipped{deps}")
 
 
 PLAN_COLUMNS = ("interval", "task", "action", "reason")

@@ -49,7 +49,7 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -163,6 +163,10 @@ class PlanItem:
     latest_seen: AttemptRecord | None = field(default=None, compare=False, repr=False)
     #: Input versions the ledger had units of this task and interval for, when planned.
     earlier_inputs: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
+    #: For a unit to run: what the engine will do instead, as the plan can already tell
+    #: (``held``: not safe_repeat and already succeeded, not named by ``repeat``;
+    #: ``blocked``: a dependency not selected has not succeeded), with ``reason`` saying why.
+    expected: Literal["held", "blocked"] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -171,6 +175,7 @@ class PlanItem:
             "reason": self.reason, "new_input_version": self.new_input_version,
             "latest_attempt": self.latest_attempt, "rerun": self.rerun,
             "drift": None if self.drift is None else self.drift.to_dict(),
+            "expected": self.expected,
         }
 
 
@@ -285,6 +290,7 @@ def plan_backfill(
     *,
     tasks: Sequence[str] | None = None,
     force: bool = False,
+    repeat: Collection[str] = (),
 ) -> BackfillPlan:
     """Decide, without writing anything, which units of work a backfill runs or skips.
 
@@ -300,7 +306,7 @@ def plan_backfill(
     if not spans:
         raise BackfillError("the backfill range holds no interval")
     names, dependents = selected_tasks(pipeline, tasks)
-    items = tuple(iter_plan(pipeline, ledger, spans, tasks=tasks, force=force))
+    items = tuple(iter_plan(pipeline, ledger, spans, tasks=tasks, force=force, repeat=repeat))
     return BackfillPlan(pipeline.name, spans, tuple(names), tuple(dependents), items, force)
 
 
@@ -311,6 +317,7 @@ def iter_plan(
     *,
     tasks: Sequence[str] | None = None,
     force: bool = False,
+    repeat: Collection[str] = (),
 ) -> Iterator[PlanItem]:
     """:func:`plan_backfill`'s items as a generator: each interval is taken from ``intervals``
     (which may be lazy, e.g. ``Schedule.iter_intervals``) and planned only when its first item
@@ -327,7 +334,7 @@ def iter_plan(
     known = _known_inputs(pipeline, ledger, unit_ids)
     return (item for _interval, items in _plan_intervals(pipeline, ledger, intervals, names,
                                                          tasks, force, known,
-                                                         unit_ids=unit_ids)
+                                                         unit_ids=unit_ids, repeat=repeat)
             for item in items)
 
 
@@ -347,7 +354,7 @@ def _plan_intervals(
     pipeline: Pipeline, ledger: Ledger, intervals: Iterable[Interval], names: Sequence[str],
     tasks: Sequence[str] | None, force: bool, known: Mapping[tuple[str, str], set[str]],
     identify: Identify | None = None, began: datetime | None = None,
-    unit_ids: set[str] | None = None,
+    unit_ids: set[str] | None = None, repeat: Collection[str] = (),
 ) -> Iterator[tuple[Interval, list[PlanItem]]]:
     """Each interval (canonical) with its plan items, computed when taken. ``identify`` names
     a task's unit for an interval (default ``identify_unit``; a backfill that refreshes
@@ -361,7 +368,7 @@ def _plan_intervals(
         interval = pipeline.schedule.canonical(given)
         empty = False
         yield interval, _plan_interval(pipeline, ledger, interval, names, tasks, force, known,
-                                       identify, began, unit_ids)
+                                       identify, began, unit_ids, repeat)
     if empty:
         raise BackfillError("the backfill range holds no interval")
 
@@ -376,12 +383,13 @@ def _plan_interval(
     pipeline: Pipeline, ledger: Ledger, interval: Interval, names: Sequence[str],
     tasks: Sequence[str] | None, force: bool, known: Mapping[tuple[str, str], set[str]],
     identify: Identify | None = None, began: datetime | None = None,
-    unit_ids: set[str] | None = None,
+    unit_ids: set[str] | None = None, repeat: Collection[str] = (),
 ) -> list[PlanItem]:
     from twice.engine.executor import identify_unit, latest_attempt_before
 
     items: list[PlanItem] = []
     upstream_runs: set[str] = set()
+    stopped: set[str] = set()  # planned to run, but blocked
     for name in names:
         task = pipeline.get_task(name)
         uow = (identify(name, interval) if identify is not None
@@ -407,13 +415,61 @@ def _plan_interval(
                 action, rerun = "run", False
                 reason = (f"follows upstream {', '.join(ran_upstream)}: executes only if "
                           "its output changes")
+        expected = None
         if action == "run":
-            upstream_runs.add(name)
+            expected, why = _expected(pipeline, ledger, task, interval, uow, recorded, names,
+                                      repeat, stopped)
+            if expected is not None:
+                reason = f"{reason}; {why}"
+            if expected == "blocked":
+                stopped.add(name)
+            elif expected is None:
+                upstream_runs.add(name)
         baseline = latest_attempt_before(recorded, began)
         items.append(PlanItem(interval, name, uow, action, reason, new_input,
                               None if baseline is None else baseline.number, rerun, drift,
-                              recorded[-1] if recorded else None, seen))
+                              recorded[-1] if recorded else None, seen, expected))
     return items
+
+
+def _expected(
+    pipeline: Pipeline, ledger: Ledger, task: Task, interval: Interval, uow: UnitOfWork,
+    recorded: Sequence[AttemptRecord], names: Sequence[str], repeat: Collection[str],
+    stopped: Collection[str],
+) -> tuple[Literal["held", "blocked"] | None, str]:
+    """What the engine will do instead of running a planned unit, where the plan can tell
+    (the engine's rules: ``twice.engine.executor``'s hold of a task that is not
+    ``safe_repeat``, and its block on a dependency): a dry run says so, not "would run"."""
+    from twice.engine.executor import identify_unit
+
+    for dep in task.depends_on:
+        if dep not in pipeline:
+            continue
+        if dep in stopped:
+            return "blocked", f"blocked: dependency {dep} is blocked in this run"
+        if dep in names:
+            continue
+        latest = ledger.latest_attempt(identify_unit(pipeline, ledger, dep, interval).uow_id)
+        if latest is None or latest.outcome != "succeeded":
+            seen = "no attempt" if latest is None else f"latest attempt {latest.outcome}"
+            return "blocked", (f"blocked: dependency {dep} is not selected and the ledger "
+                               f"shows {seen}")
+    if task.safe_repeat or task.name in repeat:
+        return None, ""
+    if recorded and recorded[-1].outcome == "succeeded":
+        why = f"attempt {recorded[-1].number} of this unit succeeded"
+    else:
+        earlier = [other for other in ledger.units(pipeline=uow.pipeline, task=uow.task,
+                                                   starting=interval.start)
+                   if other.uow_id != uow.uow_id and other.interval.label == interval.label]
+        done = [other for other in earlier
+                if (latest := ledger.latest_attempt(other.uow_id)) is not None
+                and latest.outcome == "succeeded"]
+        if not done:
+            return None, ""
+        why = f"unit {done[-1].uow_id} succeeded for this interval"
+    return "held", (f"held: {why} and {task.name!r} is not safe_repeat (pass --repeat "
+                    f"{task.name} to run it again)")
 
 
 # ------------------------------------------------------------------------------- execution
@@ -666,7 +722,7 @@ def run_backfill(
     # An interval is planned when a slot is free for it, so planning never waits for the range.
     upcoming = _plan_intervals(pipeline, ledger, spans, names, tasks, force, known,
                                executor.unit_for if refresh_snapshots else None, began,
-                               unit_ids)
+                               unit_ids, tuple(repeat))
     with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="twice-bf") as pool:
         pending: dict[Future[list[TaskRun]], Interval] = {}
         more = True
