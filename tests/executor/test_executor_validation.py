@@ -413,3 +413,42 @@ def test_checking_before_landing_reads_rows_as_the_write_does(
         shape["case"] = case
         result = executor.run(day(offset)).unit("t")
         assert result.outcome == "succeeded", (case, result.error)
+
+
+def test_a_run_of_a_whole_diamond_records_no_unit_it_does_not_run(
+    tmp_path: Path, ledger: Ledger, clock: ManualClock
+) -> None:
+    """Found by a probe: with ``c`` reading ``a`` and ``b``, each upstream's success recorded
+    a unit of ``c`` (``a`` new and ``b`` old, then both new) that never ran, shown superseded
+    in every report. A dependent this run drives records its own unit, and none is recorded
+    while another of its upstreams is due."""
+    version = {"v": 1}
+    spec = f"sqlite:///{tmp_path / 'w.db'}?partition_column=day"
+    pipeline = Pipeline("diamond", schedule=Schedule.daily("UTC"))
+
+    @pipeline.task(destination=spec + "#a", write="replace", safe_repeat=True,
+                   input_version=lambda interval: str(version["v"]))
+    def a(ctx: TaskContext) -> pa.Table:
+        return pa.table({"day": [ctx.interval.start.date()], "x": [version["v"]]})
+
+    @pipeline.task(destination=spec + "#b", write="replace", safe_repeat=True,
+                   input_version=lambda interval: str(version["v"]))
+    def b(ctx: TaskContext) -> pa.Table:
+        return pa.table({"day": [ctx.interval.start.date()], "y": [version["v"]]})
+
+    @pipeline.task(destination=spec + "#c", write="replace", safe_repeat=True,
+                   depends_on=["a", "b"])
+    def c(ctx: TaskContext) -> pa.Table:
+        return pa.table({"day": [ctx.interval.start.date()], "z": [1]})
+
+    assert Executor(pipeline, ledger, clock=clock).run(day()).ok
+    version["v"] = 2
+    assert Executor(pipeline, ledger, clock=clock).run(day()).ok
+    units_of_c = [u for u in ledger.units(task="c")]
+    assert len(units_of_c) == 2  # the first run's and this run's: nothing in between
+    assert all(ledger.latest_attempt(u.uow_id) is not None for u in units_of_c)
+    version["v"] = 3
+    assert Executor(pipeline, ledger, clock=clock).run(day(), tasks=["a"]).ok
+    assert len(ledger.units(task="c")) == 2  # b is due too: c's next unit is not known yet
+    assert Executor(pipeline, ledger, clock=clock).run(day(), tasks=["b"]).ok
+    assert len(ledger.units(task="c")) == 3  # now it is: recorded, never run

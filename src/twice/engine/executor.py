@@ -662,7 +662,8 @@ class Executor:
                             continue
                         upstream = {dep: done[dep].value for dep in internal}
                         future = workers.submit(
-                            self._run_unit, task, interval, upstream, deadline, wall_deadline
+                            self._run_unit, task, interval, upstream, deadline, wall_deadline,
+                            frozenset(order),
                         )
                         running[future] = name
                 if not running:
@@ -717,8 +718,10 @@ class Executor:
         upstream: Mapping[str, Any],
         deadline: Deadline | None,
         wall_deadline: datetime | None,
+        planned: frozenset[str] = frozenset(),
     ) -> UnitResult:
-        """Claim, drive and settle the unit of ``task`` for ``interval`` (emits UnitSettled).
+        """Claim, drive and settle the unit of ``task`` for ``interval`` (emits UnitSettled);
+        ``planned``: the tasks this run drives for the interval.
 
         The unit is identified again if its inputs change while it is claimed (an upstream
         output rewritten meanwhile): the new unit is driven instead, at most a few times.
@@ -743,19 +746,27 @@ class Executor:
                 break
         assert result is not None
         if result.outcome == "succeeded":
-            self._record_dependents_due(task, interval)
+            self._record_dependents_due(task, interval, planned)
         self.emit(UnitSettled(result.uow_id or "", task.name, interval, result.outcome, result))
         return result
 
-    def _record_dependents_due(self, task: Task, interval: Interval) -> None:
+    def _record_dependents_due(self, task: Task, interval: Interval,
+                               planned: frozenset[str] = frozenset()) -> None:
         """Record the unit each direct dependent of ``task`` now needs for ``interval``, as
         the ledger stands after ``task``'s success: when ``task``'s output changed, that is a
         new unit, which every report then shows never run (and the dependent's earlier unit
         superseded) until a run, a backfill or a worker executes it. Without this, a run of
         ``task`` alone (``tasks=``, a worker stopped after one unit) left the dependents'
-        old successes reading "verified" over outputs built from the old input."""
+        old successes reading "verified" over outputs built from the old input.
+
+        Not for a dependent this run drives (``planned``: it records its own unit when it
+        runs), nor while another of its upstreams is itself due (its unit would change again
+        once that one runs: recorded now, it would only ever be superseded)."""
         for other in self.pipeline:
-            if task.name not in other.depends_on:
+            if task.name not in other.depends_on or other.name in planned:
+                continue
+            if any(self._due(upstream, interval) for upstream in other.depends_on
+                   if upstream != task.name and upstream in self.pipeline):
                 continue
             try:
                 unit = self.unit_for(other.name, interval)
@@ -763,6 +774,16 @@ class Executor:
                 continue
             if self.ledger.unit(unit.uow_id) is None:
                 self.ledger.record_unit(unit)
+
+    def _due(self, name: str, interval: Interval) -> bool:
+        """Whether task ``name``'s unit for ``interval``, as the ledger stands, has not
+        succeeded (it would run, or cannot be identified now)."""
+        try:
+            unit = self.unit_for(name, interval)
+        except Exception:  # identified, and its error reported, when it is planned
+            return True
+        latest = self.ledger.latest_attempt(unit.uow_id)
+        return latest is None or latest.outcome != "succeeded"
 
     def _claim_and_drive(
         self,
