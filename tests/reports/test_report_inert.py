@@ -139,3 +139,13 @@ def test_brackets_in_an_error_are_printed_as_written(tmp_path: Path, command: st
         assert "[/mnt/share/in, /mnt/backup/in]" in result.output
     status = _run("status", "--ledger", url)
     assert status.count("brackets.load") == 3  # every interval ran
+
+
+def test_the_html_report_holds_no_control_character(ledger: str, tmp_path: Path) -> None:
+    """Found by a probe: ``report --html`` wrote an error's ESC, BEL and bidi override raw,
+    so the page reversed text and ``cat`` of it drove the terminal."""
+    page = tmp_path / "r.html"
+    _run("report", "--html", str(page), "--ledger", ledger)
+    text = page.read_text()
+    assert "boom" in text and not ACTIVE.search(text)
+    assert "<script>alert(1)</script>" not in text

@@ -33,3 +33,11 @@ def inert(text: str, *, lines: bool = False) -> str:
     """``text`` with every control and bidirectional-formatting character escaped; with
     ``lines``, tabs and newlines are kept (a document of several lines that twice composed)."""
     return (_BUT_LINES if lines else _ANY).sub(_escaped, text)
+
+
+def html_text(text: str, *, quote: bool = True) -> str:
+    """``text`` for an HTML page (the report, its SVG timelines): inert, tabs and newlines
+    kept, then HTML-escaped (``quote``: quotes too, for attribute values)."""
+    import html
+
+    return html.escape(inert(str(text), lines=True), quote=quote)

@@ -16,9 +16,9 @@ import json
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from datetime import datetime
-from html import escape
 from typing import Any
 
+from twice.core.inert import html_text as escape
 from twice.ledger.records import FingerprintDiff, FingerprintRecord
 from twice.reports import wording
 from twice.reports.gather import (

@@ -11,8 +11,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from html import escape
 
+from twice.core.inert import html_text as escape
 from twice.reports import wording
 from twice.reports.gather import Attempt, Observation, RecordedDecision, UnitReport
 from twice.reports.health import NEEDS_FRESH_EVIDENCE
