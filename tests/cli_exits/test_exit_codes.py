@@ -74,3 +74,15 @@ def test_a_malformed_destination_spec_is_bad_input_for_a_backfill(
                                       "--deadline", "none"])
     assert result.exit_code == BAD_INPUT, result.output
     assert "Traceback" not in result.output
+
+
+def test_an_error_messages_own_lines_stay_under_its_first(tmp_path: Path) -> None:
+    """Found by a probe: a pipeline file's import error holding a newline printed a second
+    line of its own on stderr, which could pass for another message."""
+    path = tmp_path / "bad.py"
+    path.write_text("raise ValueError('first\\ntwice run: forged')\n")
+    result = CliRunner().invoke(cli, ["run", str(path), "--interval", "2026-11-30",
+                                      "--ledger", str(tmp_path / "l.db")])
+    assert result.exit_code == BAD_INPUT
+    assert not any(line.startswith("twice run: forged") for line in result.output.splitlines())
+    assert "forged" in result.output

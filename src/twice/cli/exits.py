@@ -51,7 +51,9 @@ def fail(error: TwiceError | KeyboardInterrupt, prefix: str) -> NoReturn:
     """End the command for ``error``: ``prefix: message`` on stderr (no traceback) and the exit
     code of the error's type."""
     text = str(error) or type(error).__name__
-    echo(f"{prefix}: {text}", err=True)
+    # a message's own lines stay indented under its first: text from outside twice in it
+    # (a pipeline file's import error, say) cannot pass for a line of its own
+    echo(f"{prefix}: " + "\n  ".join(text.splitlines() or [text]), err=True)
     raise SystemExit(exit_code_for(error))
 
 

@@ -131,7 +131,8 @@ def unit_rows(
             "assertion": None if asserted is None else asserted.note,
             "note": None,
             "decision": None,
-            "reason": "no policy recorded for this unit: pass the pipeline file",
+            "reason": ("no policy recorded for this unit (it never ran): `twice status "
+                       "--pipeline-file FILE` plans it with the pipeline's policy"),
             "backoff": None,
             "earliestStart": None,
             "estimatedFinish": None,
