@@ -150,6 +150,10 @@ def test_not_found_while_the_paused_holder_still_exists_leaves_the_outcome_unkno
             assert f"{child.pid}" in taken.reason and "still exists" in taken.reason
             assert outcomes(ledger, taken.uow_id) == ["unknown"]
             assert not (tmp_path / "sent.log").exists()
+            from twice.reports import gather  # reports name the live process as the cause
+
+            health = gather(ledger).unit(taken.uow_id).status
+            assert str(health.state) == "unknown" and f"{child.pid}" in health.text
             os.kill(child.pid, signal.SIGCONT)  # the paused holder sends, late
             child.wait(timeout=60)
             settled = Executor(pausing.pipeline, ledger, lease_ttl=5).run(day()).units[0]

@@ -125,3 +125,29 @@ def test_a_rerun_right_after_kill_9_takes_the_unit_over(tmp_path: Path) -> None:
         (unit,) = ledger.units()
         assert [a.outcome for a in ledger.attempts(unit.uow_id)] == ["failed-transient",
                                                                      "succeeded"]
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
+def test_a_process_that_reused_a_holders_pid_is_not_the_holder() -> None:
+    """Found by a probe: a holder id whose pid another process took later (pid 1 here, or a
+    reused pid) counted as the holder still running, so its unit stayed unknown for as long
+    as that process lived. A process that started after the holder began is another one."""
+    from datetime import UTC, datetime, timedelta
+
+    from twice.ledger.lease_holders import running_elsewhere
+
+    host = socket.gethostname()
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        time.sleep(0.2)
+        began = datetime.now(UTC)
+        holder = f"{host}:{child.pid}:0123abcd"
+        assert running_elsewhere(holder, began) == child.pid  # started before: the holder
+        assert running_elsewhere(holder) == child.pid
+        long_ago = began - timedelta(days=365 * 30)
+        assert running_elsewhere(holder, long_ago) is None  # started after: another process
+        assert running_elsewhere(f"{host}:1:0123abcd", long_ago) is None
+    finally:
+        child.kill()
+        child.wait()
+    assert running_elsewhere(holder, began) is None  # gone

@@ -36,6 +36,20 @@ def program(pid: int, *, proc: Path = PROC) -> str:
         return "?"
 
 
+def started_at(pid: int, *, proc: Path = PROC) -> float | None:
+    """When the process started, as a POSIX timestamp (to the clock tick), or None when it
+    cannot be read: a pid can be reused, and a process that started after a holder began its
+    work is not that holder."""
+    try:
+        stat = (proc / str(pid) / "stat").read_text()
+        boot = next(line for line in (proc / "stat").read_text().splitlines()
+                    if line.startswith("btime "))
+        ticks = int(stat[stat.rfind(")") + 1:].split()[19])  # field 22: starttime
+        return int(boot.split()[1]) + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+
+
 def stopped(pid: int, *, proc: Path = PROC) -> bool:
     """Stopped by a signal (SIGSTOP, Ctrl-Z) or a debugger: it holds what it holds until it
     is resumed or ended."""

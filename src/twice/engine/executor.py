@@ -2194,7 +2194,7 @@ class _UnitRun:
         worker = still_running(self._attempt_key(attempt.number))
         if worker is not None:
             return f"its timed-out thread {worker.name!r} still runs in this process"
-        pid = running_elsewhere(attempt.holder)
+        pid = running_elsewhere(attempt.holder, attempt.started_at)
         if pid is not None:
             from twice.core import processes
 

@@ -20,6 +20,7 @@ import os
 import re
 import socket
 import uuid
+from datetime import datetime
 from pathlib import Path
 
 from twice.core import processes
@@ -38,16 +39,22 @@ def new_holder() -> str:
     return f"{process_holder()}:{uuid.uuid4().hex[:8]}"
 
 
-def running_elsewhere(holder: str, *, proc: Path = processes.PROC) -> int | None:
+def running_elsewhere(holder: str, since: datetime | None = None, *,
+                      proc: Path = processes.PROC) -> int | None:
     """The pid of ``holder`` when it names ANOTHER process of this host that still exists
     (running or stopped), else None. Such a holder may still act on what it began, lease or
-    no lease: a paused process resumes where it stopped."""
+    no lease: a paused process resumes where it stopped. ``since``: when the holder began
+    that work; a process with its pid that started later is another process (the pid was
+    reused), so it is not the holder."""
     found = _HOLDER.fullmatch(holder)
     if found is None or found["host"] != socket.gethostname():
         return None
     pid = int(found["pid"])
     if pid == os.getpid() or processes.gone(pid, proc=proc):
         return None
+    started = processes.started_at(pid, proc=proc)
+    if since is not None and started is not None and started > since.timestamp() + 1:
+        return None  # a later process: the holder itself is gone
     return pid
 
 

@@ -379,6 +379,9 @@ def assess(
         text = (f"attempt {number} outcome unknown since {wording.instant(since)} (timeout, lost "
                 f"acknowledgement or lease takeover){_seen(freshest, as_of)}; settle it before "
                 "any retry")
+        held = _still_acting(freshest, number)
+        if held is not None:
+            text += f" (the last look: {held})"
         at = since if freshest is None else max(since, freshest.record.observed_at)
         stale_at = None if max_age is None else at + max_age
         return Status(Health.UNKNOWN, "executed", text, freshest,
@@ -573,6 +576,21 @@ def scope(units: Iterable[UnitReport]) -> Scope:
     counts = Counter(unit.status.state for unit in units)
     superseded = counts.pop(Health.SUPERSEDED, 0)
     return Scope(dict(counts), sum(counts.values()), superseded)
+
+
+def _still_acting(freshest: Observation | None, number: int) -> str | None:
+    """Why the engine left attempt ``number`` unknown at its last look, when a reconciler's
+    "not found" could not settle it (the attempt's thread or holder process still existed:
+    ``twice.engine.executor``); None otherwise."""
+    if freshest is None:
+        return None
+    record = freshest.record
+    detail = record.detail
+    if (record.attempt != number or record.state != "unknown"
+            or detail.get("reconcile") != "not-found"):
+        return None
+    why = detail.get("why")
+    return why if isinstance(why, str) else None
 
 
 def next_action(unit: UnitReport) -> str | None:
