@@ -213,3 +213,38 @@ def test_decide_over_the_ledger_asks_nothing_of_a_verified_unit(tmp_path: Path) 
     [row] = json.loads(invoke("decide", "--ledger", db).output)["tasks"]
     assert (row["health"], row["nextAction"], row["decision"]) == (
         "verified", None, "validate-output")
+
+
+def test_run_says_what_it_could_not_verify_and_whose_word_a_success_is(tmp_path: Path) -> None:
+    """Found by a probe: ``twice run`` said every success had its destination partition
+    fingerprinted, for a task with no destination too; and a unit an operator resolved as
+    succeeded was shown as a plain earlier success. Both now say what they are."""
+    from click.testing import CliRunner
+
+    path = tmp_path / "side.py"
+    path.write_text(
+        "import os, time\n"
+        "from twice import Pipeline, Schedule\n"
+        "pipeline = Pipeline('side', schedule=Schedule.daily('UTC'))\n"
+        "@pipeline.task(timeout=0.2)\n"
+        "def notify(ctx):\n"
+        "    if os.environ.get('SIDE_SLOW'):\n"
+        "        time.sleep(1)\n"
+    )
+    db = str(tmp_path / "l.db")
+
+    def run(day: str, *, slow: bool) -> Result:
+        return CliRunner().invoke(cli, ["run", str(path), "--interval", day, "--deadline",
+                                        "none", "--ledger", db],
+                                  env={"SIDE_SLOW": "1" if slow else ""})
+
+    done = run("2026-11-29", slow=False)
+    assert done.exit_code == 0, done.output
+    assert "notify has no destination twice can read" in " ".join(done.output.split())
+    assert "unknown" in run("2026-11-30", slow=True).output
+    resolved = invoke("resolve", "side.notify.20261130", "--as", "succeeded", "--note",
+                      "the mail went out", "--operator", "alice", "--ledger", db)
+    assert resolved.exit_code == 0, resolved.output
+    again = run("2026-11-30", slow=False)
+    assert again.exit_code == 0, again.output
+    assert "asserted by operator alice" in " ".join(again.output.split())

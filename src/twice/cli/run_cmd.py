@@ -99,10 +99,14 @@ def run(pipeline_file: str, interval: str | None, start: str | None, end: str | 
             except Interrupted as exc:
                 raise Interrupted(f"interrupted: {exc}") from exc
         label = ledger.url
-    show_and_finish(result, label, as_json, _summary)
+    unseen = tuple(task.name for task in inputs.pipeline if not task.owns_output)
+    show_and_finish(result, label, as_json,
+                    lambda shown_result, shown_label: _summary(shown_result, shown_label, unseen))
 
 
-def _summary(result: RunResult, label: str) -> None:
+def _summary(result: RunResult, label: str, unseen: tuple[str, ...] = ()) -> None:
+    """The run's table and what it established; ``unseen``: the tasks without a destination
+    twice can read (their successes are executed, not verified)."""
     from rich.markup import escape
     from rich.table import Table
 
@@ -129,9 +133,13 @@ def _summary(result: RunResult, label: str) -> None:
         console.print(f"{skipped} unit(s) had already succeeded and were not run again; "
                       "--force runs them again (a new job generation each).")
     counts = ", ".join(f"{count} {outcome}" for outcome, count in result.counts().items())
+    ran = {unit.task for unit in result.units if unit.ok and not unit.skipped}
+    blind = sorted(ran & set(unseen))
+    caveat = (f" {', '.join(blind)} {'has' if len(blind) == 1 else 'have'} no destination "
+              "twice can read: executed and recorded, not verified." if blind else "")
     console.print(
         f"{counts or 'nothing to run'}. attempts: this run (all recorded). Executed and recorded; "
         "before any success: declared acceptance criteria checked, then the destination "
-        "partition fingerprinted and recorded (`twice verify` recomputes them). "
-        f"`twice status` or `twice explain UOW_ID` for the evidence."
+        "partition fingerprinted and recorded (`twice verify` recomputes them)."
+        f"{caveat} `twice status` or `twice explain UOW_ID` for the evidence."
     )

@@ -1188,7 +1188,8 @@ class _UnitRun:
                     f"already succeeded in attempt {prior.number}; not run again "
                     "(a new input or transform version is a new unit of work)"
                 )
-                opening.stop = ("succeeded", "latest attempt succeeded in an earlier run")
+                opening.stop = ("succeeded", "latest attempt succeeded in an earlier run"
+                                + self._asserted_by(prior.number))
                 opening.skipped = True
                 return opening
             if prior.number > stale:
@@ -1203,8 +1204,8 @@ class _UnitRun:
                 return opening
             opening.rerun_of = prior.number
             opening.notes.append(
-                f"attempt {prior.number} had succeeded; run again as requested (a new job "
-                "generation, so a remote job is really executed again)"
+                f"attempt {prior.number} had succeeded; asked to run again: its next attempt "
+                "takes a new job generation, so a remote job is really executed again"
             )
         elif prior is None and not (self.task.safe_repeat or self.task.name in self.x.repeat):
             earlier = self._slot_success()
@@ -1357,6 +1358,15 @@ class _UnitRun:
         )
         opening.stop = ("held", reason)
         return True
+
+    def _asserted_by(self, number: int) -> str:
+        """`` (asserted by operator X ...)`` when attempt ``number``'s success is an
+        operator's resolution (``twice resolve``), not something twice observed; else ""."""
+        for record in reversed(self.ledger.resolutions(self.uow_id)):
+            if record.attempt.number == number and record.outcome == "succeeded":
+                return (f" (asserted by operator {record.operator} with twice resolve, not "
+                        "observed by twice)")
+        return ""
 
     def _slot_overwritten(self) -> str | None:
         """Why this unit's success no longer stands for its slot: the destination partition's
