@@ -87,3 +87,36 @@ def test_backfill_plans_against_its_own_deadline_not_the_intervals_past_ones(env
     assert [r["status"] for r in report["runs"]] == ["failed", "blocked", "blocked", "blocked"]
     ok = invoke(*base)
     assert ok.exit_code == 0 and json.loads(ok.output)["counts"] == {"succeeded": 4}
+
+
+def test_the_summary_counts_partitions_written_with_a_new_schema(tmp_path) -> None:
+    """Found by a probe: after ``--accept-schema-change`` the summary said "partitions
+    verified: 3 (0 unchanged, 0 changed, 0 new)": those with a new schema were in no bucket."""
+    import duckdb
+    from click.testing import CliRunner
+
+    from twice.cli import cli
+
+    path = tmp_path / "p.py"
+    path.write_text(
+        "import os\n"
+        "import pyarrow as pa\n"
+        "from twice import Pipeline, Schedule\n"
+        "pipeline = Pipeline('shape', schedule=Schedule.daily('UTC'))\n"
+        f"@pipeline.task(destination='duckdb://{tmp_path}/w.duckdb?partition_column=day#t',\n"
+        "               write='replace', safe_repeat=True)\n"
+        "def t(ctx):\n"
+        "    cols = {'day': [ctx.interval.start.date()], 'v': [1]}\n"
+        "    if os.environ.get('WIDER'):\n"
+        "        cols['w'] = [2]\n"
+        "    return pa.table(cols)\n"
+    )
+    args = ["backfill", str(path), "--start", "2024-01-01", "--end", "2024-01-03", "--ledger",
+            str(tmp_path / "l.db"), "--deadline", "none"]
+    assert CliRunner().invoke(cli, args).exit_code == 0
+    with duckdb.connect(str(tmp_path / "w.duckdb")) as con:
+        con.execute("ALTER TABLE t ADD COLUMN w BIGINT")
+    wider = CliRunner().invoke(cli, [*args, "--accept-schema-change"], env={"WIDER": "1"})
+    assert wider.exit_code == 0, wider.output
+    assert "partitions verified: 2 (0 unchanged, 0 changed, 0 new, 2 with a new schema)" in \
+        " ".join(wider.output.split())

@@ -465,10 +465,12 @@ def print_summary(result: BackfillResult) -> None:
         + f" in {result.elapsed:.1f} s"
     )
     redefined = sum(d.verdict == "new definition" for d in diffs)
+    reshaped = sum(d.verdict == "schema changed" for d in diffs)
     console.print(
         f"partitions verified: {len(diffs)} "
         f"({sum(d.verdict == 'unchanged' for d in diffs)} unchanged, {len(changed)} changed, "
         f"{sum(d.verdict == 'new' for d in diffs)} new"
+        + (f", {reshaped} with a new schema" if reshaped else "")
         + (f", {redefined} re-fingerprinted over other columns" if redefined else "") + ")"
     )
     drifted = [run for run in result.runs if run.drift is not None and run.drift.drifted]
