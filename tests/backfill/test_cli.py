@@ -120,3 +120,27 @@ def test_the_summary_counts_partitions_written_with_a_new_schema(tmp_path) -> No
     assert wider.exit_code == 0, wider.output
     assert "partitions verified: 2 (0 unchanged, 0 changed, 0 new, 2 with a new schema)" in \
         " ".join(wider.output.split())
+
+
+def test_a_deadline_before_the_first_interval_ends_is_bad_input(tmp_path) -> None:
+    """Found by a probe: ``--deadline`` years before the range left every unit blocked in the
+    ledger ("cannot plan it") and exited 1; nothing can be delivered by it: exit 2 up front."""
+    from click.testing import CliRunner
+
+    from twice.cli import cli
+
+    path = tmp_path / "p.py"
+    path.write_text(
+        "from twice import Pipeline, Schedule\n"
+        "pipeline = Pipeline('early', schedule=Schedule.daily('UTC'))\n"
+        "@pipeline.task(safe_repeat=True)\n"
+        "def t(ctx):\n"
+        "    pass\n"
+    )
+    ledger = tmp_path / "l.db"
+    result = CliRunner().invoke(cli, ["backfill", str(path), "--start", "2024-01-01", "--end",
+                                      "2024-01-04", "--ledger", str(ledger), "--deadline",
+                                      "2020-01-01T00:00:00Z"])
+    assert result.exit_code == 2, result.output
+    assert "--deadline" in result.output and "first interval ends" in result.output
+    assert not ledger.exists()

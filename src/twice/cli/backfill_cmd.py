@@ -165,6 +165,13 @@ def backfill(pipeline_file: str, interval_text: str | None, start_text: str | No
         if not count:
             raise BackfillError(f"[{start_text}, {end_text}) holds no interval")
         confirm_units(count, len(names), yes=yes)
+        if deadline is not None:
+            first = next(iter(pipeline.schedule.iter_intervals(start, end)))
+            if deadline < first.end:  # no interval of the range can be delivered by it
+                raise click.BadParameter(
+                    f"{deadline.isoformat()} is before the range's first interval ends "
+                    f"({first.end.isoformat()}): nothing can be delivered by it",
+                    param_hint="--deadline")
         listeners = lineage_listeners(pipeline)  # before the ledger opens: bad input first
         ledger = open_durable_ledger(ledger_url)
     except (PipelineFileError, PipelineError, ScheduleError, IntervalError, BackfillError,
