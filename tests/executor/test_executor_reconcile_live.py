@@ -23,7 +23,7 @@ from tests.executor.helpers import day, outcomes
 
 from twice.define.pipeline import Pipeline, RemoteState, TaskContext
 from twice.define.schedule import Schedule
-from twice.engine.executor import Executor
+from twice.engine.executor import Executor, UnitResult
 from twice.ledger import Ledger
 
 
@@ -45,18 +45,22 @@ def slow_sender(log: Path, *, first_takes: float) -> Pipeline:
     return pipeline
 
 
+def run_once(pipeline: Pipeline, ledger: Ledger, observe_timeout: float) -> UnitResult:
+    """The day's one unit, run by an executor that observes for ``observe_timeout`` s."""
+    executor = Executor(pipeline, ledger, observe_timeout=observe_timeout, poll_interval=0.05)
+    return executor.run(day()).units[0]
+
+
 def test_a_timed_out_thread_is_waited_for_before_the_service_is_asked(
     tmp_path: Path, ledger_url: str
 ) -> None:
     log = tmp_path / "sent.log"
     pipeline = slow_sender(log, first_takes=0.8)
     with Ledger.open(ledger_url) as ledger:
-        result = Executor(pipeline, ledger, observe_timeout=10, poll_interval=0.05).run(day())
-        unit = result.units[0]
+        unit = run_once(pipeline, ledger, 10)
         assert unit.outcome == "succeeded", unit.reason
         assert outcomes(ledger, unit.uow_id) == ["succeeded"]
-        again = Executor(pipeline, ledger, observe_timeout=10, poll_interval=0.05).run(day())
-        assert again.units[0].outcome == "succeeded"
+        assert run_once(pipeline, ledger, 10).outcome == "succeeded"
     assert len(log.read_text().split()) == 1  # sent once, by attempt 1's late thread
 
 
@@ -66,8 +70,7 @@ def test_not_found_while_the_thread_still_runs_leaves_the_outcome_unknown(
     log = tmp_path / "sent.log"
     pipeline = slow_sender(log, first_takes=1.5)
     with Ledger.open(ledger_url) as ledger:
-        first = Executor(pipeline, ledger, observe_timeout=0.2, poll_interval=0.05).run(day())
-        unit = first.units[0]
+        unit = run_once(pipeline, ledger, 0.2)
         assert unit.outcome == "unknown-needs-reconcile"
         assert "still runs" in unit.reason
         assert outcomes(ledger, unit.uow_id) == ["unknown"]  # not "failed-transient"
@@ -75,8 +78,8 @@ def test_not_found_while_the_thread_still_runs_leaves_the_outcome_unknown(
         deadline = time.monotonic() + 10
         while not log.exists() and time.monotonic() < deadline:
             time.sleep(0.05)
-        second = Executor(pipeline, ledger, observe_timeout=0.2, poll_interval=0.05).run(day())
-        assert second.units[0].outcome == "succeeded", second.units[0].reason
+        second = run_once(pipeline, ledger, 0.2)
+        assert second.outcome == "succeeded", second.reason
         assert outcomes(ledger, unit.uow_id) == ["succeeded"]
     assert len(log.read_text().split()) == 1  # sent once, by attempt 1's thread
 
@@ -108,7 +111,7 @@ CHILD = textwrap.dedent('''
     sys.path.insert(0, sys.argv[1])
     import pausing
     from tests.executor.helpers import day
-    from twice.engine.executor import Executor
+    from twice.engine.executor import Executor, UnitResult
     from twice.ledger import Ledger
     with Ledger.open(sys.argv[2]) as ledger:
         Executor(pausing.pipeline, ledger, lease_ttl=1).run(day())

@@ -304,6 +304,18 @@ def test_a_rejected_output_twice_writes_never_replaces_the_accepted_slice(
     assert verified.exit_code == 0, verified.output  # the recorded version still stands
 
 
+def versioned(pipeline: Pipeline, spec: str, name: str, source: dict[str, int],
+              column: str) -> None:
+    """A task ``name`` replacing its day of table ``name`` with one row, ``column`` =
+    ``source["v"]``, whose input version is that value (a new value is a new unit)."""
+
+    def write(ctx: TaskContext) -> pa.Table:
+        return pa.table({"day": [ctx.interval.start.date()], column: [source["v"]]})
+
+    pipeline.task(name=name, destination=f"{spec}#{name}", write="replace", safe_repeat=True,
+                  input_version=lambda interval: str(source["v"]))(write)
+
+
 def test_a_dependent_left_behind_by_its_upstream_reads_never_run_not_verified(
     tmp_path: Path, ledger: Ledger, clock: ManualClock
 ) -> None:
@@ -317,11 +329,7 @@ def test_a_dependent_left_behind_by_its_upstream_reads_never_run_not_verified(
     source = {"v": 1}
     spec = f"sqlite:///{tmp_path / 'w.db'}?partition_column=day"
     pipeline = Pipeline("stale", schedule=Schedule.daily("UTC"))
-
-    @pipeline.task(destination=spec + "#a", write="replace", safe_repeat=True,
-                   input_version=lambda interval: str(source["v"]))
-    def a(ctx: TaskContext) -> pa.Table:
-        return pa.table({"day": [ctx.interval.start.date()], "v": [source["v"]]})
+    versioned(pipeline, spec, "a", source, "v")
 
     @pipeline.task(destination=spec + "#b", write="replace", safe_repeat=True, depends_on="a")
     def b(ctx: TaskContext) -> pa.Table:
@@ -425,16 +433,8 @@ def test_a_run_of_a_whole_diamond_records_no_unit_it_does_not_run(
     version = {"v": 1}
     spec = f"sqlite:///{tmp_path / 'w.db'}?partition_column=day"
     pipeline = Pipeline("diamond", schedule=Schedule.daily("UTC"))
-
-    @pipeline.task(destination=spec + "#a", write="replace", safe_repeat=True,
-                   input_version=lambda interval: str(version["v"]))
-    def a(ctx: TaskContext) -> pa.Table:
-        return pa.table({"day": [ctx.interval.start.date()], "x": [version["v"]]})
-
-    @pipeline.task(destination=spec + "#b", write="replace", safe_repeat=True,
-                   input_version=lambda interval: str(version["v"]))
-    def b(ctx: TaskContext) -> pa.Table:
-        return pa.table({"day": [ctx.interval.start.date()], "y": [version["v"]]})
+    versioned(pipeline, spec, "a", version, "x")
+    versioned(pipeline, spec, "b", version, "y")
 
     @pipeline.task(destination=spec + "#c", write="replace", safe_repeat=True,
                    depends_on=["a", "b"])
