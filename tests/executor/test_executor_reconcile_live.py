@@ -51,37 +51,29 @@ def run_once(pipeline: Pipeline, ledger: Ledger, observe_timeout: float) -> Unit
     return executor.run(day()).units[0]
 
 
-def test_a_timed_out_thread_is_waited_for_before_the_service_is_asked(
-    tmp_path: Path, ledger_url: str
+@pytest.mark.parametrize(("first_takes", "observe", "first_outcome"), [
+    (0.8, 10.0, "succeeded"),  # the thread ends within the observe budget: waited for
+    (1.5, 0.2, "unknown-needs-reconcile"),  # it outlives it: "not found" settles nothing
+])
+def test_a_timed_out_thread_is_waited_for_and_its_not_found_settles_nothing(
+    tmp_path: Path, ledger_url: str, first_takes: float, observe: float, first_outcome: str
 ) -> None:
     log = tmp_path / "sent.log"
-    pipeline = slow_sender(log, first_takes=0.8)
+    pipeline = slow_sender(log, first_takes=first_takes)
     with Ledger.open(ledger_url) as ledger:
-        unit = run_once(pipeline, ledger, 10)
-        assert unit.outcome == "succeeded", unit.reason
+        unit = run_once(pipeline, ledger, observe)
+        assert unit.outcome == first_outcome, unit.reason
+        if first_outcome != "succeeded":
+            assert "still runs" in unit.reason
+            assert outcomes(ledger, unit.uow_id) == ["unknown"]  # not "failed-transient"
+            assert not log.exists()
+            deadline = time.monotonic() + 10
+            while not log.exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
+        settled = run_once(pipeline, ledger, observe)
+        assert settled.outcome == "succeeded", settled.reason
         assert outcomes(ledger, unit.uow_id) == ["succeeded"]
-        assert run_once(pipeline, ledger, 10).outcome == "succeeded"
     assert len(log.read_text().split()) == 1  # sent once, by attempt 1's late thread
-
-
-def test_not_found_while_the_thread_still_runs_leaves_the_outcome_unknown(
-    tmp_path: Path, ledger_url: str
-) -> None:
-    log = tmp_path / "sent.log"
-    pipeline = slow_sender(log, first_takes=1.5)
-    with Ledger.open(ledger_url) as ledger:
-        unit = run_once(pipeline, ledger, 0.2)
-        assert unit.outcome == "unknown-needs-reconcile"
-        assert "still runs" in unit.reason
-        assert outcomes(ledger, unit.uow_id) == ["unknown"]  # not "failed-transient"
-        assert not log.exists()
-        deadline = time.monotonic() + 10
-        while not log.exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        second = run_once(pipeline, ledger, 0.2)
-        assert second.outcome == "succeeded", second.reason
-        assert outcomes(ledger, unit.uow_id) == ["succeeded"]
-    assert len(log.read_text().split()) == 1  # sent once, by attempt 1's thread
 
 
 PAUSING = textwrap.dedent('''
