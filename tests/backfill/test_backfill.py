@@ -216,20 +216,68 @@ def test_the_plan_says_what_the_engine_will_hold_or_block(tmp_path: Path) -> Non
     def notify(ctx: TaskContext) -> None:
         """A side effect: not safe_repeat."""
 
+    @pipeline.task(depends_on="notify", safe_repeat=True)
+    def archive(ctx: TaskContext) -> None:
+        """Runs after the side effect: blocked when it is held."""
+
     spans = helpers.intervals(1)
     with Ledger.open(tmp_path / "l.db") as ledger:
         blocked = plan_backfill(pipeline, ledger, spans, tasks=["notify"]).items
-        assert [(i.task, i.expected) for i in blocked] == [("notify", "blocked")]
+        assert [(i.task, i.expected) for i in blocked] == [("notify", "blocked"),
+                                                          ("archive", "blocked")]
         assert "dependency a is not selected" in blocked[0].reason
         ran = run_backfill(pipeline, ledger, spans, tasks=["notify"])
-        assert [r.status for r in ran.runs] == ["blocked"]
+        assert [r.status for r in ran.runs] == ["blocked", "blocked"]
         assert run_backfill(pipeline, ledger, spans).ok
         forced = plan_backfill(pipeline, ledger, spans, force=True).items
         assert [(i.task, i.action, i.expected) for i in forced] == [
-            ("a", "run", None), ("notify", "run", "held")]
+            ("a", "run", None), ("notify", "run", "held"), ("archive", "run", "blocked")]
         assert "--repeat notify" in forced[1].reason
+        assert "dependency notify is held" in forced[2].reason
         again = run_backfill(pipeline, ledger, spans, force=True)
         assert sorted((r.task, r.status) for r in again.runs) == [
-            ("a", "succeeded"), ("notify", "held")]
+            ("a", "succeeded"), ("archive", "blocked"), ("notify", "held")]
         named = plan_backfill(pipeline, ledger, spans, force=True, repeat=["notify"]).items
-        assert [i.expected for i in named] == [None, None]
+        assert [i.expected for i in named] == [None, None, None]
+
+
+def test_a_unit_that_already_made_an_attempt_is_not_planned_held(tmp_path: Path) -> None:
+    """Found by a probe: the plan said "held" for a task that is not safe_repeat whose NEW
+    unit had failed once, because an older unit of the interval had succeeded; the engine
+    holds on another unit's success only before a unit's first attempt, so it ran, and the
+    plan had skipped its dependents."""
+    import pyarrow as pa
+
+    from twice.define.pipeline import Pipeline, TaskContext
+    from twice.define.schedule import Schedule
+
+    state = {"v": 1, "fail": False}
+    spec = f"sqlite:///{tmp_path / 'w.db'}?partition_column=day"
+    pipeline = Pipeline("again", schedule=Schedule.daily("UTC"))
+
+    @pipeline.task(destination=spec + "#a", write="replace",
+                   input_version=lambda interval: str(state["v"]))
+    def a(ctx: TaskContext) -> pa.Table:
+        if state["fail"]:
+            raise ValueError("bad source")
+        return pa.table({"day": [ctx.interval.start.date()], "v": [state["v"]]})
+
+    @pipeline.task(destination=spec + "#b", write="replace", safe_repeat=True,
+                   depends_on="a")
+    def b(ctx: TaskContext) -> pa.Table:
+        return pa.table({"day": [ctx.interval.start.date()], "v": [state["v"] * 2]})
+
+    spans = helpers.intervals(1)
+    with Ledger.open(tmp_path / "l.db") as ledger:
+        assert run_backfill(pipeline, ledger, spans).ok
+        state.update(v=2, fail=True)
+        first = run_backfill(pipeline, ledger, spans, tasks=["a"], repeat=["a"])
+        assert [r.status for r in first.runs if r.task == "a"] == ["failed"]
+        state["fail"] = False
+        plan = plan_backfill(pipeline, ledger, spans, tasks=["a"]).items
+        assert [(i.task, i.action, i.expected) for i in plan] == [
+            ("a", "run", None), ("b", "run", None)]  # b follows a, which runs
+        ran = run_backfill(pipeline, ledger, spans, tasks=["a"])
+        statuses = {r.task: r.status for r in ran.runs}
+        assert statuses["a"] == "succeeded"
+        assert statuses["b"] == "succeeded"  # its input changed: it ran, not skipped

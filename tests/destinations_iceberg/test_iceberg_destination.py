@@ -261,11 +261,15 @@ def test_an_upsert_of_keys_distinct_in_every_column_keeps_the_rows_around_them(
     dest = open_destination(iceberg_spec(key_columns=("id", "name", "day")))
     n = 600
     dest.upsert([{"day": NOV30, "id": i, "name": f"k{i}"} for i in range(n)]
-                + [{"day": NOV30, "id": i, "name": "other"} for i in range(n)])
+                + [{"day": NOV30, "id": i, "name": "other"} for i in range(n)]
+                + [{"day": DEC1, "id": i, "name": f"k{i}"} for i in range(n)])
     dest.upsert([{"day": NOV30, "id": i, "name": f"k{i}"} for i in range(n)]
-                + [{"day": NOV30, "id": n + i, "name": f"k{n + i}"} for i in range(3)])
-    got = sorted((r["id"], r["name"]) for r in dest.read_partition().to_pylist())
-    expected = sorted([(i, f"k{i}") for i in range(n + 3)] + [(i, "other") for i in range(n)])
+                + [{"day": NOV30, "id": n + i, "name": f"k{n + i}"} for i in range(3)],
+                partition=NOV30)  # the superset is bounded by the slice
+    got = sorted((r["day"], r["id"], r["name"]) for r in dest.read_partition().to_pylist())
+    expected = sorted([(NOV30, i, f"k{i}") for i in range(n + 3)]
+                      + [(NOV30, i, "other") for i in range(n)]
+                      + [(DEC1, i, f"k{i}") for i in range(n)])
     assert got == expected
 
 

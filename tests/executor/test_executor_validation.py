@@ -452,3 +452,32 @@ def test_a_run_of_a_whole_diamond_records_no_unit_it_does_not_run(
     assert len(ledger.units(task="c")) == 2  # b is due too: c's next unit is not known yet
     assert Executor(pipeline, ledger, clock=clock).run(day(), tasks=["b"]).ok
     assert len(ledger.units(task="c")) == 3  # now it is: recorded, never run
+
+
+def test_an_arrow_stream_is_read_once_for_the_check_and_the_write(
+    tmp_path: Path, ledger: Ledger, clock: ManualClock
+) -> None:
+    """Found by a probe: with ``acceptance=``, an object speaking the Arrow C stream protocol
+    was consumed by the check before landing, and the write then got no rows (a replace
+    emptied the slice; an append added nothing and succeeded)."""
+
+    class Stream:
+        def __init__(self, table: pa.Table) -> None:
+            self.reader = table.to_reader()
+
+        def __arrow_c_stream__(self, requested_schema: object = None) -> object:
+            return self.reader.__arrow_c_stream__(requested_schema)
+
+    spec = f"duckdb://{tmp_path / 'w.duckdb'}?partition_column=day#t"
+
+    def out(ctx: TaskContext) -> Stream:
+        day_value = ctx.interval.start.date()
+        return Stream(pa.table({"day": [day_value] * 3, "v": [1, 2, 3]}))
+
+    pipeline = Pipeline("streams", schedule=Schedule.daily("UTC"))
+    pipeline.task(name="t", destination=spec, write="replace", safe_repeat=True,
+                  acceptance=AcceptanceCriteria(min_rows=3))(out)
+    result = Executor(pipeline, ledger, clock=clock).run(day()).unit("t")
+    assert result.outcome == "succeeded", result.error
+    with open_destination(spec) as dest:
+        assert dest.row_count(day()) == 3

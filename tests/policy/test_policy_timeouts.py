@@ -186,3 +186,11 @@ def test_an_attempt_child_does_not_outlive_its_killed_holder(tmp_path: Path) -> 
     time.sleep(3)  # past the moment the child would have sent
     assert not (tmp_path / "sent").exists()
     assert processes.gone(child)
+
+
+def test_a_forkserver_child_runs_and_returns() -> None:
+    """Found by a probe: the check that the child's parent is its holder failed under
+    forkserver (the fork server is the parent), so every such child exited at once."""
+    from twice.engine.timeouts import run_in_process
+
+    assert run_in_process(workers.add, 30, 1, 2, start_method="forkserver") == 3

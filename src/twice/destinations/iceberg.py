@@ -338,6 +338,9 @@ class IcebergDestination(ArrowScanned):
                 if exact:
                     _delete(tx, where, props)
                     return
+                inside = self._slice_expression(_twice_schema(base), partition)
+                if inside is not None:  # the superset stays inside the upserted slice
+                    where = _expressions().And(inside, where)
                 # a superset of the keys: the rows it matches that are not upserted go back
                 matched = base.scan(row_filter=where, snapshot_id=snapshot).to_arrow()
                 back = _without_keys(matched, incoming, keys)

@@ -389,7 +389,7 @@ def _plan_interval(
 
     items: list[PlanItem] = []
     upstream_runs: set[str] = set()
-    stopped: set[str] = set()  # planned to run, but blocked
+    stopped: dict[str, str] = {}  # planned to run, but held or blocked: which
     for name in names:
         task = pipeline.get_task(name)
         uow = (identify(name, interval) if identify is not None
@@ -418,12 +418,11 @@ def _plan_interval(
         expected = None
         if action == "run":
             expected, why = _expected(pipeline, ledger, task, interval, uow, recorded, names,
-                                      repeat, stopped)
-            if expected is not None:
+                                      repeat if rerun else None, stopped)
+            if expected is not None:  # the engine blocks the dependents of either
                 reason = f"{reason}; {why}"
-            if expected == "blocked":
-                stopped.add(name)
-            elif expected is None:
+                stopped[name] = expected
+            else:
                 upstream_runs.add(name)
         baseline = latest_attempt_before(recorded, began)
         items.append(PlanItem(interval, name, uow, action, reason, new_input,
@@ -434,19 +433,21 @@ def _plan_interval(
 
 def _expected(
     pipeline: Pipeline, ledger: Ledger, task: Task, interval: Interval, uow: UnitOfWork,
-    recorded: Sequence[AttemptRecord], names: Sequence[str], repeat: Collection[str],
-    stopped: Collection[str],
+    recorded: Sequence[AttemptRecord], names: Sequence[str], repeat: Collection[str] | None,
+    stopped: Mapping[str, str],
 ) -> tuple[Literal["held", "blocked"] | None, str]:
     """What the engine will do instead of running a planned unit, where the plan can tell
     (the engine's rules: ``twice.engine.executor``'s hold of a task that is not
-    ``safe_repeat``, and its block on a dependency): a dry run says so, not "would run"."""
+    ``safe_repeat``, and its block on a dependency): a dry run says so, not "would run".
+    ``repeat`` None: the unit follows its upstream (it runs only if its input changes, which
+    the plan cannot know), so no hold is foreseen."""
     from twice.engine.executor import identify_unit
 
     for dep in task.depends_on:
         if dep not in pipeline:
             continue
         if dep in stopped:
-            return "blocked", f"blocked: dependency {dep} is blocked in this run"
+            return "blocked", f"blocked: dependency {dep} is {stopped[dep]} in this run"
         if dep in names:
             continue
         latest = ledger.latest_attempt(identify_unit(pipeline, ledger, dep, interval).uow_id)
@@ -454,10 +455,12 @@ def _expected(
             seen = "no attempt" if latest is None else f"latest attempt {latest.outcome}"
             return "blocked", (f"blocked: dependency {dep} is not selected and the ledger "
                                f"shows {seen}")
-    if task.safe_repeat or task.name in repeat:
+    if repeat is None or task.safe_repeat or task.name in repeat:
         return None, ""
     if recorded and recorded[-1].outcome == "succeeded":
         why = f"attempt {recorded[-1].number} of this unit succeeded"
+    elif recorded:  # the engine holds on another unit's success only before a first attempt
+        return None, ""
     else:
         earlier = [other for other in ledger.units(pipeline=uow.pipeline, task=uow.task,
                                                    starting=interval.start)

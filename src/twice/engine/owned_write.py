@@ -96,6 +96,10 @@ def rows_of(value: Any) -> Any:
 
     if isinstance(value, pa.RecordBatchReader):
         return value.read_all()
+    if hasattr(value, "__arrow_c_stream__") and not isinstance(value, pa.Table):
+        # a stream is read once: read it whole here, so the check before landing and the
+        # write see the same rows
+        return pa.RecordBatchReader.from_stream(value).read_all()
     if type(value).__module__.split(".")[0] == "duckdb" and hasattr(value, "arrow"):
         table = value.arrow()  # a DuckDB relation
         return table.read_all() if isinstance(table, pa.RecordBatchReader) else table

@@ -215,8 +215,9 @@ def run_in_process(
     context = cast(_Context, multiprocessing.get_context(start_method))
     receiver, sender = context.Pipe(duplex=False)
     process = context.Process(
-        target=_child, args=(sender, fn, args, kwargs, os.getpid()), name="twice-attempt",
-        daemon=True,
+        # under forkserver the child's parent is the fork server, not this holder
+        target=_child, name="twice-attempt", daemon=True,
+        args=(sender, fn, args, kwargs, None if start_method == "forkserver" else os.getpid()),
     )
     process.start()
     sender.close()  # only the child writes; EOF on our end then means the child is gone
