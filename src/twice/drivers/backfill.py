@@ -418,7 +418,8 @@ def _plan_interval(
         expected = None
         if action == "run":
             expected, why = _expected(pipeline, ledger, task, interval, uow, recorded, names,
-                                      repeat if rerun else None, stopped)
+                                      repeat if rerun else None, stopped,
+                                      others=bool(seen - {uow.input_version}))
             if expected is not None:  # the engine blocks the dependents of either
                 reason = f"{reason}; {why}"
                 stopped[name] = expected
@@ -434,13 +435,14 @@ def _plan_interval(
 def _expected(
     pipeline: Pipeline, ledger: Ledger, task: Task, interval: Interval, uow: UnitOfWork,
     recorded: Sequence[AttemptRecord], names: Sequence[str], repeat: Collection[str] | None,
-    stopped: Mapping[str, str],
+    stopped: Mapping[str, str], *, others: bool = True,
 ) -> tuple[Literal["held", "blocked"] | None, str]:
     """What the engine will do instead of running a planned unit, where the plan can tell
     (the engine's rules: ``twice.engine.executor``'s hold of a task that is not
     ``safe_repeat``, and its block on a dependency): a dry run says so, not "would run".
     ``repeat`` None: the unit follows its upstream (it runs only if its input changes, which
-    the plan cannot know), so no hold is foreseen."""
+    the plan cannot know), so no hold is foreseen. ``others``: the ledger held other units of
+    the task and interval when planning began (else nothing is read to look for them)."""
     from twice.engine.executor import identify_unit
 
     for dep in task.depends_on:
@@ -459,8 +461,8 @@ def _expected(
         return None, ""
     if recorded and recorded[-1].outcome == "succeeded":
         why = f"attempt {recorded[-1].number} of this unit succeeded"
-    elif recorded:  # the engine holds on another unit's success only before a first attempt
-        return None, ""
+    elif recorded or not others:  # the engine holds on another unit's success only before
+        return None, ""  # a unit's first attempt; ``others``: the slot has other units
     else:
         earlier = [other for other in ledger.units(pipeline=uow.pipeline, task=uow.task,
                                                    starting=interval.start)
