@@ -144,3 +144,27 @@ def test_a_deadline_before_the_first_interval_ends_is_bad_input(tmp_path) -> Non
     assert result.exit_code == 2, result.output
     assert "--deadline" in result.output and "first interval ends" in result.output
     assert not ledger.exists()
+
+
+def test_the_last_failed_attempt_is_not_said_to_be_retried(tmp_path) -> None:
+    """Found by a probe: every transient failure printed "transient, retrying", the last one
+    too, right before "attempts-exhausted"."""
+    from click.testing import CliRunner
+
+    from twice.cli import cli
+
+    path = tmp_path / "p.py"
+    path.write_text(
+        "from twice import Pipeline, RetryPolicy, Schedule\n"
+        "pipeline = Pipeline('flaky', schedule=Schedule.daily('UTC'))\n"
+        "@pipeline.task(safe_repeat=True,\n"
+        "               retry=RetryPolicy(max_attempts=2, initial_delay=0, jitter='none',\n"
+        "                                 transient=(ConnectionError,)))\n"
+        "def t(ctx):\n"
+        "    raise ConnectionError('down')\n"
+    )
+    result = CliRunner().invoke(cli, ["backfill", str(path), "--start", "2024-01-01", "--end",
+                                      "2024-01-02", "--ledger", str(tmp_path / "l.db")])
+    lines = [line for line in result.output.splitlines() if "failed (ConnectionError" in line]
+    assert len(lines) == 2, result.output
+    assert lines[0].endswith("; transient, retried") and lines[1].endswith("; transient")

@@ -395,7 +395,8 @@ def run_with_progress(pipeline: Any, ledger: Any, intervals: Any, total: int | N
                 progress.console.print(
                     f"  {_short(data['interval'])} {data['task']}: attempt {data['attempt']} "
                     f"failed ({shown(data['error'])})"
-                    + ("; transient, retrying" if data["transient"] else "")
+                    + ("; transient" if data["transient"] else "")
+                    + (", retried" if data.get("retried") else "")
                 )
             elif kind == "reconciled":
                 progress.console.print(
@@ -497,7 +498,8 @@ def print_summary(result: BackfillResult) -> None:
         console.print(f"dependents follow for the same intervals (they run when the output "
                       f"they read changed, and are skipped when it came out identical): "
                       f"{dependents}")
-    new_inputs = [r for r in result.runs if r.new_input_version and r.status != "skipped"]
+    new_inputs = [r for r in result.runs if r.new_input_version  # those that executed
+                  and r.status not in ("skipped", "held", "blocked", "leased-elsewhere")]
     for run in new_inputs:
         console.print(f"source changed: {run.task} {run.interval.short} ran as a new unit "
                       f"of work (input version {shown(run.input_version)})")

@@ -151,7 +151,8 @@ def demo(workdir: str | None, days: int) -> None:
 
     def show(kind: str, data: Any) -> None:
         if kind == "attempt-failed":
-            retry = "transient -> retry with backoff" if data["transient"] else "permanent"
+            retry = ("transient -> retried with backoff" if data.get("retried")
+                     else "transient" if data["transient"] else "permanent")
             console.print(f"    {data['interval'][:10]} {data['task']}: attempt "
                           f"{data['attempt']} failed: {data['error']} ({retry})")
         elif kind == "reconciled":

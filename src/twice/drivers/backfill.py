@@ -884,7 +884,8 @@ def _describe(run: TaskRun, unit: UnitResult, task: Task, before: AttemptRecord 
             _emit(emit, "attempt-failed", task=run.task, interval=run.interval.label,
                   attempt=attempt.number,
                   error=f"{error.error_class.rsplit('.', 1)[-1]}: {error.message}",
-                  transient=attempt.outcome == "failed-transient")
+                  transient=attempt.outcome == "failed-transient",
+                  retried=any(later.number > attempt.number for later in ours))
     for job_id, state in reconciled:
         run.reconciled.append(f"{job_id}: {state}")
         _emit(emit, "reconciled", task=run.task, interval=run.interval.label, job_id=job_id,
