@@ -134,6 +134,9 @@ class WriteStamp:
     attempt: int
     token: int  # the lease's fencing token (ledger-wide sequence)
     input_version: str = ""
+    #: When the attempt began, ISO-8601 by the ledger's clock: what a reconciler finds of an
+    #: earlier attempt of the same number (another ledger, say) is not this attempt's.
+    began_at: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

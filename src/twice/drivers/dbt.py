@@ -397,6 +397,19 @@ def attempt_dir(project: DbtProject, job_id: str, attempt: int) -> Path:
     return project.state / "runs" / job_id / f"attempt-{attempt}"
 
 
+#: The file naming the attempt a folder belongs to (``_attempt_mark``), written first.
+ATTEMPT_FILE = "attempt"
+
+
+def _attempt_mark(ctx: TaskContext) -> str:
+    """The attempt as the ledger knows it: unit, number and when it began. A folder of the
+    same job id and number left by another attempt (an earlier ledger over the same project,
+    or an attempt killed before it cleared the folder) has another mark, so its results are
+    never taken for this attempt's."""
+    began = getattr(ctx.stamp, "began_at", "") or ""
+    return f"{ctx.unit.uow_id} {ctx.attempt} {began}\n"
+
+
 @dataclass(frozen=True)
 class _Runner:
     """The task function: one ``dbt run`` of one model for the context's interval."""
@@ -411,6 +424,7 @@ class _Runner:
         if folder.exists():
             shutil.rmtree(folder)
         folder.mkdir(parents=True)
+        (folder / ATTEMPT_FILE).write_text(_attempt_mark(ctx), encoding="utf-8")
         parsed = project.state / "manifest" / "partial_parse.msgpack"
         if parsed.is_file():  # dbt reparses only what changed since `dbt ls`
             shutil.copy2(parsed, folder / "partial_parse.msgpack")
@@ -503,6 +517,12 @@ def reconciler(project: DbtProject) -> Callable[[str, TaskContext], RemoteState]
         folder = attempt_dir(project, job_id, ctx.attempt)
         if not folder.is_dir():
             return RemoteState.NOT_FOUND
+        try:
+            mark = (folder / ATTEMPT_FILE).read_text(encoding="utf-8")
+        except OSError:
+            mark = None
+        if mark != _attempt_mark(ctx):  # an earlier attempt's folder (another ledger's, or
+            return RemoteState.NOT_FOUND  # one killed before it cleared it): not this one's
         pid_file = folder / "pid"
         if not pid_file.is_file():
             return RemoteState.NOT_FOUND  # the folder was made, dbt never started

@@ -1901,7 +1901,7 @@ class _UnitRun:
             uow_id=self.uow_id,
             fence_key=self._fence_key,
             generation=generation or 1, attempt=number, token=self.token,
-            input_version=self.unit.input_version,
+            input_version=self.unit.input_version, began_at=record.started_at.isoformat(),
         )
         return self.x.pipeline.context(
             self.task.name, self.unit.interval, attempt=number, generation=generation or 1,
