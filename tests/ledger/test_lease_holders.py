@@ -50,6 +50,10 @@ def test_exited_only_for_a_process_of_this_host_that_is_gone(
     assert not exited(f"{socket.gethostname()}:{running.pid}")
     assert not exited(f"another-host.example:{_gone_pid()}:0123abcd")
     assert not exited("worker-1") and not exited(f"{socket.gethostname()}:1:not-hex!")
+    # an Airflow try (found by a probe: named without its process, a killed try held the
+    # unit for the whole lease, and Airflow's retries ran out waiting on it)
+    assert exited(f"{socket.gethostname()}:{_gone_pid()}:airflow:d.t:run_1:try-1")
+    assert not exited(f"{socket.gethostname()}:{running.pid}:airflow:d.t:run_1:try-1")
     running.kill()
     for _ in range(100):  # killed, not yet reaped by its parent (us): a zombie holds nothing
         if exited(_holder(running.pid)):

@@ -3,15 +3,16 @@
 A lease holds its unit until it expires or is released: from another host, a paused holder
 and a dead one look the same, so only time can free the unit. On the holder's own host they
 do not: a holder id made by :func:`new_holder` names its host and process (``host:pid:tag``;
-a worker's default name is ``host:pid``), and a process that no longer exists (or is a zombie
-waiting to be reaped) holds nothing. Its lease is then free at once, so a rerun right after a
+a worker's default name is ``host:pid``; an Airflow try's ``host:pid:airflow:...``), and a
+process that no longer exists (or is a zombie waiting to be reaped) holds nothing. Its lease
+is then free at once, so a rerun right after a
 ``kill -9`` or an OOM kill takes the unit over instead of waiting out the lease (300 s by
 default). The takeover is the same as after expiry: the earlier attempt's outcome becomes
 unknown and is reconciled first, and fencing refuses any write made under the earlier token.
 
 A wrong "exited" (another PID namespace behind the same host name) is safe for the same
 reason: the earlier holder's writes are fenced. Holder ids in any other form (a name given
-to a worker, an Airflow task id) are never judged exited.
+to a worker) are never judged exited.
 """
 
 from __future__ import annotations
@@ -25,8 +26,9 @@ from pathlib import Path
 
 from twice.core import processes
 
-# ``host:pid:tag`` (new_holder) or ``host:pid`` (a worker's default name)
-_HOLDER = re.compile(r"(?P<host>.+?):(?P<pid>[0-9]+)(?::[0-9a-f]{8})?")
+# ``host:pid:tag`` (new_holder), ``host:pid`` (a worker's default name) or ``host:pid:...``
+# (an Airflow try: ``host:pid:airflow:dag.task:run:try-N``)
+_HOLDER = re.compile(r"(?P<host>[^:]+):(?P<pid>[0-9]+)(?::.+)?")
 
 
 def process_holder() -> str:

@@ -24,6 +24,7 @@ from twice.drivers.airflow.runner import (
     interval_from_airflow,
     run_try,
 )
+from twice.ledger.lease_holders import process_holder
 
 LEDGER_ENV = "TWICE_LEDGER"
 
@@ -72,7 +73,10 @@ class TwiceTaskOperator(BaseOperator):
         ti = context["ti"]
         try_number = int(ti.try_number)
         continue_run = not first_try_of_budget(try_number, int(ti.max_tries), self.retries or 0)
-        holder = f"airflow:{ti.dag_id}.{ti.task_id}:{ti.run_id}:try-{try_number}"
+        # this process first (host:pid): a try killed on this host frees the unit at once for
+        # the next try (twice.ledger.lease_holders), instead of holding it for lease_ttl
+        holder = (f"{process_holder()}:airflow:{ti.dag_id}.{ti.task_id}:{ti.run_id}:"
+                  f"try-{try_number}")
         with Ledger.open(url, durable=True) as ledger:
             outcome = run_try(
                 self.pipeline, self.twice_task, ledger, interval, holder=holder,
