@@ -15,7 +15,7 @@ def test_demo_exits_0_and_all_fingerprints_equal(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "fingerprints: 12/12 equal to a clean run; duplicate rows: 0" in proc.stdout
-    assert "reconciled job" in proc.stdout and "transient -> retry" in proc.stdout
+    assert "reconciled job" in proc.stdout and "transient -> retried" in proc.stdout
     assert "Traceback" not in proc.stderr
 
 

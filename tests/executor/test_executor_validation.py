@@ -481,3 +481,28 @@ def test_an_arrow_stream_is_read_once_for_the_check_and_the_write(
     assert result.outcome == "succeeded", result.error
     with open_destination(spec) as dest:
         assert dest.row_count(day()) == 3
+
+
+def test_a_new_run_does_not_repeat_a_failed_side_effect(
+    tmp_path: Path, ledger: Ledger, clock: ManualClock
+) -> None:
+    """Found by a probe: a task that is not safe_repeat acted, then failed transiently; the
+    run stopped at "reconcile-effects", but any later run (twice run, backfill, a new Airflow
+    DAG run) executed it again at once: the mail went out twice. Twice cannot see this task's
+    effects, so a later run holds it until it is named (``repeat``)."""
+    sent: list[int] = []
+    pipeline = Pipeline("mail", schedule=Schedule.daily("UTC"))
+
+    @pipeline.task(retry=RetryPolicy(max_attempts=3, transient=(ConnectionError,)))
+    def notify(ctx: TaskContext) -> None:
+        sent.append(ctx.attempt)  # the effect happens ...
+        if ctx.attempt == 1:
+            raise ConnectionError("gateway hung up after sending")  # ... then it fails
+
+    first = Executor(pipeline, ledger, clock=clock).run(day()).unit("notify")
+    assert first.next_decision == "reconcile-effects" and sent == [1]
+    again = Executor(pipeline, ledger, clock=clock).run(day()).unit("notify")
+    assert again.outcome == "held" and "--repeat notify" in again.reason
+    assert sent == [1]
+    named = Executor(pipeline, ledger, clock=clock, repeat=["notify"]).run(day()).unit("notify")
+    assert named.outcome == "succeeded" and sent == [1, 2]

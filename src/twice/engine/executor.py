@@ -1211,6 +1211,13 @@ class _UnitRun:
             earlier = self._slot_success()
             if earlier is not None and self._held(opening, earlier):
                 return opening
+        elif (prior is not None and prior.outcome.startswith("failed-") and self._blind()
+              and not (self.x.continue_run and self._has_run())
+              and self._held(opening, f"attempt {prior.number} failed after it may have acted "
+                             "(twice cannot see this task's effects)")):
+            # a new run does not reset what the planner said of it: reconcile the effects
+            # first (README: a failed attempt is retried only if transient and safe_repeat)
+            return opening
         if prior is not None and prior.outcome == "running":
             opening.prior = prior = self._orphaned(prior, opening.notes)
         if prior is not None and prior.outcome in ("unknown", "running"):
@@ -1358,6 +1365,11 @@ class _UnitRun:
         )
         opening.stop = ("held", reason)
         return True
+
+    def _blind(self) -> bool:
+        """twice cannot see this task's effects: no owned write to read a commit record from,
+        no ``reconcile=`` to ask."""
+        return not self.task.owns_output and self.task.reconcile is None
 
     def _asserted_by(self, number: int) -> str:
         """`` (asserted by operator X ...)`` when attempt ``number``'s success is an
