@@ -281,3 +281,28 @@ def test_a_unit_that_already_made_an_attempt_is_not_planned_held(tmp_path: Path)
         statuses = {r.task: r.status for r in ran.runs}
         assert statuses["a"] == "succeeded"
         assert statuses["b"] == "succeeded"  # its input changed: it ran, not skipped
+
+
+def test_the_plan_foresees_the_hold_of_a_failed_side_effect(tmp_path: Path) -> None:
+    """A task twice cannot see (no destination, no reconcile=) whose attempt failed is held
+    by a later run; the plan says so, and the backfill holds it."""
+    from twice.core.policy import RetryPolicy
+    from twice.define.pipeline import Pipeline, TaskContext
+    from twice.define.schedule import Schedule
+
+    sent: list[int] = []
+    pipeline = Pipeline("mail", schedule=Schedule.daily("UTC"))
+
+    @pipeline.task(retry=RetryPolicy(max_attempts=2, transient=(ConnectionError,)))
+    def notify(ctx: TaskContext) -> None:
+        sent.append(ctx.attempt)
+        raise ConnectionError("hung up after sending")
+
+    spans = helpers.intervals(1)
+    with Ledger.open(tmp_path / "l.db") as ledger:
+        run_backfill(pipeline, ledger, spans)
+        assert sent == [1]
+        [item] = plan_backfill(pipeline, ledger, spans).items
+        assert (item.action, item.expected) == ("run", "held")
+        again = run_backfill(pipeline, ledger, spans)
+        assert [r.status for r in again.runs] == ["held"] and sent == [1]

@@ -461,6 +461,10 @@ def _expected(
         return None, ""
     if recorded and recorded[-1].outcome == "succeeded":
         why = f"attempt {recorded[-1].number} of this unit succeeded"
+    elif (recorded and recorded[-1].outcome.startswith("failed-") and not task.owns_output
+          and task.reconcile is None):
+        why = (f"attempt {recorded[-1].number} failed after it may have acted (twice cannot "
+               "see this task's effects)")
     elif recorded or not others:  # the engine holds on another unit's success only before
         return None, ""  # a unit's first attempt; ``others``: the slot has other units
     else:
