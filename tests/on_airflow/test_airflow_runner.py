@@ -282,3 +282,28 @@ def test_first_try_of_budget_matches_airflow_clears(retries: int, clears: int) -
             firsts.append((first_try_of_budget(try_number, max_tries, retries), position == 0))
         max_tries = try_number + retries
     assert all(got == expected for got, expected in firsts)
+
+
+def test_a_try_holds_its_lease_under_this_process(tmp_path) -> None:
+    """Found by a probe: a try's holder named no process, so a try killed on this host held
+    its unit for the whole lease and Airflow's retries ran out on it. The holder starts with
+    this host and pid (a gone process frees the unit at once), and fits the ledger's column
+    whatever the length of Airflow's ids."""
+    import os
+    import socket
+
+    from twice.core.unit import UnitOfWork
+    from twice.drivers.airflow.runner import MAX_HOLDER, try_holder
+    from twice.ledger.lease_holders import exited
+
+    span = Interval(datetime(2026, 11, 30, tzinfo=UTC), datetime(2026, 12, 1, tzinfo=UTC))
+
+    holder = try_holder("dag", "extract", "scheduled__2026-11-30", 2)
+    assert holder == (f"{socket.gethostname()}:{os.getpid()}:airflow:dag.extract:"
+                      "scheduled__2026-11-30:try-2")
+    assert not exited(holder)  # this process
+    long = try_holder("d" * 250, "t" * 250, "r" * 250, 1)
+    assert len(long) == MAX_HOLDER and long != try_holder("d" * 250, "t" * 250, "r" * 250, 2)
+    with Ledger.open(tmp_path / "l.db") as ledger:  # the id fits where the ledger keeps it
+        uow = ledger.record_unit(UnitOfWork("p", "t", span, "", "1")).uow_id
+        assert ledger.begin_attempt(uow, holder=long).holder == long

@@ -23,8 +23,8 @@ from twice.drivers.airflow.runner import (
     first_try_of_budget,
     interval_from_airflow,
     run_try,
+    try_holder,
 )
-from twice.ledger.lease_holders import process_holder
 
 LEDGER_ENV = "TWICE_LEDGER"
 
@@ -73,10 +73,7 @@ class TwiceTaskOperator(BaseOperator):
         ti = context["ti"]
         try_number = int(ti.try_number)
         continue_run = not first_try_of_budget(try_number, int(ti.max_tries), self.retries or 0)
-        # this process first (host:pid): a try killed on this host frees the unit at once for
-        # the next try (twice.ledger.lease_holders), instead of holding it for lease_ttl
-        holder = (f"{process_holder()}:airflow:{ti.dag_id}.{ti.task_id}:{ti.run_id}:"
-                  f"try-{try_number}")
+        holder = try_holder(ti.dag_id, ti.task_id, ti.run_id, try_number)
         with Ledger.open(url, durable=True) as ledger:
             outcome = run_try(
                 self.pipeline, self.twice_task, ledger, interval, holder=holder,

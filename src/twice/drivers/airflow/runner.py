@@ -13,6 +13,7 @@ run, which is Airflow's own rule for a cleared task.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -99,6 +100,24 @@ def interval_from_airflow(
 def _plain(value: datetime) -> datetime:
     """A stdlib datetime for Airflow's pendulum one (same instant and offset)."""
     return datetime.fromisoformat(value.isoformat())
+
+
+#: The ledger keeps holder ids of up to 400 characters (PostgreSQL enforces it).
+MAX_HOLDER = 400
+
+
+def try_holder(dag_id: str, task_id: str, run_id: str, try_number: int) -> str:
+    """The lease holder of one Airflow try: ``host:pid:airflow:DAG.TASK:RUN:try-N``. This
+    process first, so a try killed on this host frees its unit at once for the next try
+    (``twice.ledger.lease_holders``) instead of holding it for the lease's whole life. Airflow
+    ids may be 250 characters each: a longer id is cut and ends with a digest of the whole."""
+    from twice.ledger.lease_holders import process_holder
+
+    holder = f"{process_holder()}:airflow:{dag_id}.{task_id}:{run_id}:try-{try_number}"
+    if len(holder) <= MAX_HOLDER:
+        return holder
+    digest = hashlib.sha256(holder.encode()).hexdigest()[:16]
+    return f"{holder[:MAX_HOLDER - 17]}:{digest}"
 
 
 def first_try_of_budget(try_number: int, max_tries: int, retries: int) -> bool:
