@@ -335,6 +335,13 @@ class Task:
 
         return is_owned(self.destination)
 
+    @property
+    def effects_unseen(self) -> bool:
+        """twice cannot see this task's effects: no owned destination to read a commit record
+        from, no ``reconcile=`` to ask. Such a task's unknown outcome waits for an operator,
+        and a failed attempt of it is not repeated by a later run unless named."""
+        return not (self.owns_output or self.reconcile is not None)
+
     def partition_for(self, interval: Interval) -> str:
         """The input partition read for ``interval`` ("" if the task declares none)."""
         spec = self.input_partition
@@ -809,8 +816,7 @@ class Pipeline:
             f"task {task.name!r}: twice cannot see its effects (no owned destination, no "
             "reconcile=): after a crash or timeout its outcome stays unknown until an operator "
             "records it with `twice resolve`"
-            for task in self._tasks.values()
-            if not (task.owns_output or task.reconcile is not None)
+            for task in self._tasks.values() if task.effects_unseen
         ]
 
     def _graph_problems(self) -> list[str]:

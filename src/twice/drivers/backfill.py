@@ -443,7 +443,7 @@ def _expected(
     ``repeat`` None: the unit follows its upstream (it runs only if its input changes, which
     the plan cannot know), so no hold is foreseen. ``others``: the ledger held other units of
     the task and interval when planning began (else nothing is read to look for them)."""
-    from twice.engine.executor import identify_unit
+    from twice.engine.executor import earlier_success, identify_unit, unsettled
 
     for dep in task.depends_on:
         if dep not in pipeline:
@@ -452,31 +452,24 @@ def _expected(
             return "blocked", f"blocked: dependency {dep} is {stopped[dep]} in this run"
         if dep in names:
             continue
-        latest = ledger.latest_attempt(identify_unit(pipeline, ledger, dep, interval).uow_id)
-        if latest is None or latest.outcome != "succeeded":
-            seen = "no attempt" if latest is None else f"latest attempt {latest.outcome}"
+        seen = unsettled(ledger, identify_unit(pipeline, ledger, dep, interval).uow_id)
+        if seen is not None:
             return "blocked", (f"blocked: dependency {dep} is not selected and the ledger "
                                f"shows {seen}")
     if repeat is None or task.safe_repeat or task.name in repeat:
         return None, ""
     if recorded and recorded[-1].outcome == "succeeded":
         why = f"attempt {recorded[-1].number} of this unit succeeded"
-    elif (recorded and recorded[-1].outcome.startswith("failed-") and not task.owns_output
-          and task.reconcile is None):
+    elif recorded and recorded[-1].outcome.startswith("failed-") and task.effects_unseen:
         why = (f"attempt {recorded[-1].number} failed after it may have acted (twice cannot "
                "see this task's effects)")
     elif recorded or not others:  # the engine holds on another unit's success only before
         return None, ""  # a unit's first attempt; ``others``: the slot has other units
     else:
-        earlier = [other for other in ledger.units(pipeline=uow.pipeline, task=uow.task,
-                                                   starting=interval.start)
-                   if other.uow_id != uow.uow_id and other.interval.label == interval.label]
-        done = [other for other in earlier
-                if (latest := ledger.latest_attempt(other.uow_id)) is not None
-                and latest.outcome == "succeeded"]
-        if not done:
+        found = earlier_success(ledger, uow)
+        if found is None:
             return None, ""
-        why = f"unit {done[-1].uow_id} succeeded for this interval"
+        why = f"unit {found[0].uow_id} succeeded for this interval"
     return "held", (f"held: {why} and {task.name!r} is not safe_repeat (pass --repeat "
                     f"{task.name} to run it again)")
 

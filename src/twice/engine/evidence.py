@@ -487,9 +487,10 @@ def gather_evidence(
         include_workflow_deadline=include_workflow_deadline,
         rerun_of=rerun_of,
         run_started_at=None if marker is None else marker.observed_at,
+        # the attempts known at ``at`` are the first of those recorded; only the exited-holder
+        # rule of _as_of_attempt turns a recorded "running" into "unknown"
         exited_seen=bool(attempts) and attempts[-1].outcome == "unknown"
-        and recorded_attempts[-1].outcome == "running" and attempts[-1].finished_at is None
-        and recorded_attempts[-1].number == attempts[-1].number,
+        and recorded_attempts[len(attempts) - 1].outcome == "running",
     )
 
 

@@ -115,6 +115,7 @@ if TYPE_CHECKING:
         JobGenerationRecord,
         LeaseResult,
         Ledger,
+        UnitRecord,
     )
     from twice.ledger.records import DecisionName
 
@@ -245,6 +246,32 @@ class RunResult:
             "outputsVerified": False,
             "idempotencyProven": False,
         }
+
+
+def unsettled(ledger: Ledger, uow_id: str) -> str | None:
+    """What the unit's latest attempt is short of success ("no attempt", "latest attempt
+    failed-permanent"), or None when it succeeded: how a dependency outside the run, or an
+    upstream still due, is judged."""
+    latest = ledger.latest_attempt(uow_id)
+    if latest is not None and latest.outcome == "succeeded":
+        return None
+    return "no attempt" if latest is None else f"latest attempt {latest.outcome}"
+
+
+def earlier_success(ledger: Ledger, unit: UnitOfWork
+                    ) -> tuple[UnitRecord, AttemptRecord] | None:
+    """Another unit of ``unit``'s task and interval (an older input or transform version)
+    whose latest attempt succeeded, with that attempt; None if there is none. A task that is
+    not ``safe_repeat`` is held on it before its new unit's first attempt."""
+    label = unit.interval.label
+    for other in ledger.units(pipeline=unit.pipeline, task=unit.task,
+                              starting=unit.interval.start):
+        if other.uow_id == unit.uow_id or other.interval.label != label:
+            continue
+        latest = ledger.latest_attempt(other.uow_id)
+        if latest is not None and latest.outcome == "succeeded":
+            return other, latest
+    return None
 
 
 def latest_attempt_before(attempts: Sequence[AttemptRecord], began: datetime | None
@@ -687,9 +714,8 @@ class Executor:
                 unit = self.unit_for(dep, interval)
             except Exception as exc:
                 return f"dependency {dep}: cannot identify its unit of work ({redact(str(exc))})"
-            latest = self.ledger.latest_attempt(unit.uow_id)
-            if latest is None or latest.outcome != "succeeded":
-                seen = "no attempt" if latest is None else f"latest attempt {latest.outcome}"
+            seen = unsettled(self.ledger, unit.uow_id)
+            if seen is not None:
                 return (
                     f"dependency {dep} was not selected to run and the ledger shows {seen} "
                     f"for {interval}"
@@ -782,8 +808,7 @@ class Executor:
             unit = self.unit_for(name, interval)
         except Exception:  # identified, and its error reported, when it is planned
             return True
-        latest = self.ledger.latest_attempt(unit.uow_id)
-        return latest is None or latest.outcome != "succeeded"
+        return unsettled(self.ledger, unit.uow_id) is not None
 
     def _claim_and_drive(
         self,
@@ -981,11 +1006,15 @@ def _reshaped(ledger: Ledger, record: FingerprintRecord) -> str | None:
     only, so without it a renamed column would leave dependents on the old shape. None while
     the columns are as first recorded (or either version predates recorded columns): such a
     partition keeps the version string earlier releases gave it."""
-    if record.version <= 1 or (record.schema is None and record.columns is None):
+    if record.version <= 1:
         return None
     first = ledger.fingerprints(record.destination, record.partition)[0]
-    shape, original = (record.schema, first.schema) if record.schema is not None and \
-        first.schema is not None else (record.columns, first.columns)
+    shape: object
+    original: object
+    if record.schema is not None and first.schema is not None:
+        shape, original = record.schema, first.schema
+    else:
+        shape, original = record.columns, first.columns
     if shape is None or original is None or shape == original:
         return None
     return hashlib.sha256(repr(shape).encode()).hexdigest()[:12]
@@ -1211,7 +1240,8 @@ class _UnitRun:
             earlier = self._slot_success()
             if earlier is not None and self._held(opening, earlier):
                 return opening
-        elif (prior is not None and prior.outcome.startswith("failed-") and self._blind()
+        elif (prior is not None and prior.outcome.startswith("failed-")
+              and self.task.effects_unseen
               and not (self.x.continue_run and self._has_run())
               and self._held(opening, f"attempt {prior.number} failed after it may have acted "
                              "(twice cannot see this task's effects)")):
@@ -1366,11 +1396,6 @@ class _UnitRun:
         opening.stop = ("held", reason)
         return True
 
-    def _blind(self) -> bool:
-        """twice cannot see this task's effects: no owned write to read a commit record from,
-        no ``reconcile=`` to ask."""
-        return not self.task.owns_output and self.task.reconcile is None
-
     def _asserted_by(self, number: int) -> str:
         """`` (asserted by operator X ...)`` when attempt ``number``'s success is an
         operator's resolution (``twice resolve``), not something twice observed; else ""."""
@@ -1396,18 +1421,12 @@ class _UnitRun:
     def _slot_success(self) -> str | None:
         """Another unit of the same task and interval (older input or transform version)
         that succeeded, described; None if there is none."""
-        label = self.unit.interval.label
-        for other in self.ledger.units(pipeline=self.unit.pipeline, task=self.unit.task,
-                                       starting=self.unit.interval.start):
-            if other.uow_id == self.uow_id or other.interval.label != label:
-                continue
-            latest = self.ledger.latest_attempt(other.uow_id)
-            if latest is not None and latest.outcome == "succeeded":
-                return (
-                    f"unit {other.uow_id} (input version {other.input_version or 'none'}) "
-                    f"succeeded for {label} in attempt {latest.number}"
-                )
-        return None
+        found = earlier_success(self.ledger, self.unit)
+        if found is None:
+            return None
+        other, latest = found
+        return (f"unit {other.uow_id} (input version {other.input_version or 'none'}) "
+                f"succeeded for {self.unit.interval.label} in attempt {latest.number}")
 
     def _orphaned(self, prior: AttemptRecord, notes: list[str]) -> AttemptRecord:
         """A ``running`` attempt found while WE hold the lease has lost its process.

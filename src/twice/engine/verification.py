@@ -387,9 +387,8 @@ def check_task_output(
     """
     from twice.destinations import open_destination
 
-    rejected = returned.get("rejected_rows") if isinstance(returned, Mapping) else None
-    if landed:
-        rejected = 0
+    rejected = (0 if landed
+                else returned.get("rejected_rows") if isinstance(returned, Mapping) else None)
     if rejected is not None and (isinstance(rejected, bool) or not isinstance(rejected, int)):
         rejected = None
     with open_destination(destination_spec) as destination:

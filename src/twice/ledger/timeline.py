@@ -62,9 +62,10 @@ class TimelineStore:
         """Timelines of many units, read in one transaction a chunk of units per query (a
         report over a large ledger makes a few queries per chunk, not nine per unit)."""
         found: dict[str, list[TimelineEvent]] = {uow_id: [] for uow_id in uow_ids}
+        ids = list(found)  # each unit once
         with self._session.read() as conn:
-            for start in range(0, len(found), CHUNK):
-                chunk = list(found)[start:start + CHUNK]
+            for start in range(0, len(ids), CHUNK):
+                chunk = ids[start:start + CHUNK]
                 rows = conn.execute(
                     select(events).where(events.c.uow_id.in_(chunk))
                     .order_by(events.c.at, events.c.seq)
