@@ -246,12 +246,12 @@ def _print_plan_json(header: dict[str, Any], labels: list[str], items: Iterable[
     items are planned."""
     dumps = json.dumps
     echo("{" + f'"dependents": {dumps(header["dependents"])}, "dry_run": true, '
-               f'"force": {dumps(header["force"])}, "intervals": {dumps(labels)}, "items": [',
-               nl=False)
+         f'"force": {dumps(header["force"])}, "intervals": {dumps(labels)}, "items": [',
+         nl=False)
     for n, item in enumerate(items):
         echo((", " if n else "") + dumps(item.to_dict(), sort_keys=True), nl=False)
     echo(f'], "pipeline": {dumps(header["pipeline"])}, "tasks": {dumps(header["tasks"])}'
-               "}")
+         "}")
 
 
 STREAM_ROWS = 500  # a plan longer than this prints in tables of this many rows, as planned
@@ -273,7 +273,7 @@ def _print_plan_stream(header: dict[str, Any], intervals: int, items: Iterable[P
     first_interval = None
     printed = 0
     runs = total = 0
-    stopped: Counter[str | None] = Counter()
+    stopped: Counter[str] = Counter()
 
     def flush() -> None:
         nonlocal printed
@@ -305,8 +305,11 @@ def _print_plan_stream(header: dict[str, Any], intervals: int, items: Iterable[P
         first_interval = first_interval or item.interval
         rows.append(item)
         total += 1
-        runs += item.action == "run" and item.expected is None
-        stopped[item.expected] += item.action == "run" and item.expected is not None
+        if item.action == "run":
+            if item.expected is None:
+                runs += 1
+            else:
+                stopped[item.expected] += 1  # the engine will hold or block it
     flush()
     dependents = header["dependents"]
     deps = (f"; dependents follow (they run when the output they read changed): "

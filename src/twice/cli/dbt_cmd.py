@@ -170,7 +170,7 @@ def backfill(project_dir: str, database: str, select: str, exclude: str | None,
             if as_json:
                 result = run_backfill(pipeline, ledger, intervals, **options)
                 echo(json.dumps({**result.to_dict(), "dbt": _describe(resolved)},
-                                      sort_keys=True))
+                                sort_keys=True))
             else:
                 count = pipeline.schedule.count_intervals(span.start, span.end)
                 result = run_with_progress(pipeline, ledger, intervals, total=count, **options)

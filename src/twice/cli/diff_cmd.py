@@ -85,15 +85,15 @@ def diff(destination: str, partition_text: str, from_version: int, to_version: i
     shown = redact(dest.spec)
     if as_json:
         echo(json.dumps({"destination": shown, "partition": partition_text,
-                               "from_version": from_version, "to_version": to_version,
-                               **result.to_dict()}, sort_keys=True, default=str))
+                         "from_version": from_version, "to_version": to_version,
+                         **result.to_dict()}, sort_keys=True, default=str))
         return
     echo(f"{shown}  {partition_text}  v{from_version} -> v{to_version}")
     echo(f"  rows       {result.rows_before} -> {result.rows_after}")
     echo(f"  added      {result.added}")
     echo(f"  removed    {result.removed}")
     echo(f"  changed    {result.changed}"
-               + (f" ({_columns(result.changed_columns)})" if result.changed_columns else ""))
+         + (f" ({_columns(result.changed_columns)})" if result.changed_columns else ""))
     echo(f"  unchanged  {result.unchanged}")
     for kind, found, count in (("added", result.added_keys, result.added),
                                ("removed", result.removed_keys, result.removed),

@@ -60,14 +60,13 @@ def explain(uow_id: str, ledger_url: str | None, as_json: bool) -> None:
 
     if as_json:
         echo(redact(json.dumps({"uow_id": unit.uow_id, "identity": unit.to_unit_of_work()
-                                      .identity(), "health": str(status.state),
-                                      "healthBasis": status.basis, "healthReason": status.text,
-                                      "events": rows}, sort_keys=True, default=str)))
+                                .identity(), "health": str(status.state),
+                                "healthBasis": status.basis, "healthReason": status.text,
+                                "events": rows}, sort_keys=True, default=str)))
         return
     from rich.markup import escape
 
-    from twice.cli.console import make_console
-    from twice.core.inert import inert
+    from twice.cli.console import make_console, shown
 
     console = make_console()
     console.print(f"[bold]{unit.uow_id}[/]  {unit.pipeline}.{unit.task}  {unit.interval}")
@@ -79,13 +78,13 @@ def explain(uow_id: str, ledger_url: str | None, as_json: bool) -> None:
 
     basis = "" if status.basis == status.state else f" ({BASIS_LABEL[status.basis]})"
     console.print(f"  health: [bold]{status.state}[/]{escape(basis)}: "
-                  f"{escape(inert(status.text))}")
+                  f"{shown(status.text)}")
     for row in rows:
         attempt = f" #{row['attempt']}" if row["attempt"] is not None else ""
         tag = "" if row["assertedBy"] is None else "[magenta]\\[asserted][/] "
         console.print(
             f"{row['at']}  [cyan]{row['kind']:<17}[/]{attempt:<4} {tag}"
-            f"{escape(inert(redact(row['summary'])))}"  # one line: no forged entry
+            f"{shown(redact(row['summary']))}"  # one line: no forged entry
         )
     if any(row["assertedBy"] is not None for row in rows):
         console.print("[asserted]: an operator's resolution (twice resolve), a person's word; "

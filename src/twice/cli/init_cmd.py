@@ -64,6 +64,6 @@ def init(name: str, as_json: bool) -> None:
     for path in files:
         echo(f"  {path}")
     echo(f"Its warehouse goes to ${created.env}/warehouse.duckdb "
-               f"(default ./{created.name}-work). Next:")
+         f"(default ./{created.name}-work). Next:")
     for command in next_steps:
         echo(f"  {command}")

@@ -121,17 +121,17 @@ def _print(label: str, rows: list[dict[str, Any]], expired: list[Expiry]) -> Non
             echo(f"NOT expired {item.name} {item.version}: {item.error}")
         else:
             echo(f"expired {item.name} {item.version}: deleted {item.rows_deleted} rows "
-                       f"from {item.location} [{item.partition}]")
+                 f"from {item.location} [{item.partition}]")
     if not rows:
         echo(f"{label}: no materialized intermediates recorded")
         return
     echo(f"{label}: {len(rows)} intermediate version(s)")
     for row in rows:
         echo(f"{row['name']}  version {row['version']}  [{row['status']}]  "
-                   f"owner {row['owner']}")
+             f"owner {row['owner']}")
         echo(f"  stored   {row['location']} [{row['partition']}]: {row['rows']} rows, "
-                   f"{format_bytes(row['bytesStored'])}, checksum {row['checksum']}")
+             f"{format_bytes(row['bytesStored'])}, checksum {row['checksum']}")
         echo(f"  kept     until {row['expiresAt']} ({row['statusReason']})")
         echo(f"  used     {row['reuseCount']} reuse(s), {row['refusals']} refusal(s), "
-                   f"{row['materializations']} materialization(s)")
+             f"{row['materializations']} materialization(s)")
         echo(f"  cost     {row['summary']}")

@@ -177,7 +177,7 @@ def add_health(ledger: Any, at: Any, rows: list[dict[str, Any]], pipeline: str |
     """Give each row its health (the reports' model as of the same instant), put what needs
     attention first, and return the scope (its headline)."""
     from twice.reports import gather
-    from twice.reports.health import HEALTH_ORDER, IN_PROGRESS, NEEDS_ATTENTION, scope
+    from twice.reports.health import AWAITING_ACTION, HEALTH_ORDER, NEEDS_ATTENTION, scope
 
     evidence = gather(ledger, as_of=at, pipeline=pipeline, live=live)
     known = {unit.uow_id: unit for unit in evidence.units}
@@ -193,8 +193,7 @@ def add_health(ledger: Any, at: Any, rows: list[dict[str, Any]], pipeline: str |
         row["healthBasis"] = unit.status.basis
         row["healthReason"] = unit.status.text
         row["needsAttention"] = state in NEEDS_ATTENTION
-        acting = state in NEEDS_ATTENTION or state in IN_PROGRESS
-        row["nextAction"] = row["decision"] if acting else None
+        row["nextAction"] = row["decision"] if state in AWAITING_ACTION else None
     rows.sort(key=lambda row: rank.get(row["health"], len(rank)))
     return scope(evidence.units)
 

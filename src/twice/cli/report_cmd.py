@@ -73,8 +73,8 @@ def report(html_path: Path | None, ledger_url: str | None, pipeline: str | None,
         except OSError as exc:
             raise InputError(f"cannot write {html_path}: {exc.strerror or exc}") from exc
         echo(f"wrote {html_path}: {len(evidence.units)} units of work, "
-                   f"{len(evidence.partitions)} fingerprinted partitions, as of "
-                   f"{evidence.as_of.isoformat()}", err=as_json)
+             f"{len(evidence.partitions)} fingerprinted partitions, as of "
+             f"{evidence.as_of.isoformat()}", err=as_json)
     if as_json:
         document = health_document(evidence, "report")
         document["html"] = None if html_path is None else str(html_path)

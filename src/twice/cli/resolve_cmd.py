@@ -113,8 +113,8 @@ def resolve(uow_id: str, outcome: str, note: str | None, attempt: int | None,
 
     if record.repeated:
         echo(f"Attempt {record.attempt.number} of {record.uow_id} was already resolved as "
-                   f"{record.outcome} at {wording.instant(record.resolved_at)}; nothing new "
-                   "recorded.")
+             f"{record.outcome} at {wording.instant(record.resolved_at)}; nothing new "
+             "recorded.")
         return
     echo(
         f"Resolved attempt {record.attempt.number} of {record.uow_id}: {previous} -> "

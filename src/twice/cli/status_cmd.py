@@ -95,19 +95,15 @@ def status(ledger_url: str | None, pipeline: str | None, pipeline_file: str | No
         from twice.engine.evidence import iso
 
         echo(json.dumps({"ledger": label, "asOf": iso(at), "headline": headline.headline,
-                               "done": headline.done, "units": rows}, sort_keys=True))
+                         "done": headline.done, "units": rows}, sort_keys=True))
         return
     _print(label, at, rows, headline.headline)
 
 
-
-
 def _print(label: str, at: Any, rows: list[dict[str, Any]], headline: str) -> None:
-    from rich.markup import escape
     from rich.table import Table
 
     from twice.cli.console import make_console, shown
-    from twice.core.inert import inert
     from twice.core.interval import Interval
     from twice.engine.evidence import iso
     from twice.ledger import OPERATOR_SOURCE_PREFIX
@@ -125,15 +121,14 @@ def _print(label: str, at: Any, rows: list[dict[str, Any]], headline: str) -> No
     for row in rows:
         attempt = "-" if row["attempt"] is None else f"#{row['attempt']} {row['outcome']}"
         if row["basis"] == "asserted":
-            attempt += "\n" + escape(inert(wording.asserted_by(row["assertedBy"],
-                                                               row["assertion"])))
+            attempt += "\n" + shown(wording.asserted_by(row["assertedBy"], row["assertion"]))
         source = row["source"]
         if source is not None and source.startswith(OPERATOR_SOURCE_PREFIX):
             source = wording.asserted_by(source[len(OPERATOR_SOURCE_PREFIX):])
-        evidence = "-" if source is None else f"{escape(inert(source))} ({row['ageText']})"
+        evidence = "-" if source is None else f"{shown(source)} ({row['ageText']})"
         decision = row["nextAction"] or "-"
         if row["note"] and (row["nextAction"] or row["needsAttention"]):
-            decision += f"\n[dim]{escape(inert(row['note']))}[/]"
+            decision += f"\n[dim]{shown(row['note'])}[/]"
         table.add_row(
             f"{row['pipeline']}.{row['task']}", Interval.parse(row["interval"]).short,
             row["health"] or "-", attempt, evidence, row["jobId"] or "-", decision,

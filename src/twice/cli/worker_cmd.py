@@ -137,7 +137,6 @@ def _summary(report: WorkerReport, label: str) -> None:
 
     from twice.cli.console import make_console, shown
     from twice.cli.pipeline_run import why
-    from twice.core.inert import inert
 
     console = make_console()
     table = Table(title=f"twice worker {shown(report.worker)}: {report.pipeline}  "
@@ -161,4 +160,4 @@ def _summary(report: WorkerReport, label: str) -> None:
         "`twice explain UOW_ID` for the evidence."
     )
     for note in report.notes:
-        console.print(escape(f"note: {inert(note)}"))
+        console.print(f"note: {shown(note)}")

@@ -99,6 +99,8 @@ NEEDS_ATTENTION: tuple[Health, ...] = (
 )
 IN_PROGRESS: tuple[Health, ...] = (Health.WAITING, Health.RUNNING, Health.NEVER_RUN)
 SETTLED: tuple[Health, ...] = (Health.ASSERTED, Health.VERIFIED)
+#: States that wait on a next action (an operator's, or the planner's next step).
+AWAITING_ACTION: frozenset[Health] = frozenset((*NEEDS_ATTENTION, *IN_PROGRESS))
 #: States whose next decision rests on evidence that can change by itself (a job that ended
 #: stays ended): only for these is an old observation a problem.
 NEEDS_FRESH_EVIDENCE: frozenset[Health] = frozenset(
@@ -596,7 +598,7 @@ def _still_acting(freshest: Observation | None, number: int) -> str | None:
 def next_action(unit: UnitReport) -> str | None:
     """The planner's decision a unit that needs attention or is in progress waits on (the
     recorded current one, else the one planned as of the report); None for a settled unit."""
-    if unit.status.state not in NEEDS_ATTENTION and unit.status.state not in IN_PROGRESS:
+    if unit.status.state not in AWAITING_ACTION:
         return None
     decision = unit.current_decision
     if decision is not None:

@@ -25,6 +25,7 @@ from datetime import datetime
 from twice.reports import wording
 from twice.reports.gather import Evidence, UnitReport
 from twice.reports.health import (
+    AWAITING_ACTION,
     IN_PROGRESS,
     NEEDS_ATTENTION,
     NEEDS_FRESH_EVIDENCE,
@@ -46,17 +47,13 @@ URGENCY = (
 Namer = Callable[[UnitReport], str]
 
 
-def _listing(items: list[str], limit: int = MAX_ITEMS) -> str:
+def _listing(items: list[str], limit: int = MAX_ITEMS, sep: str = "; ") -> str:
+    """The first ``limit`` items and how many more: a line stays short whatever the number
+    of units."""
     shown = items[:limit]
     if len(items) > limit:
         shown.append(f"and {len(items) - limit} more")
-    return "; ".join(shown)
-
-
-def _named(names: list[str], limit: int = MAX_ITEMS) -> str:
-    """``a, b, c and 37 more``: a line stays short whatever the number of units."""
-    shown = ", ".join(names[:limit])
-    return shown if len(names) <= limit else f"{shown} and {len(names) - limit} more"
+    return sep.join(shown)
 
 
 def _namer(evidence: Evidence) -> tuple[Namer, str]:
@@ -260,7 +257,7 @@ def _action_note(unit: UnitReport, chosen: _Next) -> str:
 
 
 def _needs_action(unit: UnitReport) -> bool:
-    return unit.status.state in NEEDS_ATTENTION or unit.status.state in IN_PROGRESS
+    return unit.status.state in AWAITING_ACTION
 
 
 def _next_action(evidence: Evidence, name: Namer) -> str:
@@ -274,7 +271,8 @@ def _next_action(evidence: Evidence, name: Namer) -> str:
             missing.append(name(unit))
             continue
         grouped.setdefault(chosen.kind, []).append(name(unit) + _action_note(unit, chosen))
-    items = [f"{kind} for {_named(grouped[kind])}" for kind in URGENCY if kind in grouped]
+    items = [f"{kind} for {_listing(grouped[kind], sep=', ')}" for kind in URGENCY
+             if kind in grouped]
     if "deadline-infeasible" in grouped:
         items[0] += " (do not start; communicate the impact and an alternative)"
     line = (f"Next action (planner decisions): {_listing(items, len(URGENCY))}." if items
