@@ -12,6 +12,7 @@ from twice.cli.exits import BAD_INPUT, CONFLICT, FAILED, INTERRUPTED, exit_code_
 from twice.define.pipeline import PipelineError
 from twice.destinations.commits import FencedWriteError, WriteStamp
 from twice.errors import Interrupted, TwiceError, UnavailableError
+from twice.ledger import Ledger
 from twice.ledger.errors import LedgerError, LedgerStorageError, LedgerUnavailableError
 
 
@@ -44,8 +45,6 @@ def test_ctrl_c_in_task_code_is_recorded_and_exits_130(tmp_path: Path) -> None:
                                       "--ledger", str(ledger), "--deadline", "none"])
     assert result.exit_code == INTERRUPTED
     assert "interrupted" in result.output and "Traceback" not in result.output
-    from twice.ledger import Ledger
-
     with Ledger.open(str(ledger)) as opened:
         [unit] = opened.units()
         assert [a.outcome for a in opened.attempts(unit.uow_id)] == ["unknown"]
@@ -53,12 +52,17 @@ def test_ctrl_c_in_task_code_is_recorded_and_exits_130(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("fragment", ["?partition_column=day&partiton=x#t",
                                       "?partition_column=day#t;drop table x",
-                                      "?partition_column=day#"])
-def test_a_malformed_destination_spec_is_bad_input_for_a_backfill(
-    tmp_path: Path, fragment: str
+                                      "?partition_column=day#",
+                                      "?partition_column=day&keep_previous=0#t",
+                                      "?partition_column=day#a.b.c"])
+@pytest.mark.parametrize("command", ["backfill", "run", "worker"])
+def test_a_malformed_destination_spec_is_bad_input_and_records_nothing(
+    tmp_path: Path, fragment: str, command: str
 ) -> None:
-    """Found by a probe: a typo'd option, an unsafe table name or no table made ``twice
-    backfill`` exit 1 (a failure, which a scheduler retries forever), not 2 (bad input)."""
+    """Found by probes: a typo'd option, an unsafe table name or no table made ``twice
+    backfill`` exit 1 (a failure, which a scheduler retries forever), not 2 (bad input); and
+    ``twice run`` and ``twice worker`` recorded a permanently failed attempt for each interval
+    before saying so. Each now refuses the spec before the ledger opens."""
     path = tmp_path / "p.py"
     path.write_text(
         "import pyarrow as pa\n"
@@ -69,11 +73,16 @@ def test_a_malformed_destination_spec_is_bad_input_for_a_backfill(
         "def t(ctx):\n"
         "    return pa.table({'day': [ctx.interval.start.date()], 'v': [1]})\n"
     )
-    result = CliRunner().invoke(cli, ["backfill", str(path), "--start", "2024-01-01", "--end",
-                                      "2024-01-02", "--ledger", str(tmp_path / "l.db"),
+    ledger = tmp_path / "l.db"
+    result = CliRunner().invoke(cli, [command, str(path), "--start", "2024-01-01", "--end",
+                                      "2024-01-03", "--ledger", str(ledger),
                                       "--deadline", "none"])
     assert result.exit_code == BAD_INPUT, result.output
     assert "Traceback" not in result.output
+    if ledger.exists():  # the backfill opens its ledger to plan; nothing is recorded in it
+        with Ledger.open(str(ledger)) as opened:
+            assert opened.units() == []
+    assert not (tmp_path / "w.db").exists()
 
 
 def test_an_error_messages_own_lines_stay_under_its_first(tmp_path: Path) -> None:

@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 from datetime import date
+from pathlib import Path
 
 import pytest
 
 from twice.core.identifiers import quote_identifier, validate_identifier
-from twice.destinations import DestinationError, IdentifierError, open_destination
+from twice.destinations import (
+    DestinationError,
+    DestinationSpecError,
+    IdentifierError,
+    check_spec,
+    open_destination,
+)
 
 HOSTILE = ["x; DROP TABLE y", 'a"b', "a'b", "..", "a/b", "a.b", "", "1abc", "a b", "x" * 64,
            "t--", "ü"]
@@ -93,3 +100,25 @@ def test_password_is_never_echoed() -> None:
     dest = open_destination("postgresql://u:s3cret@127.0.0.1:5432/db?sslmode=disable#s.t")
     assert "s3cret" not in dest.spec and "s3cret" not in repr(dest)
     assert dest.spec == "postgresql://u@127.0.0.1:5432/db?sslmode=disable#s.t"
+
+
+@pytest.mark.parametrize("spec", [
+    "sqlite:///{d}/w.db#t?x=1", "duckdb:///{d}/w.duckdb#a.b.c", "parquet:///{d}/p#t",
+    "delta:///{d}/dl#t", "postgresql://u@127.0.0.1:1/#t", "nosuch:///{d}/x#t",
+    "sqlite:///{d}/w.db?keep_previous=-1#t", "iceberg:///{d}/ice?catalog=x#ns.t",
+])
+def test_check_spec_refuses_a_malformed_spec_as_bad_input(tmp_path: Path, spec: str) -> None:
+    with pytest.raises(DestinationSpecError):
+        check_spec(spec.format(d=tmp_path))
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("spec", [
+    "sqlite:///{d}/w.db#t", "duckdb:///{d}/w.duckdb#s.t", "parquet:///{d}/p",
+    "delta:///{d}/dl", "iceberg:///{d}/ice#ns.t", "sqlite:///{d}/missing/w.db#t",
+    # a server that cannot be reached is not bad input: the attempt meets it, and retries
+    "postgresql://u:secret@127.0.0.1:1/db#t",
+])
+def test_check_spec_opens_nothing_for_a_well_formed_spec(tmp_path: Path, spec: str) -> None:
+    check_spec(spec.format(d=tmp_path))
+    assert list(tmp_path.iterdir()) == []

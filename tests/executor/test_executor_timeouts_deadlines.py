@@ -3,6 +3,7 @@ is not started, and that is recorded; no attempt starts after the workflow deadl
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 from datetime import UTC, datetime, timedelta
@@ -12,7 +13,7 @@ import pytest
 from tests.executor.helpers import ManualClock, day, decisions, no_sleep, outcomes
 from tests.executor.helpers import planner_decisions as planner
 
-from twice.core.policy import RetryPolicy
+from twice.core.policy import Jitter, RetryPolicy
 from twice.define.pipeline import Pipeline
 from twice.define.schedule import Schedule
 from twice.engine.executor import Executor
@@ -72,12 +73,12 @@ def test_timeout_while_the_remote_job_runs_then_reconcile_finds_it(
     assert planner(ledger_url)["load"]["decision"] == "validate-output"
 
 
-def deadline_pipeline(calls: list[int]) -> Pipeline:
+def deadline_pipeline(calls: list[int], jitter: Jitter = "none") -> Pipeline:
     # The 2026-11-30 delivery is due at 2026-12-01T06:00Z.
     pipeline = Pipeline("funds", schedule=Schedule.daily("UTC"), deadline=timedelta(hours=6))
 
     @pipeline.task(
-        retry=RetryPolicy(max_attempts=4, initial_delay=40, jitter="none",
+        retry=RetryPolicy(max_attempts=4, initial_delay=40, jitter=jitter,
                           transient=(ConnectionError,)),
         safe_repeat=True, timeout=60, estimated_duration=30, validation_duration=5,
     )
@@ -288,3 +289,82 @@ def test_a_timed_out_attempt_keeps_its_pool_slots_while_its_thread_runs(
     second = Executor(pipeline, real_ledger, pool_poll_interval=0.01).run(day(), ["light"])
     assert second.unit("light").outcome == "succeeded"
     assert ended["light_started"] >= ended["heavy"]  # never ran beside the heavy thread
+
+
+class _TopOfRange(random.Random):
+    """Draws the longest jittered delay every time."""
+
+    def uniform(self, a: float, b: float) -> float:
+        return b
+
+
+def test_a_jittered_backoff_that_would_end_past_the_workflow_deadline_is_not_slept(
+    ledger: Ledger, clock: ManualClock
+) -> None:
+    """Found by a probe: the planner checks the backoff without its jitter, so the executor
+    slept the drawn delay past the workflow deadline, then refused. The drawn delay is
+    checked before sleeping it."""
+    pipeline = Pipeline("funds", schedule=Schedule.daily("UTC"), workflow_timeout=10)
+    calls: list[int] = []
+
+    @pipeline.task(retry=RetryPolicy(max_attempts=3, initial_delay=4, jitter="additive",
+                                     transient=(ConnectionError,)),
+                   safe_repeat=True, timeout=5, estimated_duration=3.5)
+    def extract(ctx):  # type: ignore[no-untyped-def]
+        calls.append(ctx.attempt)
+        clock.advance(2)
+        raise ConnectionError("flaky")
+
+    unit = Executor(pipeline, ledger, clock=clock, sleep=clock.sleep,
+                    rng=_TopOfRange()).run(day()).unit("extract")
+    # attempt 1: 0-2; without jitter attempt 2 runs 6-9.5 (fits 10), with it 7-10.5: refused
+    assert calls == [1] and unit.outcome == "deadline-infeasible"
+    assert clock.sleeps == []
+    [refused] = [d for d in ledger.decisions(unit.uow_id) if d.not_started]
+    assert refused.attempt == 2 and "workflow timeout" in refused.reason
+
+
+def test_a_jittered_backoff_that_would_end_past_the_delivery_deadline_is_not_slept(
+    ledger_url: str,
+) -> None:
+    """Same for the delivery deadline: 05:58:45 + 40 s backoff + 35 s finishes at 06:00:00
+    (fits); the drawn 50 s would finish at 06:00:10."""
+    clock = ManualClock(datetime(2026, 12, 1, 5, 58, 45, tzinfo=UTC))
+    calls: list[int] = []
+    pipeline = deadline_pipeline(calls, jitter="additive")
+    with Ledger.open(ledger_url, clock=clock) as ledger:
+        unit = Executor(pipeline, ledger, clock=clock, sleep=clock.sleep,
+                        rng=_TopOfRange()).run(day()).unit("load")
+        assert calls == [1] and clock.sleeps == []
+        assert unit.outcome == "deadline-infeasible"
+        [refused] = [d for d in ledger.decisions(unit.uow_id) if d.decision != "wait-backoff"]
+        assert refused.decision == "deadline-infeasible"
+
+
+def test_an_attempt_that_waited_for_its_files_writer_is_checked_against_the_deadline_again(
+    tmp_path: Path,
+) -> None:
+    """Found by a probe: two tasks writing one SQLite file, one waited for the other's hold
+    on the file, then started after the workflow deadline had passed (its check was made
+    before the wait). After the wait, the checks are made again."""
+    pipeline = Pipeline("shared_file", schedule=Schedule.daily("UTC"), workflow_timeout=2.0)
+    ran: list[str] = []
+    spec = f"sqlite:///{tmp_path / 'wh.db'}?partition_column=day#"
+
+    def make(name: str) -> None:
+        @pipeline.task(name=name, destination=spec + name, write="replace", safe_repeat=True,
+                       estimated_duration=1.0, validation_duration=0.2)
+        def task(ctx):  # type: ignore[no-untyped-def]
+            ran.append(name)
+            time.sleep(1.0)
+            return [{"day": ctx.interval.start.date(), "v": 1}]
+
+    make("first")
+    make("second")
+    with Ledger.open(f"sqlite:///{tmp_path / 'ledger.db'}") as ledger:
+        result = Executor(pipeline, ledger, max_workers=2).run(day())
+        # whichever took the file first ran; the other cannot finish 1.2 s in what is left
+        assert len(ran) == 1, ran
+        other = result.unit("second" if ran == ["first"] else "first")
+        assert other.outcome == "deadline-infeasible"
+        assert ledger.attempts(other.uow_id) == []

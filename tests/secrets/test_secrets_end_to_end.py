@@ -226,8 +226,9 @@ def test_password_in_a_postgresql_ledger_url_is_never_stored_or_printed(
 ])
 def test_a_refused_destination_leaves_its_password_nowhere(tmp_path: Path,
                                                           destination: str) -> None:
-    """The unit is recorded before its destination is opened and refused: what is recorded
-    is the public identity, also for a relative file spec and a URL inside a query value."""
+    """A refused spec is bad input, found before the ledger opens: nothing is recorded, and
+    the password is in no output and no file (also for a relative file spec and a URL inside
+    a query value)."""
     pipeline_file = tmp_path / "dyn.py"
     pipeline_file.write_text(textwrap.dedent(f"""
         import pyarrow as pa
@@ -240,7 +241,22 @@ def test_a_refused_destination_leaves_its_password_nowhere(tmp_path: Path,
     """))
     done = _twice("run", str(pipeline_file), "--interval", "2026-11-01", "--deadline", "none",
                   "--ledger", str(tmp_path / "l.db"), cwd=tmp_path)
-    assert done.returncode != 0, done.stdout  # refused
+    assert done.returncode == 2, done.stdout  # refused as bad input
     assert "Pw-R3fused" not in done.stdout + done.stderr
-    stored = b"".join(path.read_bytes() for path in tmp_path.glob("l.db*"))
-    assert b"twice_units_of_work" in stored and b"Pw-R3fused" not in stored
+    assert not list(tmp_path.glob("l.db*"))
+    # the library's executor has no such check: it records the unit, then the attempt meets
+    # the refusal; what it records is the public identity
+    script = ("import sys; from twice.define.load import load_pipeline; from twice import "
+              "Executor; from twice.ledger import Ledger; from datetime import date\n"
+              "p = load_pipeline(sys.argv[1])\n"
+              "with Ledger.open(sys.argv[2]) as led:\n"
+              "    r = Executor(p, led).run(p.schedule.intervals(date(2026, 11, 1), "
+              "date(2026, 11, 2)))\n"
+              "    print(r.counts(), len(led.units()))\n")
+    done = subprocess.run([sys.executable, "-c", script, str(pipeline_file),
+                           str(tmp_path / "lib.db")], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120)
+    assert done.stdout.strip() == "{'failed-permanent': 1} 1", done.stdout + done.stderr
+    assert "Pw-R3fused" not in done.stdout + done.stderr
+    for path in tmp_path.rglob("*"):
+        assert not path.is_file() or b"Pw-R3fused" not in path.read_bytes() or path == pipeline_file

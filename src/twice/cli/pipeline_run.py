@@ -60,6 +60,7 @@ def load_run_inputs(pipeline_file: str, *, interval: str | None, start: str | No
     # dependents on old data (the same meaning as on twice backfill)
     selected = None if names is None else list(pipeline.subset(names).tasks)
     repeat_names = parse_task_names(pipeline, repeat, option="--repeat") or []
+    check_destinations(pipeline, selected)
     span = parse_span(pipeline, interval, start, end)
     count = _schedule_call(lambda: pipeline.schedule.count_intervals(span.start, span.end))
     confirm_units(count, len(pipeline.tasks) if selected is None else len(selected), yes=yes)
@@ -70,6 +71,22 @@ def load_run_inputs(pipeline_file: str, *, interval: str | None, start: str | No
         repeat=repeat_names,
         named=names,
     )
+
+
+def check_destinations(pipeline: Pipeline, tasks: list[str] | None) -> None:
+    """A malformed destination spec of a task to run is bad input, found before the ledger
+    opens: not a permanent failure recorded for every interval (``twice backfill`` finds it
+    while planning)."""
+    from twice.destinations import check_spec
+    from twice.destinations.errors import DestinationSpecError
+
+    for task in pipeline:
+        if not task.owns_output or (tasks is not None and task.name not in tasks):
+            continue
+        try:
+            check_spec(task.destination)
+        except DestinationSpecError as exc:
+            raise InputError(f"task {task.name!r}: destination: {exc}") from exc
 
 
 def confirm_units(intervals: int, tasks: int, *, yes: bool) -> None:

@@ -37,7 +37,11 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from twice.core.schemes import ENGINE_MODULES
-from twice.destinations.errors import DestinationError, DestinationUnavailableError
+from twice.destinations.errors import (
+    DestinationError,
+    DestinationSpecError,
+    DestinationUnavailableError,
+)
 
 if TYPE_CHECKING:
     from twice.core.identifiers import IdentifierError
@@ -81,14 +85,14 @@ def open_destination(
     parsed = DestinationSpec.parse(with_credentials(spec))
     module_name = ENGINE_MODULES.get(parsed.scheme)
     if module_name is None:
-        raise DestinationError(
+        raise DestinationSpecError(
             f"unknown destination scheme {parsed.scheme!r}: use one of "
             + ", ".join(sorted(ENGINE_MODULES))
         )
     if partition_column is not None:
         validate_identifier(partition_column, "partition_column")
         if parsed.partition_column not in (None, partition_column):
-            raise DestinationError(
+            raise DestinationSpecError(
                 f"partition_column {partition_column!r} contradicts the destination's "
                 f"{parsed.partition_column!r}"
             )
@@ -96,7 +100,7 @@ def open_destination(
     if key_columns is not None:
         keys = validate_identifiers(key_columns, "key column")
         if parsed.key_columns and parsed.key_columns != keys:
-            raise DestinationError(
+            raise DestinationSpecError(
                 f"key_columns {list(keys)} contradict the destination's {list(parsed.key_columns)}"
             )
         parsed = dataclasses.replace(parsed, key_columns=keys)
@@ -104,11 +108,24 @@ def open_destination(
     destination: Destination = module.open_destination(parsed)
     if parsed.keep_previous is not None and getattr(destination, "keep_previous", None) is None:
         destination.close()
-        raise DestinationError(
+        raise DestinationSpecError(
             f"{parsed.scheme} destinations take no keep_previous: it is for SQL destinations "
             "(sqlite, duckdb, postgresql); Delta and Iceberg tables keep versions themselves"
         )
     return destination
+
+
+def check_spec(spec: str) -> None:
+    """Raise ``DestinationSpecError`` if ``spec`` is malformed, before anything runs: every
+    engine's ``open_destination`` only parses and names (it connects to nothing and creates
+    nothing until the destination is used), so this opens and closes it. A destination that
+    cannot be reached is not bad input and is left to the attempt, which retries it."""
+    try:
+        open_destination(spec).close()
+    except DestinationSpecError:
+        raise
+    except DestinationError:
+        pass
 
 
 __all__ = [
@@ -116,6 +133,7 @@ __all__ = [
     "Destination",
     "DestinationError",
     "DestinationSpec",
+    "DestinationSpecError",
     "DestinationUnavailableError",
     "DuplicateKeyError",
     "IdentifierError",
@@ -123,5 +141,6 @@ __all__ = [
     "RowsOutsidePartitionError",
     "SchemaError",
     "WriteResult",
+    "check_spec",
     "open_destination",
 ]

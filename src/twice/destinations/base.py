@@ -132,13 +132,13 @@ class DestinationSpec:
     @classmethod
     def parse(cls, text: str) -> DestinationSpec:
         if not isinstance(text, str) or ":" not in text:
-            raise DestinationError(
+            raise DestinationSpecError(
                 f"destination {text!r} must look like scheme:location#table, e.g. "
                 "sqlite:///data/out.db#positions or parquet:///data/positions"
             )
         scheme, _, rest = text.partition(":")
         if not scheme or not scheme.isascii() or not scheme.isalnum() or not scheme[0].isalpha():
-            raise DestinationError(f"destination scheme {scheme!r} is not a plain word")
+            raise DestinationSpecError(f"destination scheme {scheme!r} is not a plain word")
         rest, _, fragment = rest.partition("#")
         location, _, query = rest.partition("?")
         options = dict(parse_qsl(query, keep_blank_values=True, strict_parsing=False))
@@ -151,7 +151,7 @@ class DestinationSpec:
         keep_previous = None
         if days is not None:
             if not (days.isascii() and days.isdigit() and int(days) > 0):
-                raise DestinationError(
+                raise DestinationSpecError(
                     f"keep_previous={days!r}: give a positive whole number of days, e.g. "
                     "keep_previous=7"
                 )
@@ -165,13 +165,13 @@ class DestinationSpec:
         if location.startswith("//"):
             host, slash, path = location[2:].partition("/")
             if host not in ("", "localhost"):
-                raise DestinationError(
+                raise DestinationSpecError(
                     f"{self.scheme} destinations are local files: host {host!r} is not allowed "
                     f"(write {self.scheme}:///absolute/path)"
                 )
             location = slash + path
         if not location:
-            raise DestinationError(f"{self.scheme} destination needs a file path")
+            raise DestinationSpecError(f"{self.scheme} destination needs a file path")
         return unquote(location)
 
     def twice_query(self) -> str:
@@ -189,11 +189,11 @@ def split_table_name(fragment: str, *, default_schema: str | None) -> tuple[str 
     if not fragment:
         raise DestinationSpecError("destination names no table: add '#table' (or '#schema.table')")
     if fragment.count(".") > 1:
-        raise DestinationError(f"table {fragment!r} must be 'table' or 'schema.table'")
+        raise DestinationSpecError(f"table {fragment!r} must be 'table' or 'schema.table'")
     if "." in fragment:
         schema, table = fragment.split(".")
         if default_schema is None:
-            raise DestinationError(f"table {fragment!r}: this engine takes no schema name")
+            raise DestinationSpecError(f"table {fragment!r}: this engine takes no schema name")
         return validate_identifier(schema, "schema name"), validate_identifier(table, "table name")
     return default_schema, validate_identifier(fragment, "table name")
 

@@ -579,7 +579,7 @@ def open_destination(spec: DestinationSpec) -> DeltaDestination:
     if spec.options:
         raise DestinationSpecError(f"delta destination: unknown options {sorted(spec.options)}")
     if spec.fragment:
-        raise DestinationError("delta destinations name a directory; drop the '#...' part")
+        raise DestinationSpecError("delta destinations name a directory; drop the '#...' part")
     query = spec.twice_query()
     if _URI.match(spec.location) and not spec.location.startswith("file://"):
         uri = spec.location

@@ -768,7 +768,7 @@ def open_destination(spec: DestinationSpec) -> IcebergDestination:
             "iceberg destination names no table: add '#namespace.table' (or '#table')"
         )
     if spec.fragment.count(".") > 1:
-        raise DestinationError(f"table {spec.fragment!r} must be 'table' or 'namespace.table'")
+        raise DestinationSpecError(f"table {spec.fragment!r} must be 'table' or 'namespace.table'")
     namespace, _, table = spec.fragment.rpartition(".")
     namespace = validate_identifier(namespace or DEFAULT_NAMESPACE, "namespace")
     table = validate_identifier(table, "table name")
@@ -776,13 +776,13 @@ def open_destination(spec: DestinationSpec) -> IcebergDestination:
     connect_uri = None
     if catalog_uri is not None:
         if secrets_of(catalog_uri) or public_spec(catalog_uri) != catalog_uri:
-            raise DestinationError(
+            raise DestinationSpecError(
                 "iceberg destination: catalog_uri must not carry a password; pass it as "
                 "?password=..., PGPASSWORD or ~/.pgpass"
             )
         connect_uri = _sqlalchemy_uri(catalog_uri, password)
     elif password is not None:
-        raise DestinationError("iceberg destination: password= is for a catalog_uri only")
+        raise DestinationSpecError("iceberg destination: password= is for a catalog_uri only")
     query = spec.twice_query()
     extra = []
     if catalog_uri is not None:

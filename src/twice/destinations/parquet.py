@@ -634,7 +634,7 @@ def open_destination(spec: DestinationSpec) -> ParquetDestination:
     if options:
         raise DestinationSpecError(f"parquet destination: unknown options {sorted(options)}")
     if spec.fragment:
-        raise DestinationError("parquet destinations name a directory; drop the '#...' part")
+        raise DestinationSpecError("parquet destinations name a directory; drop the '#...' part")
     root = Path(spec.file_path()).expanduser().absolute()
     return ParquetDestination(
         root, spec=f"parquet://{root}{canonical_query(spec, overwrite)}",

@@ -37,7 +37,11 @@ from twice.core.secrets import public_spec, redact
 from twice.destinations.base import DestinationSpec, SqlDestination, SqlDialect, split_table_name
 from twice.destinations.columns import ColumnType, Schema, schema_of
 from twice.destinations.commits import COMMITS_TABLE, WriteStamp
-from twice.destinations.errors import DestinationError, DestinationUnavailableError
+from twice.destinations.errors import (
+    DestinationError,
+    DestinationSpecError,
+    DestinationUnavailableError,
+)
 
 _COPY_BATCH_ROWS = 65_536
 _STREAM_BATCH_ROWS = 10_000
@@ -400,7 +404,7 @@ def open_destination(spec: DestinationSpec) -> PostgresDestination:
     """Open ``postgresql://user@host:port/db[?libpq options]#[schema.]table``."""
     parts = urlsplit(f"postgresql:{spec.location}")
     if not parts.path.strip("/"):
-        raise DestinationError("postgresql destination names no database: postgresql://host/DB")
+        raise DestinationSpecError("postgresql destination names no database: postgresql://host/DB")
     schema_name, table = split_table_name(spec.fragment, default_schema="public")
     conninfo = urlunsplit(parts._replace(query=urlencode(spec.options)))
     shown = urlunsplit(parts._replace(query=""))

@@ -682,7 +682,7 @@ def open_destination(spec: DestinationSpec) -> SparkDestination:
     if options:
         raise DestinationSpecError(f"spark destination: unknown options {sorted(options)}")
     if table and spec.fragment and table != spec.fragment:
-        raise DestinationError(
+        raise DestinationSpecError(
             f"spark destination names two tables: table={table!r} and #{spec.fragment}"
         )
     table = table or spec.fragment

@@ -1370,9 +1370,11 @@ class _UnitRun:
                 )
             waited_for = None if latest is None else latest.number
             if evidence.attempts_in_run > 0 and self._waited_after != waited_for:
-                self._wait_backoff(decision, evidence)
+                stop = self._wait_backoff(decision, evidence)
+                if stop is not None:
+                    return stop
                 self._waited_after = waited_for
-                continue  # plan again: the deadline check sees the real start (jitter may add)
+                continue  # plan again: the deadline check sees the real start
             stop = self._attempt(evidence)
             if stop is not None:
                 return stop
@@ -1549,17 +1551,41 @@ class _UnitRun:
         )
         return self._result("deadline-infeasible", reason, decision_name="deadline-infeasible")
 
-    def _wait_backoff(self, decision: DecisionResult, evidence: UnitEvidence) -> None:
+    def _wait_backoff(self, decision: DecisionResult, evidence: UnitEvidence
+                      ) -> UnitResult | None:
+        """Sleep the drawn backoff; a UnitResult instead when the attempt after it could not
+        finish in time (``_infeasible_after``)."""
         attempts = evidence.attempts_in_run
         jittered = self.x.jitter(self.task, attempts)
         finished = evidence.last_finished_at or evidence.as_of
         wait_for = (finished + timedelta(seconds=jittered) - evidence.as_of).total_seconds()
+        refused = self._infeasible_after(wait_for, evidence)
+        if refused is not None:
+            return refused
         self._record(
             decision, evidence,
             next_attempt=(evidence.latest.number if evidence.latest else 0) + 1,
             jitter=self.task.retry.jitter, jittered_delay=jittered, waits=max(0.0, wait_for),
         )
         self.x.sleep(wait_for)
+        return None
+
+    def _infeasible_after(self, wait_for: float, evidence: UnitEvidence) -> UnitResult | None:
+        """The planner checks a backoff without its jitter; the delay drawn may be longer. An
+        attempt that could not finish after it, validation included, before the workflow or
+        the delivery deadline is refused now, not after sleeping past the deadline."""
+        if wait_for <= 0:
+            return None
+        if self.deadline is not None:
+            try:
+                self.deadline.check(wait_for + evidence.duration_seconds())
+            except WorkflowTimeout as exc:
+                return self._not_started(f"not started: {exc}", "workflow-timeout")
+        later = plan_unit(replace(evidence, as_of=evidence.as_of + timedelta(seconds=wait_for)))
+        if later is None or later.decision is not Decision.DEADLINE_INFEASIBLE:
+            return None
+        self._record(later, evidence)
+        return self._result(STOPPING_DECISIONS[later.decision], later.reason, later)
 
     def _cost_refusal(self) -> UnitResult | None:
         """The cost guard (``twice.engine.cost.guard_task``): an estimate over the task's
@@ -1640,12 +1666,18 @@ class _UnitRun:
                 self._give_back_slots()
                 return refused
         with contextlib.ExitStack() as slots:
+            waited_from = time.monotonic()
+            slots.enter_context(self._guard())
+            if time.monotonic() - waited_from > POOL_WAIT_RECHECK_SECONDS:
+                refused = self._still_feasible()  # the file's writer was busy meanwhile
+                if refused is not None:
+                    self._give_back_slots()
+                    return refused
             try:
                 timeout = self._attempt_timeout()
             except WorkflowTimeout as exc:
                 self._give_back_slots()
                 return self._not_started(f"not started: {exc}", "workflow-timeout")
-            slots.enter_context(self._guard())
             record, taken = self._begin()
             report = self._run_attempt(record, taken, timeout)
         return self._after_attempt(record, report)

@@ -15,7 +15,11 @@ is, so a policy means the same thing in the planner, the executor and a plain fu
   still fit (tenacity's ``stop_before_delay`` ignores the attempt's own duration); a refusal
   raises :class:`RetryDeadlineExceeded` chained to the last error, without sleeping first;
 - every call leaves an attempt log (:class:`RetryAttempt` rows: outcome, error class, seconds
-  waited before it) in ``last_attempts`` and, if given, appended to the caller's ``log`` list.
+  waited before it) in ``last_attempts`` and, if given, appended to the caller's ``log`` list;
+  an attempt interrupted by ``KeyboardInterrupt`` or ``SystemExit`` is logged ``unknown``;
+- an ``async def`` function is retried as a coroutine (the decorator and ``call`` return one;
+  the waits are ``asyncio.sleep`` unless ``sleep`` is injected). A generator function is
+  refused (:class:`RetryUsageError`): calling it runs nothing, so there is nothing to retry.
 
 Three forms, one behaviour::
 
@@ -38,13 +42,15 @@ sharing one object should pass their own ``log`` list via :func:`retry` instead.
 
 from __future__ import annotations
 
+import asyncio
 import functools
+import inspect
 import random
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, ParamSpec, Protocol, TypeVar
+from typing import Any, ParamSpec, Protocol, TypeVar, cast
 
 from twice.core.backoff import jittered_delay
 from twice.core.outcomes import RetryOutcome
@@ -74,6 +80,10 @@ class RetryDeadlineExceeded(TwiceError, TimeoutError):
     def __init__(self, message: str, attempts: tuple[RetryAttempt, ...]) -> None:
         super().__init__(message)
         self.attempts = attempts
+
+
+class RetryUsageError(TwiceError, TypeError):
+    """``twice.retry`` cannot retry this callable as asked; the message says what to do."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,12 +195,18 @@ class Retrying:
     # -- forms -----------------------------------------------------------------------------
 
     def call(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
-        """``fn(*args, **kwargs)`` under the policy; returns its result or raises (see module)."""
+        """``fn(*args, **kwargs)`` under the policy; returns its result or raises (see module).
+        For an ``async def`` ``fn``, a coroutine to await."""
+        if _is_async(fn):
+            return cast(T, self._slow_async(cast(Callable[..., Awaitable[Any]], fn), args, kwargs))
         if self._budget is None and self._deadline is None:
             try:
                 result = fn(*args, **kwargs)
             except Exception as exc:
                 return self._slow(fn, args, kwargs, exc)
+            except BaseException as exc:
+                _Run(self).interrupted(exc)
+                raise
             self.last_attempts = _FIRST_TRY_OK
             if self._log is not None:
                 self._log.append(_FIRST_TRY_OK[0])
@@ -199,6 +215,14 @@ class Retrying:
 
     def __call__(self, fn: Callable[P, T]) -> Callable[P, T]:
         """Decorator form: every call of ``fn`` runs under the policy."""
+        if _is_async(fn):
+
+            @functools.wraps(fn)
+            async def retried(*args: P.args, **kwargs: P.kwargs) -> Any:
+                return await self._slow_async(cast(Callable[..., Awaitable[Any]], fn), args,
+                                              kwargs)
+
+            return cast(Callable[P, T], retried)
         if self._budget is not None or self._deadline is not None:
 
             @functools.wraps(fn)
@@ -215,6 +239,9 @@ class Retrying:
                 result = fn(*args, **kwargs)
             except Exception as exc:
                 return self._slow(fn, args, kwargs, exc)
+            except BaseException as exc:
+                _Run(self).interrupted(exc)
+                raise
             self.last_attempts = first_ok
             if log is not None:
                 log.append(first_ok[0])
@@ -240,15 +267,46 @@ class Retrying:
               first_error: Exception | None) -> T:
         run = _Run(self)
         if first_error is not None:
-            run.failed(first_error)  # raises unless a retry is due; sleeps if it is
+            self._wait(run.failed(first_error))  # raises unless a retry is due
         else:
             run.check_start()
         while True:
             try:
                 result = fn(*args, **kwargs)
             except Exception as exc:
-                run.failed(exc)
+                self._wait(run.failed(exc))
                 continue
+            except BaseException as exc:
+                run.interrupted(exc)
+                raise
+            run.succeeded()
+            return result
+
+    def _wait(self, delay: float) -> None:
+        if delay > 0:
+            self._sleep(delay)
+
+    async def _slow_async(self, fn: Callable[..., Awaitable[T]], args: tuple[Any, ...],
+                          kwargs: dict[str, Any]) -> T:
+        """``_slow`` for a coroutine function: each attempt awaited, each wait awaited too."""
+        run = _Run(self)
+        run.check_start()
+        while True:
+            try:
+                result = await fn(*args, **kwargs)
+            except Exception as exc:
+                delay = run.failed(exc)
+                if delay > 0:
+                    if self._sleep is time.sleep:  # never block the event loop
+                        await asyncio.sleep(delay)
+                    else:
+                        slept = cast(Any, self._sleep)(delay)
+                        if inspect.isawaitable(slept):
+                            await slept
+                continue
+            except BaseException as exc:  # cancelled, interrupted: not retried
+                run.interrupted(exc)
+                raise
             run.succeeded()
             return result
 
@@ -279,8 +337,9 @@ class AttemptContext:
             return False
         if not isinstance(error, Exception):
             self.done = True
+            self.run.interrupted(error)
             return False
-        self.run.failed(error)  # raises (with the error) unless a retry is due
+        self.run.owner._wait(self.run.failed(error))  # raises unless a retry is due
         return True
 
 
@@ -338,8 +397,16 @@ class _Run:
         self._record(RetryAttempt(self.number, "succeeded", None, self.waited))
         self._close()
 
-    def failed(self, error: Exception) -> None:
-        """Record a failed attempt, then raise it, or wait and return for the next attempt."""
+    def interrupted(self, error: BaseException) -> None:
+        """Record an attempt ended by a ``BaseException`` that is not an ``Exception``
+        (``KeyboardInterrupt``, ``SystemExit``, a cancellation): never retried, its outcome
+        unknown; the caller re-raises it."""
+        self._record(RetryAttempt(self.number, "unknown", _class_name(error), self.waited))
+        self._close()
+
+    def failed(self, error: Exception) -> float:
+        """Record a failed attempt, then raise it, or return the wait before the next
+        attempt (which the caller sleeps)."""
         owner = self.owner
         policy = owner.policy
         transient = owner.is_transient(error)
@@ -361,13 +428,25 @@ class _Run:
         delay = jittered_delay(policy, self.number, owner._rng)
         self.number += 1
         self.check_start(delay, error)
-        if delay > 0:
-            owner._sleep(delay)
         self.waited = delay
+        return delay
+
+
+def _is_async(fn: Callable[..., Any]) -> bool:
+    """Whether calling ``fn`` makes a coroutine to await (then retried as one); a generator
+    function is refused: calling it runs nothing, its errors come while it is iterated."""
+    if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
+        raise RetryUsageError(
+            f"twice.retry cannot retry the generator function {getattr(fn, '__qualname__', fn)!r}"
+            ": calling it runs nothing (its errors come while it is iterated). Retry the "
+            "function that consumes it, or the call each item needs"
+        )
+    return inspect.iscoroutinefunction(fn)
 
 
 #: ``retry(policy, ...)`` builds the loop; the name users call (``twice.retry``).
 retry = Retrying
 
 
-__all__ = ["AttemptContext", "RetryAttempt", "RetryDeadlineExceeded", "Retrying", "retry"]
+__all__ = ["AttemptContext", "RetryAttempt", "RetryDeadlineExceeded", "RetryUsageError",
+           "Retrying", "retry"]
