@@ -176,3 +176,49 @@ def test_lease_takeover_makes_an_attempt_unknown(tmp_path: Path) -> None:
     assert attempt.changes[0].cause == "lease taken over"
     assert "lease-takeover" in report.observations[0].kinds
     assert report.status.state == "unknown"
+
+
+@pytest.mark.parametrize("settled", ["resolved", "reconciled"])
+def test_as_of_an_attempt_later_settled_was_unknown_not_running(tmp_path: Path,
+                                                                settled: str) -> None:
+    """Found by a probe: an attempt that ended unknown (or was taken over from a lost
+    holder) and was settled later keeps only its last outcome in its row, so ``status`` and
+    ``decide --ledger`` as of the time in between said it was running (observe-running),
+    while ``update`` and the runbook, reading the journal, said unknown (reconcile-remote)."""
+    from twice.core.decision import Decision
+    from twice.core.policy import RetryPolicy
+    from twice.engine.evidence import PlanSettings, gather_evidence, plan_unit
+
+    settings = PlanSettings(policy=RetryPolicy(max_attempts=3), deadline=at(23, 0))
+
+    clock = StoryClock()
+    clock.current = at(5, 0)
+    with Ledger.open(tmp_path / "l.db", clock=clock) as ledger:
+        timed_out = ledger.record_unit(unit_for("load")).uow_id
+        taken = ledger.record_unit(unit_for("extract")).uow_id
+        for uow in (timed_out, taken):
+            ledger.acquire_lease(uow, "worker-1", ttl_seconds=60)
+            ledger.begin_attempt(uow, holder="worker-1")
+        clock.current = at(5, 1)
+        ledger.finish_attempt(timed_out, 1, "unknown")
+        clock.current = at(5, 5)
+        ledger.acquire_lease(taken, "worker-2", ttl_seconds=60)  # worker-1's lease expired
+        clock.current = at(5, 10)
+        for uow in (timed_out, taken):
+            if settled == "resolved":
+                ledger.record_resolution(uow, outcome="succeeded", note="checked", operator="ann")
+            else:
+                ledger.finish_attempt(uow, 1, "succeeded")
+        for uow, since in ((timed_out, at(5, 1)), (taken, at(5, 5))):
+            then = gather_evidence(ledger, uow, as_of=at(5, 7), settings=settings)
+            assert then.latest is not None and then.latest.outcome == "unknown"
+            assert then.latest.finished_at == since
+            decided = plan_unit(then)
+            assert decided is not None and decided.decision is Decision.RECONCILE_REMOTE
+            before = gather_evidence(ledger, uow, as_of=at(5, 0, 30))  # still running then
+            assert before.latest is not None and before.latest.outcome == "running"
+            now = gather_evidence(ledger, uow)
+            assert now.latest is not None and now.latest.outcome == "succeeded"
+        report = {u.unit.task: u for u in load_evidence(str(tmp_path / "l.db"),
+                                                         as_of=at(5, 7)).units}
+        assert report["load"].status.state == report["extract"].status.state == "unknown"

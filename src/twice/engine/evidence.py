@@ -20,10 +20,10 @@ exact.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from twice.core.decision import (
     Decision,
@@ -33,7 +33,7 @@ from twice.core.decision import (
     TaskState,
     decide_task,
 )
-from twice.core.outcomes import task_state
+from twice.core.outcomes import ATTEMPT_OUTCOMES, AttemptOutcome, task_state
 from twice.core.policy import PolicyError, RetryPolicy
 from twice.core.timescale import (
     MICROS,
@@ -443,9 +443,13 @@ def gather_evidence(
         recorded_attempts = ledger.attempts(uow_id)
         recorded_observations = ledger.observations(uow_id)
         recorded_decisions = ledger.decisions(uow_id)
-    at = ledger.now() if as_of is None else as_of.astimezone(UTC)
+        at = ledger.now() if as_of is None else as_of.astimezone(UTC)
+        ended = _outcomes_then(ledger, uow_id, at, recorded_observations) if any(
+            a.started_at <= at and a.finished_at is not None and a.finished_at > at
+            for a in recorded_attempts
+        ) else {}
     attempts = tuple(
-        _as_of_attempt(attempt, at, live)
+        _as_of_attempt(attempt, at, live, ended.get(attempt.number))
         for attempt in recorded_attempts
         if attempt.started_at <= at
     )
@@ -498,10 +502,37 @@ def gather_evidence(
 PROCESS_TABLE = "process table"
 
 
-def _as_of_attempt(attempt: AttemptRecord, at: datetime, live: bool = False) -> AttemptRecord:
-    """An attempt as it stood at ``at``: one that finished later was still running then; a
-    running one whose process has exited is unknown (``live``: see :func:`gather_evidence`)."""
+def _outcomes_then(ledger: LedgerReader, uow_id: str, at: datetime,
+                   observations: Sequence[ObservationRecord]
+                   ) -> dict[int, tuple[AttemptOutcome, datetime]]:
+    """How each attempt stood at ``at`` by the journal, for attempts whose row was closed
+    again later: an attempt finished ``unknown`` (or taken over from a lost holder) and
+    settled afterwards by reconciliation or ``twice resolve`` keeps only its last outcome in
+    its row, but was unknown, not running, in between."""
+    from twice.ledger import LEASE_TAKEOVER_STATE  # lazily, as in _as_of_attempt
+
+    then: dict[int, tuple[AttemptOutcome, datetime]] = {}
+    for observation in observations:
+        if observation.state == LEASE_TAKEOVER_STATE and observation.observed_at <= at:
+            for number in observation.detail.get("attempts_now_unknown") or ():
+                if isinstance(number, int):
+                    then[number] = ("unknown", observation.observed_at)
+    for event in ledger.timeline(uow_id):
+        if event.kind == "attempt-finished" and event.attempt is not None and event.at <= at:
+            outcome = event.detail.get("outcome")
+            if outcome in ATTEMPT_OUTCOMES:
+                then[event.attempt] = (cast(AttemptOutcome, outcome), event.at)
+    return then
+
+
+def _as_of_attempt(attempt: AttemptRecord, at: datetime, live: bool = False,
+                   then: tuple[AttemptOutcome, datetime] | None = None) -> AttemptRecord:
+    """An attempt as it stood at ``at``: one that finished later was still running then,
+    unless the journal says how it stood (``then``, from :func:`_outcomes_then`); a running
+    one whose process has exited is unknown (``live``: see :func:`gather_evidence`)."""
     if attempt.finished_at is not None and attempt.finished_at > at:
+        if then is not None:
+            return replace(attempt, outcome=then[0], finished_at=then[1])
         return replace(attempt, outcome="running", finished_at=None)
     if live and attempt.outcome == "running":
         from twice.ledger import lease_holders  # lazily: the pure planner imports no driver
