@@ -103,3 +103,18 @@ def test_twice_status_shows_it(tmp_path: Path) -> None:
     # the evidence column agrees with explain and update (found by a probe: it said
     # "executor (attempt record)", aged from the attempt's start)
     assert row["source"] == "process table" and row["age"] < 60
+
+
+def test_the_update_does_not_date_the_unknown_from_its_own_clock(tmp_path: Path) -> None:
+    """Found by a probe: the update said the killed attempt was "unknown since" the report's
+    own time, a moment that moved with every report. When the process died is not known:
+    the update says it started then and was seen exited by this report."""
+    url, _ = _ledger_with(tmp_path, {5: f"{socket.gethostname()}:{_gone_pid()}:0123abcd"})
+    with Ledger.open(url) as ledger:
+        started = ledger.attempts(ledger.units()[0].uow_id)[0].started_at
+    shown = CliRunner().invoke(cli, ["update", "--ledger", url], catch_exceptions=False)
+    assert shown.exit_code == 0, shown.output
+    line = next(text for text in shown.output.splitlines() if "attempt 1" in text)
+    assert "unknown since" not in line, line
+    assert f"running since {started:%H:%M}" in line and "process has exited" in line
+    assert "do not retry before settling it" in line

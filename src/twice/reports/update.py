@@ -29,6 +29,7 @@ from twice.reports.health import (
     IN_PROGRESS,
     NEEDS_ATTENTION,
     NEEDS_FRESH_EVIDENCE,
+    PROCESS_EXITED,
     Health,
     is_refusal,
     ordered,
@@ -159,6 +160,11 @@ def _item_text(unit: UnitReport, as_of: datetime, name: Namer) -> str:
     if state == Health.UNKNOWN and latest is not None:
         since = latest.unknown_since or latest.started_at
         job = f" ({_job(unit)})" if _job(unit) else ""
+        if latest.changes and latest.changes[0].cause == PROCESS_EXITED:
+            # when the process died is not known: only that this report found it gone
+            return (f"{name(unit)} attempt {number}{job} running since "
+                    f"{wording.clock_time(latest.started_at)}, its process has exited (seen "
+                    "by this report, not yet recorded), do not retry before settling it")
         return (f"{name(unit)} attempt {number}{job} unknown since "
                 f"{wording.clock_time(since)}{_evidence_age(unit, as_of)}, do not retry before "
                 "settling it")
