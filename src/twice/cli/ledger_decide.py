@@ -88,21 +88,28 @@ def unit_rows(
     and the planner's decision. Without ``as_of`` the rows are of the present (``live``:
     ``twice.engine.evidence.gather_evidence``)."""
     from twice.core.timescale import format_duration, micros_to_instant
-    from twice.engine.evidence import age_text, gather_evidence, iso, plan_unit
+    from twice.engine.evidence import age_text, evidence_from_timeline, iso, plan_unit
+    from twice.ledger import ObservationRecord
+    from twice.ledger.records import resolution_outcome
 
     at = ledger.now() if as_of is None else as_of
     rows = []
-    for unit in ledger.units():
-        if pipeline is not None and unit.pipeline != pipeline:
-            continue
-        if as_of is not None and unit.created_at > at:
-            continue  # recorded after the as-of time: not known then
+    units = [unit for unit in ledger.units()
+             if (pipeline is None or unit.pipeline == pipeline)
+             and (as_of is None or unit.created_at <= at)]  # later ones were not known then
+    timelines = ledger.timelines([unit.uow_id for unit in units])  # read together
+    for unit in units:
         settings = settings_for(unit) if settings_for is not None else None
-        evidence = gather_evidence(ledger, unit.uow_id, as_of=at, settings=settings,
-                                   live=as_of is None)
+        timeline = timelines[unit.uow_id]
+        evidence = evidence_from_timeline(unit, timeline, at, settings=settings,
+                                          live=as_of is None)
         result = plan_unit(evidence)
         latest = evidence.latest
-        asserted = _assertion(ledger, unit.uow_id, latest, at)
+        asserted = _assertion(ledger, unit.uow_id, latest, at) if any(
+            isinstance(event.record, ObservationRecord)
+            and resolution_outcome(event.record.state, event.record.source) is not None
+            for event in timeline
+        ) else None  # no resolution in the journal: nothing to read
         observed = evidence.observed_at
         deadline = evidence.deadline
         row: dict[str, Any] = {

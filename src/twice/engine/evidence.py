@@ -51,6 +51,7 @@ if TYPE_CHECKING:
         DecisionRecord,
         LedgerReader,
         ObservationRecord,
+        TimelineEvent,
         UnitRecord,
     )
 
@@ -444,10 +445,63 @@ def gather_evidence(
         recorded_observations = ledger.observations(uow_id)
         recorded_decisions = ledger.decisions(uow_id)
         at = ledger.now() if as_of is None else as_of.astimezone(UTC)
-        ended = _outcomes_then(ledger, uow_id, at, recorded_observations) if any(
-            a.started_at <= at and a.finished_at is not None and a.finished_at > at
-            for a in recorded_attempts
-        ) else {}
+        journal = ledger.timeline(uow_id) if _settled_later(recorded_attempts, at) else ()
+    return evidence_of(unit, recorded_attempts, recorded_observations, recorded_decisions,
+                       journal, at, settings=settings,
+                       include_workflow_deadline=include_workflow_deadline, live=live)
+
+
+def evidence_from_timeline(
+    unit: UnitRecord, timeline: Sequence[TimelineEvent], at: datetime, *,
+    settings: PlanSettings | None = None, live: bool = False,
+) -> UnitEvidence:
+    """:func:`gather_evidence` over a timeline already read (``Ledger.timelines``, which a
+    report reads for many units at once): the journal names every attempt, observation and
+    decision, each with its record as it is now, so nothing more is read."""
+    from twice.ledger import AttemptRecord, DecisionRecord, ObservationRecord
+
+    attempts: dict[int, AttemptRecord] = {}
+    observations: dict[int, ObservationRecord] = {}
+    decisions: dict[int, DecisionRecord] = {}
+    for event in timeline:
+        record = event.record
+        if isinstance(record, AttemptRecord):
+            attempts[record.number] = record
+        elif isinstance(record, ObservationRecord):
+            observations[record.seq] = record
+        elif isinstance(record, DecisionRecord):
+            decisions[record.seq] = record
+    return evidence_of(
+        unit, [attempts[n] for n in sorted(attempts)],
+        sorted(observations.values(), key=lambda o: (o.observed_at, o.seq)),
+        [decisions[seq] for seq in sorted(decisions)], timeline, at.astimezone(UTC),
+        settings=settings, live=live,
+    )
+
+
+def _settled_later(attempts: Sequence[AttemptRecord], at: datetime) -> bool:
+    """Whether an attempt begun by ``at`` was closed after it: how it stood then is in the
+    journal (:func:`_outcomes_then`)."""
+    return any(a.started_at <= at and a.finished_at is not None and a.finished_at > at
+               for a in attempts)
+
+
+def evidence_of(
+    unit: UnitRecord,
+    recorded_attempts: Sequence[AttemptRecord],
+    recorded_observations: Sequence[ObservationRecord],
+    recorded_decisions: Sequence[DecisionRecord],
+    journal: Sequence[TimelineEvent],
+    at: datetime,
+    *,
+    settings: PlanSettings | None = None,
+    include_workflow_deadline: bool = False,
+    live: bool = False,
+) -> UnitEvidence:
+    """The evidence of :func:`gather_evidence` from the unit's records (in recording order;
+    ``journal``: its timeline, needed only when :func:`_settled_later`)."""
+    ended = (_outcomes_then(journal, at, recorded_observations)
+             if _settled_later(recorded_attempts, at) else {})
     attempts = tuple(
         _as_of_attempt(attempt, at, live, ended.get(attempt.number))
         for attempt in recorded_attempts
@@ -502,7 +556,7 @@ def gather_evidence(
 PROCESS_TABLE = "process table"
 
 
-def _outcomes_then(ledger: LedgerReader, uow_id: str, at: datetime,
+def _outcomes_then(journal: Sequence[TimelineEvent], at: datetime,
                    observations: Sequence[ObservationRecord]
                    ) -> dict[int, tuple[AttemptOutcome, datetime]]:
     """How each attempt stood at ``at`` by the journal, for attempts whose row was closed
@@ -517,7 +571,7 @@ def _outcomes_then(ledger: LedgerReader, uow_id: str, at: datetime,
             for number in observation.detail.get("attempts_now_unknown") or ():
                 if isinstance(number, int):
                     then[number] = ("unknown", observation.observed_at)
-    for event in ledger.timeline(uow_id):
+    for event in journal:
         if event.kind == "attempt-finished" and event.attempt is not None and event.at <= at:
             outcome = event.detail.get("outcome")
             if outcome in ATTEMPT_OUTCOMES:

@@ -13,7 +13,7 @@ that moment, not what was learnt afterwards.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal, cast
@@ -474,9 +474,9 @@ def gather(
     timelines = ledger.timelines([unit.uow_id for unit in units])
     replaced = _superseded(units, timelines, moment)
     reports = [
-        _with_plan(ledger, moment, _unit_report(unit, timelines[unit.uow_id], moment, deadline,
-                                                max_observation_age, replaced.get(unit.uow_id),
-                                                live), live)
+        _with_plan(moment, _unit_report(unit, timelines[unit.uow_id], moment, deadline,
+                                        max_observation_age, replaced.get(unit.uow_id), live),
+                   timelines[unit.uow_id], live)
         for unit in units
     ]
     narrowed = task is not None or starting is not None
@@ -636,8 +636,8 @@ def _unit_report(
     )
 
 
-def _with_plan(ledger: LedgerReader, as_of: datetime, unit: UnitReport, live: bool = False
-               ) -> UnitReport:
+def _with_plan(as_of: datetime, unit: UnitReport, timeline: Sequence[TimelineEvent],
+               live: bool = False) -> UnitReport:
     """Add the planner's decision as of ``as_of`` to a unit that needs an action and has no
     current recorded decision (the planner's view of evidence, ``twice.engine.evidence``, as
     ``twice status`` shows it): what to do next is never left unsaid while something runs."""
@@ -645,13 +645,13 @@ def _with_plan(ledger: LedgerReader, as_of: datetime, unit: UnitReport, live: bo
 
     from twice.core.policy import RetryPolicy
     from twice.core.timescale import micros_to_instant
-    from twice.engine.evidence import PlanSettings, gather_evidence, plan_unit
+    from twice.engine.evidence import PlanSettings, evidence_from_timeline, plan_unit
 
     state = unit.status.state
     if unit.current_decision is not None or not (state in NEEDS_ATTENTION
                                                  or state in IN_PROGRESS):
         return unit
-    evidence = gather_evidence(ledger, unit.uow_id, as_of=as_of, live=live)
+    evidence = evidence_from_timeline(unit.unit, timeline, as_of, live=live)
     origin: Literal["recorded", "default"] = "recorded"
     if evidence.settings is None:
         if state not in NEEDS_FRESH_EVIDENCE:
@@ -660,8 +660,8 @@ def _with_plan(ledger: LedgerReader, as_of: datetime, unit: UnitReport, live: bo
         # depend on the retry policy, only on the observation age limit.
         age = (unit.max_observation_age or timedelta(seconds=DEFAULT_MAX_OBSERVATION_AGE))
         settings = PlanSettings(policy=RetryPolicy(), max_observation_age=age.total_seconds())
-        evidence = gather_evidence(ledger, unit.uow_id, as_of=as_of, settings=settings,
-                                   live=live)
+        evidence = evidence_from_timeline(unit.unit, timeline, as_of, settings=settings,
+                                          live=live)
         origin = "default"
     result = plan_unit(evidence)
     if result is None:
