@@ -167,3 +167,31 @@ def test_commands_import_heavy_modules_lazily() -> None:
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             check=True)
     assert result.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("command", ["report", "handover"])
+def test_a_report_never_overwrites_its_ledger_or_a_database(command: str, story: StoryLedger,
+                                                            tmp_path: Path) -> None:
+    """Found by a probe: ``report --html`` and ``handover -o`` naming the ledger (or a
+    warehouse) replaced it with the page, exit 0: all evidence gone."""
+    import duckdb
+
+    ledger = tmp_path / "ledger.db"
+    ledger.write_bytes(story.path.read_bytes())
+    warehouse = tmp_path / "wh.duckdb"
+    duckdb.connect(str(warehouse)).close()
+    other = tmp_path / "other.db"
+    sqlite3.connect(other).execute("create table t (x)").connection.close()
+    option = "--html" if command == "report" else "-o"
+    for target, said in ((ledger, "is the ledger"), (tmp_path / "ledger.db-wal", "is the ledger"),
+                         (warehouse, "database or data file"), (other, "database or data file")):
+        before = target.read_bytes() if target.is_file() else None
+        result = run(command, option, str(target), "--ledger", str(ledger), "--as-of", AS_OF)
+        refused(result, "--html" if command == "report" else "--output", said)
+        assert (target.read_bytes() if target.is_file() else None) == before
+    # an earlier report is replaced, as before
+    page = tmp_path / "page.out"
+    page.write_text("old")
+    assert run(command, option, str(page), "--ledger", str(ledger), "--as-of",
+               AS_OF).exit_code == 0
+    assert page.read_text() != "old"

@@ -59,7 +59,7 @@ def handover(ledger_url: str | None, pipeline_file: str | None, pipeline: str | 
              as_of: str | None, output: Path | None, as_json: bool) -> None:
     """Write a Markdown runbook: identifiers, jobs, sources, errors, limits, owners, examples."""
     from twice.cli.ledger_decide import parse_instant_arg
-    from twice.cli.ledger_open import check_ledger_url
+    from twice.cli.ledger_open import check_ledger_url, check_report_output
     from twice.reports import ReportError, health_document, load_evidence, render_handover
 
     definition = None
@@ -72,6 +72,8 @@ def handover(ledger_url: str | None, pipeline_file: str | None, pipeline: str | 
             raise InputError(str(exc)) from exc
     name = pipeline if pipeline is not None else (definition.name if definition else None)
     check_ledger_url(ledger_url)  # a URL no ledger can have is refused naming --ledger
+    if output is not None:
+        check_report_output(output, ledger_url, "--output")
     try:
         evidence = load_evidence(
             ledger_url,

@@ -12,6 +12,7 @@ from, never its password).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from twice.errors import InputError
@@ -72,3 +73,33 @@ def open_ledger(url: str | None, *, durable: bool = False) -> Ledger:
     except ArgumentError as exc:
         raise invalid_ledger_url(url, exc,
                                  sqlite=resolved.get_backend_name() == "sqlite") from None
+
+
+#: The first bytes of files a report must never overwrite: databases and data files.
+_DATA_MAGIC = ((0, b"SQLite format 3\x00"), (8, b"DUCK"), (0, b"PAR1"))
+
+
+def check_report_output(path: Path, ledger_url: str | None, option: str) -> None:
+    """Refuse to write a report over the ledger it reads (or its journal files) or over any
+    database or Parquet file: a typo'd ``-o`` must never replace evidence with a page.
+    ``InputError`` naming ``option``; an ordinary file (an earlier report) is replaced."""
+    from twice.ledger.engine import sqlite_path
+
+    target = path.expanduser().resolve()
+    ledger = sqlite_path(check_ledger_url(ledger_url))
+    if ledger is not None:
+        base = ledger.expanduser().resolve()
+        if target in {base, *(base.with_name(base.name + s) for s in ("-wal", "-shm",
+                                                                       "-journal"))}:
+            raise InputError(f"{option}: {path} is the ledger this report reads; write the "
+                             "report to another file")
+    if target.is_dir():
+        raise InputError(f"{option}: {path} is a directory; name the file to write")
+    try:
+        with target.open("rb") as existing:
+            head = existing.read(16)
+    except OSError:
+        return  # nothing there yet (or unreadable: writing it says why)
+    if any(head[at:at + len(magic)] == magic for at, magic in _DATA_MAGIC):
+        raise InputError(f"{option}: {path} is a database or data file, not a report; "
+                         "write the report to another file")

@@ -50,13 +50,15 @@ def report(html_path: Path | None, ledger_url: str | None, pipeline: str | None,
            as_of: str | None, deadline: str | None, as_json: bool) -> None:
     """Write a self-contained HTML report of the runs and backfills in the ledger."""
     from twice.cli.ledger_decide import parse_instant_arg
-    from twice.cli.ledger_open import check_ledger_url
+    from twice.cli.ledger_open import check_ledger_url, check_report_output
     from twice.reports import ReportError, health_document, load_evidence, render_html
 
     if html_path is None and not as_json:
         raise InputError("give --html FILE (the page) and/or --json (the health document)")
 
     check_ledger_url(ledger_url)  # a URL no ledger can have is refused naming --ledger
+    if html_path is not None:
+        check_report_output(html_path, ledger_url, "--html")
     try:
         evidence = load_evidence(
             ledger_url,
