@@ -130,7 +130,7 @@ def _kind(arrow_type: pa.DataType) -> tuple[str, int]:
         return "date", 0
     if pa.types.is_decimal(arrow_type):
         return "decimal", arrow_type.scale
-    if pa.types.is_binary(arrow_type):
+    if pa.types.is_binary(arrow_type) or pa.types.is_large_binary(arrow_type):
         return "binary", 0
     return "string", 0
 

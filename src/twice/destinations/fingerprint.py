@@ -549,7 +549,10 @@ def _byte_hashes(array: pa.Array) -> np.ndarray:
     offset_type = np.int64 if large else np.int32
     n = len(array)
     buffers = array.buffers()
-    offsets = np.frombuffer(buffers[1], offset_type, n + 1, array.offset).astype(np.int64)
+    # numpy's offset is in bytes; a sliced array (every batch after the first one
+    # batches_sums cuts) starts ``array.offset`` elements into its offsets buffer
+    offsets = np.frombuffer(buffers[1], offset_type, n + 1,
+                            array.offset * np.dtype(offset_type).itemsize).astype(np.int64)
     base = int(offsets[0])
     size = int(offsets[-1]) - base
     lengths = offsets[1:] - offsets[:-1]
@@ -633,7 +636,7 @@ def _value_hashes(array: pa.Array, ctype: ColumnType) -> np.ndarray:
     elif kind == "decimal":
         target = pa.decimal128(ctype.precision or 38, ctype.scale or 0)
         values = pc.fill_null(array.cast(target), pa.scalar(0, target))
-        words = np.frombuffer(values.buffers()[1], _U64, 2 * len(values), 2 * values.offset)
+        words = np.frombuffer(values.buffers()[1], _U64, 2 * len(values), 16 * values.offset)
         u = _fmix(words[0::2] ^ seed) ^ words[1::2]
     elif kind == "float":
         values = pc.fill_null(array.cast(pa.float64()), 0.0)
