@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import string
 from datetime import UTC, datetime
+from pathlib import Path
 from urllib.parse import quote
 
 import pytest
@@ -182,3 +183,40 @@ def test_a_registered_password_is_masked_as_a_token_not_inside_words() -> None:
     remember("postgresql://etl:s3cr%21t@localhost/wh#public.u")  # "s3cr!t" decoded
     # a secret that is not a plain word is masked wherever it appears, even inside a word
     assert redact("got s3cr!t, s3cr%21t and xs3cr!t") == "got ***, *** and x***"
+
+
+@pytest.mark.parametrize("command", ["status", "run"])
+def test_a_libpq_keyword_string_as_ledger_is_refused_without_its_password(
+    command: str, tmp_path: Path
+) -> None:
+    """Found by a probe: ``--ledger "host=h user=u password=pw dbname=x"`` was taken for a
+    file path: ``status`` printed it, ``run`` created a file named after the password."""
+    from click.testing import CliRunner
+
+    from twice.cli import cli
+
+    pipeline = tmp_path / "p.py"
+    pipeline.write_text("from twice import Pipeline, Schedule\n"
+                        "pipeline = Pipeline('p', schedule=Schedule.daily('UTC'))\n"
+                        "@pipeline.task(safe_repeat=True)\ndef t(ctx):\n    pass\n")
+    args = {"status": ["status"],
+            "run": ["run", str(pipeline), "--interval", "2026-11-01", "--deadline", "none"]}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(tmp_path)
+        done = CliRunner().invoke(cli, [*args[command], "--ledger",
+                                        "host=127.0.0.1 user=u password=WrDsn5 dbname=x"])
+    assert done.exit_code == 2, done.output
+    assert "WrDsn5" not in done.output and "Traceback" not in done.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.py"]
+
+
+def test_a_pipeline_file_failing_at_import_is_reported_without_the_password(
+    tmp_path: Path,
+) -> None:
+    from twice.define.load import PipelineFileError, load_pipeline
+
+    path = tmp_path / "raises.py"
+    path.write_text('raise RuntimeError("cannot connect postgresql://u:hunter2@h/db")\n')
+    with pytest.raises(PipelineFileError) as caught:
+        load_pipeline(str(path))
+    assert "hunter2" not in str(caught.value) and "cannot connect" in str(caught.value)

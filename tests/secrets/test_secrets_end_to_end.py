@@ -260,3 +260,53 @@ def test_a_refused_destination_leaves_its_password_nowhere(tmp_path: Path,
     assert "Pw-R3fused" not in done.stdout + done.stderr
     for path in tmp_path.rglob("*"):
         assert not path.is_file() or b"Pw-R3fused" not in path.read_bytes() or path == pipeline_file
+
+
+def test_an_error_whose_text_ignores_its_args_and_an_operators_note_are_stored_masked(
+    tmp_path: Path,
+) -> None:
+    """Found by a probe: an exception class with its own ``__str__`` (pydantic's
+    ValidationError echoes the input, a DSN among it) kept its password through the in-place
+    masking of its args, into the ledger and every report; and an operator's note pasted
+    with a connection string was stored and shown in clear."""
+    pipeline_file = tmp_path / "leaky.py"
+    pipeline_file.write_text(textwrap.dedent("""
+        from twice import Pipeline, Schedule
+
+        class ValidationError(Exception):
+            def __str__(self):
+                return "1 validation error: input_value='postgresql://gina:Sup3rSecretG@db/x'"
+
+        pipeline = Pipeline("leaky", schedule=Schedule.daily("UTC"))
+
+        @pipeline.task
+        def fails(ctx):
+            raise ValidationError()
+
+        @pipeline.task(timeout=0.2)
+        def slow(ctx):
+            import time
+            time.sleep(1)
+    """))
+    from twice.ledger import Ledger
+
+    ledger = tmp_path / "l.db"
+    shown = [_twice("run", str(pipeline_file), "--interval", "2026-11-01", "--deadline",
+                    "none", "--ledger", str(ledger), *extra, cwd=tmp_path)
+             for extra in ((), ("--json",))]
+    assert "1 validation error" in shown[0].stdout  # the error is shown, masked
+    with Ledger.open(str(ledger)) as opened:
+        slow = next(u.uow_id for u in opened.units() if u.task == "slow")
+    shown.append(_twice("resolve", slow, "--as", "failed", "--ledger", str(ledger),
+                        "--note", "checked postgresql://op:NoteLeak3@h/db: nothing landed",
+                        cwd=tmp_path))
+    assert shown[-1].returncode == 0, shown[-1].stderr
+    for command in (("status",), ("status", "--json"), ("explain", slow), ("update",),
+                    ("handover",)):
+        shown.append(_twice(*command, "--ledger", str(ledger), cwd=tmp_path))
+    for done in shown:
+        assert "Sup3rSecretG" not in done.stdout + done.stderr
+        assert "NoteLeak3" not in done.stdout + done.stderr
+    stored = b"".join(path.read_bytes() for path in tmp_path.glob("l.db*"))
+    assert b"validation error" in stored and b"nothing landed" in stored
+    assert b"Sup3rSecretG" not in stored and b"NoteLeak3" not in stored

@@ -70,8 +70,10 @@ def open_existing_ledger(url: str | None) -> Ledger:
         from pathlib import Path
 
         if not Path(database).is_file():
+            from twice.core.secrets import redact
+
             raise InputError(
-                f"no ledger at {database}: run `twice run` first, or point --ledger "
+                f"no ledger at {redact(database)}: run `twice run` first, or point --ledger "
                 "(or $TWICE_LEDGER) at an existing ledger"
             )
     try:

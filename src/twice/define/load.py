@@ -147,6 +147,14 @@ def _line_in_file(exc: BaseException, filename: str) -> int | None:
 
 
 def _runtime_message(shown: str, line: int | None, exc: BaseException) -> str:
+    """What went wrong while the file loaded, its passwords masked: a file that fails to
+    connect at import time may print its connection string (``twice.core.secrets``)."""
+    from twice.core.secrets import redact
+
+    return redact(_loading_failure(shown, line, exc))
+
+
+def _loading_failure(shown: str, line: int | None, exc: BaseException) -> str:
     where = f"{shown}:{line}" if line else shown
     if isinstance(exc, SyntaxError):  # in a module the file imports
         origin = f"{exc.filename}:{exc.lineno}" if exc.filename else "an imported module"

@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 from twice.core.outcomes import Ending
 from twice.core.policy import RetryPolicy
+from twice.core.secrets import redact
 from twice.define.load import load_pipeline
 from twice.define.pipeline import NonFatal, Pipeline, Task, TaskContext
 from twice.engine.owned_write import Landed, run_body
@@ -54,7 +55,9 @@ class AttemptReport:
     def error_text(self) -> str | None:
         if self.error is None:
             return None
-        return f"{type(self.error).__name__}: {self.error}"
+        # masked here too: an exception class whose __str__ ignores its args keeps what
+        # twice.engine.executor._mask_error rewrote
+        return redact(f"{type(self.error).__name__}: {self.error}")
 
 
 def is_unknown(error: BaseException) -> bool:

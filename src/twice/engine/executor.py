@@ -2085,7 +2085,8 @@ class _UnitRun:
             self.error = report.error_text
             if _is_schema_refusal(report.error):
                 self.x.emit(OutputRejected(self.uow_id, self.task.name, self.unit.interval,
-                                           number, str(report.error), schema_change=True))
+                                           number, redact(str(report.error)),
+                                           schema_change=True))
         if report.ending == "succeeded":
             self.value = report.value
         self._emit_finished(number, attempt_outcome(report.ending), report)

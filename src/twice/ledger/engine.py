@@ -16,6 +16,7 @@ Two engines are supported and both must be safe under real concurrency:
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 import time
 from contextlib import closing
@@ -27,7 +28,7 @@ from sqlalchemy.engine import URL, Connection, RootTransaction, make_url
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.pool import StaticPool
 
-from twice.core.secrets import redact_url
+from twice.core.secrets import redact, redact_url
 from twice.ledger.errors import LedgerError
 from twice.ledger.prepared import inserting_new
 from twice.ledger.schema import locks
@@ -44,6 +45,10 @@ def mask_url(url: str | URL) -> str:
     as ``twice.core.secrets.redact_url`` masks them."""
     text = url.render_as_string(hide_password=True) if isinstance(url, URL) else url
     return redact_url(text)
+
+
+#: ``key=value`` words of a libpq connection string, which a file path never holds.
+_LIBPQ_KEYWORDS = re.compile(r"(?:^|\s)(?:host|hostaddr|dbname|user|password|port|sslmode)=\S")
 
 
 def resolve_url(url: str | os.PathLike[str] | None) -> URL:
@@ -63,6 +68,11 @@ def resolve_url(url: str | os.PathLike[str] | None) -> URL:
     if "://" not in text:
         if text == ":memory:":
             return make_url("sqlite://")
+        if _LIBPQ_KEYWORDS.search(text):  # never a file named after a password
+            raise LedgerError(
+                f"ledger {redact(text)!r} looks like a libpq keyword string, not a file path: "
+                "give a URL, postgresql://user:password@host/database"
+            )
         return URL.create("sqlite", database=str(Path(text).expanduser().resolve()))
     try:
         parsed = make_url(text)

@@ -14,6 +14,7 @@ from sqlalchemy import Table, select
 from sqlalchemy.engine import Connection
 
 from twice.core.outcomes import ERROR_CLASSIFICATIONS, ErrorClassification
+from twice.core.secrets import redact
 from twice.ledger import units
 from twice.ledger.checks import count, past, text
 from twice.ledger.errors import LedgerError
@@ -64,7 +65,8 @@ class ObservationStore:
         detail: Mapping[str, Any] | None,
     ) -> ErrorRecord:
         error_class = text(error_class, "error_class")
-        message = text(message, "message", allow_empty=True)
+        # a driver's or a task's error may echo a connection string: never stored in clear
+        message = redact(text(message, "message", allow_empty=True))
         if classification not in ERROR_CLASSIFICATIONS:
             raise LedgerError(
                 f"classification must be one of {', '.join(ERROR_CLASSIFICATIONS)}, "
@@ -89,7 +91,7 @@ class ObservationStore:
         self, uow_id: str, message: str, *, count: int, attempt: int | None,
         detail: Mapping[str, Any] | None,
     ) -> NonfatalErrorRecord:
-        message = text(message, "message")
+        message = redact(text(message, "message"))
         number = _count(count)
         values = {"uow_id": uow_id, "attempt": attempt, "message": message, "count": number,
                   "detail": encode_detail(detail)}

@@ -12,6 +12,7 @@ import re
 from sqlalchemy import ColumnElement, select
 from sqlalchemy.engine import Connection
 
+from twice.core.secrets import redact
 from twice.ledger import attempts as attempt_rows
 from twice.ledger import lease as leasing
 from twice.ledger import units
@@ -54,6 +55,7 @@ class ResolutionStore:
                 f"outcome must be one of {', '.join(RESOLUTION_OUTCOMES)}, got {outcome!r}"
             )
         note = text(note.strip() if isinstance(note, str) else note, "note")
+        note = redact(note)  # an operator may paste a connection string: never kept in clear
         operator = _operator_name(operator)
         if attempt is not None:
             count(attempt, "attempt", minimum=1)

@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from twice.core.secrets import redact
 from twice.reports.gather import DeadlineSpec, Evidence, ReportError, gather
 
 if TYPE_CHECKING:
@@ -27,18 +28,19 @@ def describe(url: str | None) -> str:
     (never with its password: ``twice.core.secrets``)."""
     from twice.core.secrets import public_spec
 
+    # redact too: a libpq keyword string ("host=h password=pw") is not a URL, but is masked
     if url is not None:
-        return public_spec(url)
+        return redact(public_spec(url))
     from_env = os.environ.get("TWICE_LEDGER")
     if from_env:
-        return f"{public_spec(from_env)} (from $TWICE_LEDGER)"
+        return f"{redact(public_spec(from_env))} (from $TWICE_LEDGER)"
     return "twice-ledger.db (the default; set --ledger or $TWICE_LEDGER)"
 
 
 def _check_sqlite_file(database: str, shown: str) -> None:
     path = Path(database)
     if not path.exists():
-        raise ReportError(f"ledger not found: {shown} (no file {path})")
+        raise ReportError(f"ledger not found: {shown} (no file {redact(str(path))})")
     if not path.is_file():
         raise ReportError(f"ledger {shown} is not a file: {path}")
     try:
