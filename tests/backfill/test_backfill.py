@@ -57,18 +57,21 @@ def test_resume_skips_verified_intervals_and_force_reruns(setup) -> None:
     run_backfill(pipeline, ledger, spans)
     again = run_backfill(pipeline, ledger, spans)
     assert again.counts() == {"skipped": 12}
-    # tamper with one partition behind twice's back: only that unit reruns; its dependent
-    # follows only if the restored output differs from what it consumed (it does not)
+    # tamper with one partition behind twice's back: only that unit and its direct dependent
+    # rerun (the dependent may have read the tampered rows: twice cannot tell when they
+    # changed); the dependent's output comes out the same, so nothing follows it
     import duckdb
 
     con = duckdb.connect(str(root / "warehouse.duckdb"))
     con.execute("DELETE FROM positions WHERE day = DATE '2026-11-24' AND fund_id = 'FUND_A'")
     con.close()
+    before = helpers.contents(root)
     resumed = run_backfill(pipeline, ledger, spans)
     ran = sorted((r.interval.start.day, r.task) for r in resumed.runs if r.status == "succeeded")
-    assert ran == [(24, "load")]
-    aggregate = next(r for r in resumed.runs if r.task == "aggregate" and r.interval == spans[1])
-    assert aggregate.status == "skipped"
+    readers = [t.name for t in pipeline if "load" in t.depends_on]
+    assert ran == sorted([(24, "load"), *((24, name) for name in readers)])
+    assert {r.status for r in resumed.runs if r.interval != spans[1]} == {"skipped"}
+    assert helpers.contents(root) != before  # the deleted rows are back
     forced = run_backfill(pipeline, ledger, spans, force=True)
     assert forced.counts() == {"succeeded": 12}
 
@@ -306,3 +309,91 @@ def test_the_plan_foresees_the_hold_of_a_failed_side_effect(tmp_path: Path) -> N
         assert (item.action, item.expected) == ("run", "held")
         again = run_backfill(pipeline, ledger, spans)
         assert [r.status for r in again.runs] == ["held"] and sent == [1]
+
+
+def test_dependents_of_a_repaired_drift_run_again(tmp_path: Path) -> None:
+    """Found by a probe: a dependent that read an upstream partition edited behind twice's
+    back kept the rows it made from it for good. The backfill that found the drift and
+    rewrote the upstream left the dependent alone, since the upstream's rows came back to
+    its recorded fingerprint (the dependent's input version), and every check said
+    verified. Now the dependents of a partition that drifted run again when it is rewritten."""
+    import sqlite3
+
+    import pyarrow as pa
+
+    from twice.define.pipeline import Pipeline, TaskContext
+    from twice.define.schedule import Schedule
+
+    warehouse = tmp_path / "w.db"
+    pipeline = Pipeline("drifts", schedule=Schedule.daily("UTC"))
+    spec = f"sqlite:///{warehouse}?partition_column=day"
+
+    @pipeline.task(destination=spec + "#a", write="replace", safe_repeat=True)
+    def a(ctx: TaskContext) -> pa.Table:
+        return pa.table({"day": [ctx.interval.start.date()], "v": [4]})
+
+    @pipeline.task(destination=spec + "#b", write="replace", safe_repeat=True, depends_on="a")
+    def b(ctx: TaskContext) -> pa.Table:
+        with sqlite3.connect(warehouse) as conn:
+            [(total,)] = conn.execute("SELECT sum(v) FROM a WHERE day = ?",
+                                      [ctx.interval.start.date().isoformat()]).fetchall()
+        return pa.table({"day": [ctx.interval.start.date()], "total": [total]})
+
+    def totals() -> list[int]:
+        with sqlite3.connect(warehouse) as conn:
+            return [row[0] for row in conn.execute("SELECT total FROM b")]
+
+    spans = helpers.intervals(1)
+    with Ledger.open(tmp_path / "l.db") as ledger:
+        assert run_backfill(pipeline, ledger, spans).ok and totals() == [4]
+        with sqlite3.connect(warehouse) as conn:
+            conn.execute("UPDATE a SET v = 1000")  # behind twice's back
+        assert run_backfill(pipeline, ledger, spans, tasks=["b"], force=True).ok
+        assert totals() == [1000]  # b read the drifted rows
+        repaired = run_backfill(pipeline, ledger, spans)
+        assert repaired.ok
+        assert {r.task: r.status for r in repaired.runs} == {"a": "succeeded",
+                                                             "b": "succeeded"}
+        assert totals() == [4]
+        assert [r.action for r in plan_backfill(pipeline, ledger, spans).items] == ["skip",
+                                                                                    "skip"]
+
+
+def test_the_plan_foresees_the_hold_of_a_dependent_that_follows_its_upstream(
+    tmp_path: Path,
+) -> None:
+    """Found by a probe: a dependent that is not safe_repeat and follows a rerun upstream was
+    planned "would run"; the backfill held it (its new input makes a new unit, and the
+    interval already has a success). It can only be skipped or held: the plan says held if
+    its input changes."""
+    import pyarrow as pa
+
+    from twice.define.pipeline import Pipeline, TaskContext
+    from twice.define.schedule import Schedule
+
+    value = [1]
+    pipeline = Pipeline("follows", schedule=Schedule.daily("UTC"))
+    spec = f"sqlite:///{tmp_path / 'w.db'}?partition_column=day"
+
+    @pipeline.task(destination=spec + "#a", write="replace", safe_repeat=True,
+                   input_version=lambda interval: str(value[0]))
+    def a(ctx: TaskContext) -> pa.Table:
+        return pa.table({"day": [ctx.interval.start.date()], "v": [value[0]]})
+
+    @pipeline.task(depends_on="a")
+    def report(ctx: TaskContext) -> None:
+        """A side effect: not safe_repeat."""
+
+    spans = helpers.intervals(1)
+    with Ledger.open(tmp_path / "l.db") as ledger:
+        assert run_backfill(pipeline, ledger, spans).ok
+        value[0] = 2  # the source changed
+        planned = {i.task: i for i in plan_backfill(pipeline, ledger, spans).items}
+        assert planned["report"].action == "run"
+        assert planned["report"].expected == "held"
+        assert "held if its input changes" in planned["report"].reason
+        ran = {r.task: r.status for r in run_backfill(pipeline, ledger, spans).runs}
+        assert ran == {"a": "succeeded", "report": "held"}
+        repeated = {i.task: i for i in plan_backfill(pipeline, ledger, spans,
+                                                      repeat=["report"]).items}
+        assert repeated["report"].expected is None

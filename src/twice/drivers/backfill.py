@@ -418,11 +418,13 @@ def _plan_interval(
         expected = None
         if action == "run":
             expected, why = _expected(pipeline, ledger, task, interval, uow, recorded, names,
-                                      repeat if rerun else None, stopped,
-                                      others=bool(seen - {uow.input_version}))
-            if expected is not None:  # the engine blocks the dependents of either
+                                      repeat, stopped, others=bool(seen - {uow.input_version}),
+                                      follows=not rerun)
+            if expected is not None:
                 reason = f"{reason}; {why}"
-                stopped[name] = expected
+                if rerun:  # the engine blocks the dependents of either
+                    stopped[name] = expected
+                # else skipped or held: either way it does not run, nothing follows it
             else:
                 upstream_runs.add(name)
         baseline = latest_attempt_before(recorded, began)
@@ -434,15 +436,17 @@ def _plan_interval(
 
 def _expected(
     pipeline: Pipeline, ledger: Ledger, task: Task, interval: Interval, uow: UnitOfWork,
-    recorded: Sequence[AttemptRecord], names: Sequence[str], repeat: Collection[str] | None,
-    stopped: Mapping[str, str], *, others: bool = True,
+    recorded: Sequence[AttemptRecord], names: Sequence[str], repeat: Collection[str],
+    stopped: Mapping[str, str], *, others: bool = True, follows: bool = False,
 ) -> tuple[Literal["held", "blocked"] | None, str]:
     """What the engine will do instead of running a planned unit, where the plan can tell
     (the engine's rules: ``twice.engine.executor``'s hold of a task that is not
     ``safe_repeat``, and its block on a dependency): a dry run says so, not "would run".
-    ``repeat`` None: the unit follows its upstream (it runs only if its input changes, which
-    the plan cannot know), so no hold is foreseen. ``others``: the ledger held other units of
-    the task and interval when planning began (else nothing is read to look for them)."""
+    ``follows``: the unit follows its upstream (it runs only if its input changes, which the
+    plan cannot know): one that is not ``safe_repeat`` and already succeeded for the interval
+    is then either skipped or held, never run, so it is foreseen held "if its input changes".
+    ``others``: the ledger held other units of the task and interval when planning began
+    (else nothing is read to look for them)."""
     from twice.engine.executor import earlier_success, identify_unit, unsettled
 
     for dep in task.depends_on:
@@ -456,8 +460,18 @@ def _expected(
         if seen is not None:
             return "blocked", (f"blocked: dependency {dep} is not selected and the ledger "
                                f"shows {seen}")
-    if repeat is None or task.safe_repeat or task.name in repeat:
+    if task.safe_repeat or task.name in repeat:
         return None, ""
+    if follows:
+        if recorded and recorded[-1].outcome == "succeeded":
+            why = f"attempt {recorded[-1].number} of this unit succeeded"
+        else:
+            found = earlier_success(ledger, uow) if others else None
+            if found is None:
+                return None, ""
+            why = f"unit {found[0].uow_id} succeeded for this interval"
+        return "held", (f"held if its input changes: {why} and {task.name!r} is not "
+                        f"safe_repeat (pass --repeat {task.name} to run it again)")
     if recorded and recorded[-1].outcome == "succeeded":
         why = f"attempt {recorded[-1].number} of this unit succeeded"
     elif recorded and recorded[-1].outcome.startswith("failed-") and task.effects_unseen:
@@ -677,6 +691,7 @@ def run_backfill(
                     measured[item.task] = drift
                     with diffs_lock:
                         drifts[(item.task, interval.label)] = drift
+            _rerun_readers_of_drift(pipeline, runnable, measured, reruns)
             result = executor.run(interval, [item.task for item in runnable])
             units = {unit.task: unit for unit in result.units}
         runs: list[TaskRun] = []
@@ -748,6 +763,18 @@ def run_backfill(
     plan = replace(plan, items=tuple(planned))
     return BackfillResult(plan, runs, time.monotonic() - started,
                           refusal[0] if refusal else None)
+
+
+def _rerun_readers_of_drift(pipeline: Pipeline, runnable: Sequence[PlanItem],
+                            measured: Mapping[str, Drift], reruns: dict[str, int]) -> None:
+    """Run again the direct dependents of a partition found drifted: they may have read the
+    rows changed behind twice's back, and its rewrite brings back its recorded fingerprint,
+    so their input version (that fingerprint) would not change and they would be skipped as
+    verified. Their own dependents follow them as usual (they run if the output changed)."""
+    drifted = {task for task, drift in measured.items() if drift.drifted}
+    for item in runnable:
+        if not item.rerun and drifted & set(pipeline.get_task(item.task).depends_on):
+            reruns[item.uow.uow_id] = item.latest_attempt or 0
 
 
 def _drift_before_write(task: Task, item: PlanItem, ledger: Ledger, emit: EventSink | None
