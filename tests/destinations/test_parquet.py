@@ -111,3 +111,27 @@ def test_bad_parquet_options(engines) -> None:
     with pytest.raises(SchemaError, match="use a date, integer or string"):
         dest.replace_partition([{"at": __import__("datetime").datetime(2026, 1, 1), "n": 1}],
                                "2026-01-01T00:00:00")
+
+
+def test_every_file_hive_readers_read_is_in_the_fingerprint(engines) -> None:
+    """Found by a probe: a data file copied into a partition under another extension
+    (``part-00001.snappy``) doubled the rows for Arrow datasets and Spark, and twice verify
+    still said the partition matched (it read ``*.parquet`` only)."""
+    import shutil
+
+    from twice.destinations.fingerprint import fingerprint, verify
+
+    dest = open_destination(engines.spec("parquet", "ds"))
+    dest.replace_partition(rows(D1), day_interval(D1, 1))
+    recorded = fingerprint(dest, D1)
+    directory = engines.tmp / "ds" / "day=2026-11-28"
+    [data] = [p for p in directory.iterdir() if p.suffix == ".parquet"]
+    shutil.copy(data, directory / "part-00001.snappy")
+    assert ds.dataset(engines.tmp / "ds", partitioning="hive").to_table().num_rows == 4
+    assert dest.row_count(D1) == 4
+    result = verify(dest, D1, recorded)
+    assert not result.matches and "row count 2 -> 4" in result.reasons
+    # twice's own records and hidden files are not data
+    (directory / ".hidden").write_text("x")
+    (directory / "_SUCCESS").write_text("")
+    assert dest.row_count(D1) == 4

@@ -551,8 +551,12 @@ class ParquetDestination(HiveDestination, ArrowScanned):
 
 
 def _data_files(directory: Path) -> list[Path]:
-    """The data files of a partition directory (sorted; twice's JSON files are not data)."""
-    return sorted(directory.glob("*.parquet"))
+    """The data files of a partition directory, sorted: every file whose name does not start
+    with ``_`` or ``.`` (twice's records start with ``_``), whatever its extension, since that
+    is what other readers read (Arrow datasets, Spark, Hive): a file copied in as
+    ``part-1.snappy`` duplicates rows for them, and so it does for twice's fingerprint."""
+    return sorted(path for path in directory.iterdir()
+                  if path.is_file() and not path.name.startswith(("_", ".")))
 
 
 def _count_rows(directory: Path) -> int:
