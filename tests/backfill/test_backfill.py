@@ -397,3 +397,48 @@ def test_the_plan_foresees_the_hold_of_a_dependent_that_follows_its_upstream(
         repeated = {i.task: i for i in plan_backfill(pipeline, ledger, spans,
                                                       repeat=["report"]).items}
         assert repeated["report"].expected is None
+
+
+def test_a_success_recorded_after_the_plan_read_its_running_attempt_is_not_repeated(
+    tmp_path: Path,
+) -> None:
+    """Found by a probe: a plain backfill planned a unit whose attempt was running in another
+    process, reached it after that attempt succeeded, and ran it again under a new job
+    generation, so an append task landed its rows twice, all verified. Only a success the plan
+    saw is a rerun's baseline; one recorded since stands."""
+    import pyarrow as pa
+
+    from twice.define.pipeline import Pipeline, TaskContext
+    from twice.define.schedule import Schedule
+    from twice.engine.executor import identify_unit
+
+    pipeline = Pipeline("racing", schedule=Schedule.daily("UTC"))
+    spec = f"sqlite:///{tmp_path / 'w.db'}?partition_column=day"
+    executed: list[str] = []
+    spans = helpers.intervals(1)
+    ledger = Ledger.open(tmp_path / "l.db")
+    other: dict[str, str] = {}
+
+    @pipeline.task(destination=spec + "#first", write="replace", safe_repeat=True)
+    def first(ctx: TaskContext) -> pa.Table:
+        # meanwhile, the other process's attempt of `app` (running when the plan read it)
+        # succeeds and lets its lease go
+        ledger.finish_attempt(other["uow"], 1, "succeeded")
+        ledger.release_lease(other["uow"], "other-process")
+        return pa.table({"day": [ctx.interval.start.date()], "v": [1]})
+
+    @pipeline.task(destination=spec + "#app", write="append", safe_repeat=True)
+    def app(ctx: TaskContext) -> pa.Table:
+        executed.append(ctx.job_id)
+        return pa.table({"day": [ctx.interval.start.date()], "v": [1]})
+
+    with ledger:
+        uow = identify_unit(pipeline, ledger, "app", spans[0])
+        other["uow"] = ledger.record_unit(uow).uow_id
+        ledger.acquire_lease(other["uow"], "other-process", ttl_seconds=300)
+        ledger.begin_attempt(other["uow"], holder="other-process")
+        planned = {i.task: i.action for i in plan_backfill(pipeline, ledger, spans).items}
+        assert planned == {"first": "run", "app": "run"}  # app: in progress, not verified
+        ran = {r.task: r.status for r in run_backfill(pipeline, ledger, spans).runs}
+        assert executed == [] and ran["app"] == "skipped"
+        assert [a.outcome for a in ledger.attempts(other["uow"])] == ["succeeded"]

@@ -752,7 +752,8 @@ def run_backfill(
                 interval, items = taken
                 planned.extend(items)
                 reruns.update((item.uow.uow_id, item.latest_attempt or 0)
-                              for item in items if item.action == "run" and item.rerun)
+                              for item in items if item.action == "run" and item.rerun
+                              and _planned_on_success(item))
                 pending[pool.submit(one_interval, interval, items)] = interval
             if not pending:
                 continue
@@ -765,6 +766,16 @@ def run_backfill(
                           refusal[0] if refusal else None)
 
 
+def _planned_on_success(item: PlanItem) -> bool:
+    """Whether the plan saw the unit's baseline attempt succeeded: only such a success is
+    run again (``Executor.reruns``). An attempt that was running, or none at all, when the
+    plan read the unit may succeed in another process before this one reaches it: that
+    success is new and stands (running it again would repeat it, an append twice)."""
+    seen = item.latest_seen
+    return (seen is not None and seen.number == item.latest_attempt
+            and seen.outcome == "succeeded")
+
+
 def _rerun_readers_of_drift(pipeline: Pipeline, runnable: Sequence[PlanItem],
                             measured: Mapping[str, Drift], reruns: dict[str, int]) -> None:
     """Run again the direct dependents of a partition found drifted: they may have read the
@@ -773,7 +784,8 @@ def _rerun_readers_of_drift(pipeline: Pipeline, runnable: Sequence[PlanItem],
     verified. Their own dependents follow them as usual (they run if the output changed)."""
     drifted = {task for task, drift in measured.items() if drift.drifted}
     for item in runnable:
-        if not item.rerun and drifted & set(pipeline.get_task(item.task).depends_on):
+        if (not item.rerun and drifted & set(pipeline.get_task(item.task).depends_on)
+                and _planned_on_success(item)):
             reruns[item.uow.uow_id] = item.latest_attempt or 0
 
 
