@@ -95,3 +95,52 @@ def test_an_error_messages_own_lines_stay_under_its_first(tmp_path: Path) -> Non
     assert result.exit_code == BAD_INPUT
     assert not any(line.startswith("twice run: forged") for line in result.output.splitlines())
     assert "forged" in result.output
+
+
+@pytest.mark.parametrize("option", [("--pool-ttl", "1e12"), ("--pool-ttl", "1e300"),
+                                    ("--poll", "1e300")])
+def test_worker_times_out_of_range_are_bad_input(tmp_path: Path, option: tuple[str, str]
+                                                 ) -> None:
+    """Found by a probe: ``--pool-ttl 1e12`` ended in an OverflowError traceback (the
+    slot's expiry past year 9999); ``--poll 1e300`` would sleep for ever."""
+    path = tmp_path / "p.py"
+    path.write_text("from twice import Pipeline, Schedule\n"
+                    "pipeline = Pipeline('p', schedule=Schedule.daily('UTC'))\n"
+                    "@pipeline.task(safe_repeat=True, pool='db')\ndef t(ctx):\n    pass\n")
+    result = CliRunner().invoke(cli, ["worker", str(path), "--interval", "2024-01-01",
+                                      "--once", "--deadline", "none", "--ledger",
+                                      str(tmp_path / "l.db"), *option])
+    assert result.exit_code == BAD_INPUT, result.output
+    assert option[0] in result.output and "Traceback" not in result.output
+
+
+def test_a_lease_or_pool_ttl_past_a_day_is_refused_by_the_ledger(tmp_path: Path) -> None:
+    from tests.ledger.ledger_helpers import make_uow
+
+    with Ledger.open(str(tmp_path / "l.db")) as ledger:
+        uow = ledger.record_unit(make_uow(1)).uow_id
+        with pytest.raises(LedgerError, match="at most 86400"):
+            ledger.acquire_lease(uow, "w", ttl_seconds=1e12)
+        assert ledger.acquire_lease(uow, "w", ttl_seconds=86_400).acquired
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+@pytest.mark.parametrize("args", [["status"], ["status", "--json"], ["update"]])
+def test_output_to_a_full_disk_is_one_message_not_a_traceback(tmp_path: Path,
+                                                              args: list[str]) -> None:
+    """Found by a probe: ``twice status > /dev/full`` ended in an OSError traceback."""
+    import subprocess
+    import sys
+
+    from tests.ledger.ledger_helpers import make_uow
+
+    ledger = tmp_path / "l.db"
+    with Ledger.open(str(ledger)) as opened:
+        for day in range(1, 29):
+            opened.record_unit(make_uow(day))
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, "-m", "twice", *args, "--ledger", str(ledger)],
+                              stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
+    assert done.returncode == FAILED
+    assert "Traceback" not in done.stderr and "Exception ignored" not in done.stderr
+    assert "cannot write the output: No space left on device" in done.stderr

@@ -454,3 +454,40 @@ def test_postgres_cut_off_for_longer_than_the_window_is_unavailable(postgres_url
     assert "twice:***@" in message and "twice:twice" not in message
     with Ledger.open(postgres_url) as ledger:
         assert ledger.attempts(uow.uow_id) == []
+
+
+@pytest.mark.parametrize("command", ["status", "update", "explain x", "run"])
+def test_a_damaged_ledger_file_is_a_storage_error_not_a_traceback(
+    tmp_path: Path, command: str
+) -> None:
+    """Found by a probe: a ledger whose pages were damaged (its header intact) ended every
+    report in a Python traceback ("database disk image is malformed"), unclassified."""
+    import subprocess
+    import sys
+
+    from tests.ledger.ledger_helpers import make_uow
+
+    ledger = tmp_path / "l.db"
+    with Ledger.open(f"sqlite:///{ledger}") as opened:
+        for day in range(1, 30):
+            opened.record_unit(make_uow(day))
+    with sqlite3.connect(ledger) as conn:  # the units table's first page is overwritten
+        [(root, size)] = conn.execute(
+            "SELECT rootpage, (SELECT page_size FROM pragma_page_size) FROM sqlite_master "
+            "WHERE name = 'twice_units_of_work'").fetchall()
+    conn.close()
+    data = bytearray(ledger.read_bytes())
+    data[(root - 1) * size:root * size] = b"\xa5" * size
+    ledger.write_bytes(bytes(data))
+    pipeline = tmp_path / "p.py"
+    pipeline.write_text("from twice import Pipeline, Schedule\n"
+                        "pipeline = Pipeline('p', schedule=Schedule.daily('UTC'))\n"
+                        "@pipeline.task(safe_repeat=True)\ndef t(ctx):\n    pass\n")
+    args = {"run": ["run", str(pipeline), "--interval", "2026-11-01", "--deadline", "none"]}
+    done = subprocess.run([sys.executable, "-m", "twice", *args.get(command, command.split()),
+                           "--ledger", str(ledger)], capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path)
+    assert done.returncode != 0
+    said = done.stdout + done.stderr  # run: the unit is blocked, nothing ran
+    assert "Traceback" not in said, said
+    assert "damaged" in said and ".recover" in said, said

@@ -65,11 +65,10 @@ def _since(text: str | None) -> datetime | None:
               help="Lease holder name, unique per live process (default: host:pid).")
 @options.lease_ttl_option(
     "How long a dead worker's unit stays blocked (renewed every third of it).", default=60.0)
-@click.option("--pool-ttl", default=60.0, show_default=True,
-              type=options.FiniteRange(min=0, min_open=True), metavar="SECONDS",
-              help="The same for pool slots held in the ledger.")
+@click.option("--pool-ttl", default=60.0, show_default=True, type=options.LEASE_TTL,
+              metavar="SECONDS", help="The same for pool slots held in the ledger.")
 @click.option("--poll", default=1.0, show_default=True,
-              type=options.FiniteRange(min=0, min_open=True), metavar="SECONDS",
+              type=options.FiniteRange(min=0, min_open=True, max=3600), metavar="SECONDS",
               help="Wait between passes when every open unit is leased elsewhere or waiting.")
 @click.option("--once", is_flag=True, help="One pass: leave units leased elsewhere to others.")
 @click.option("--max-units", default=None, type=click.IntRange(min=1), metavar="N",

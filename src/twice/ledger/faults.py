@@ -33,8 +33,10 @@ _SQLITE_BUSY = 5
 _SQLITE_LOCKED = 6
 _SQLITE_READONLY = 8
 _SQLITE_IOERR = 10
+_SQLITE_CORRUPT = 11
 _SQLITE_FULL = 13
 _SQLITE_CANTOPEN = 14
+_SQLITE_NOTADB = 26
 
 _PG_TRANSIENT = {
     "40001": "serialization failure",
@@ -69,6 +71,7 @@ class Fault:
     connection_lost: bool = False
     disk_full: bool = False
     read_only: bool = False
+    corrupt: bool = False
 
 
 def mark_phase(exc: BaseException, phase: str) -> None:
@@ -131,6 +134,9 @@ def _sqlite_fault(exc: BaseException, original: BaseException) -> Fault | None:
                      read_only=True)
     if primary == _SQLITE_IOERR or "disk i/o error" in message:
         return Fault("storage", f"I/O error ({first_line(original)})", exc)
+    if primary in (_SQLITE_CORRUPT, _SQLITE_NOTADB) or "disk image is malformed" in message:
+        return Fault("storage", f"the ledger file is damaged ({first_line(original)})", exc,
+                     corrupt=True)
     if primary == _SQLITE_CANTOPEN:
         return Fault("storage", "cannot open the database file (missing folder, permissions, "
                      "or a read-only file system)", exc, read_only=True)
@@ -207,6 +213,11 @@ def advice(fault: Fault, *, dialect: str, path: str | None) -> str:
         return ("the ledger is read-only here (read-only mount, or no write permission on the "
                 "file or its folder, which must hold the -wal and -shm files): reading it still "
                 "works; to record, copy it to writable storage or fix the mount/permissions")
+    if fault.corrupt:
+        where = path or "the ledger file"
+        return (f"stop every twice process using {where} and restore it from a backup, or "
+                f"salvage it (`sqlite3 {where} .recover`) into a new file; twice records "
+                "nothing in a damaged ledger")
     if fault.kind == "storage":
         return "check the storage and the database server's log; retrying will not help"
     if dialect == "postgresql":

@@ -70,11 +70,17 @@ Clock = Callable[[], datetime]
 T = TypeVar("T")
 
 
+#: The longest lease or pool-slot TTL: a dead holder blocks its unit for at most this long
+#: (the CLI's ``--lease-ttl`` and ``--pool-ttl`` range); more would overflow the clock.
+MAX_TTL_SECONDS = 86_400.0
+
+
 def _ttl(ttl_seconds: float) -> timedelta:
     if isinstance(ttl_seconds, bool) or not isinstance(ttl_seconds, int | float):
         raise LedgerError(f"ttl_seconds must be a number of seconds, got {ttl_seconds!r}")
-    if not ttl_seconds > 0:
-        raise LedgerError(f"ttl_seconds must be > 0, got {ttl_seconds!r}")
+    if not 0 < ttl_seconds <= MAX_TTL_SECONDS:  # NaN fails too
+        raise LedgerError(f"ttl_seconds must be > 0 and at most {MAX_TTL_SECONDS:g} (a day), "
+                          f"got {ttl_seconds!r}")
     return timedelta(seconds=ttl_seconds)
 
 
