@@ -21,6 +21,7 @@ from twice.destinations.base import DestinationSpec, SqlDestination
 from twice.destinations.columns import Schema
 from twice.destinations.commits import COMMITS_TABLE
 from twice.destinations.errors import (
+    DestinationCommitUnknownError,
     DestinationSpecError,
     DestinationUnavailableError,
 )
@@ -98,7 +99,13 @@ class EmbeddedSqlDestination(SqlDestination[EConnT]):
         except BaseException:
             conn.execute("ROLLBACK")
             raise
-        conn.execute("COMMIT")
+        try:
+            conn.execute("COMMIT")
+        except Exception as exc:  # an I/O error while committing: it may have landed
+            raise DestinationCommitUnknownError(
+                f"{self.spec}: committing the write failed ({str(exc).splitlines()[0]}): it "
+                "may or may not have landed; its commit record settles it"
+            ) from exc
 
     def _query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         rows: list[tuple[Any, ...]] = self.connection.execute(sql, list(params)).fetchall()

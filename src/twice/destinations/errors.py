@@ -13,3 +13,12 @@ from twice.errors import DestinationSpecError as DestinationSpecError
 
 class DestinationUnavailableError(DestinationError):
     """The engine could not be reached (connection refused, file locked, missing table)."""
+
+
+class DestinationCommitUnknownError(DestinationUnavailableError):
+    """The write's transaction was sent to commit and no answer came (the connection was lost
+    while committing, or the engine failed in its commit): it may or may not have landed. Its
+    outcome is unknown (``outcome``, read by ``twice.engine.attempt.is_unknown``), never a
+    failure: the commit record written in the same transaction settles it."""
+
+    outcome = "unknown"

@@ -38,6 +38,7 @@ from twice.destinations.base import DestinationSpec, SqlDestination, SqlDialect,
 from twice.destinations.columns import ColumnType, Schema, schema_of
 from twice.destinations.commits import COMMITS_TABLE, WriteStamp
 from twice.destinations.errors import (
+    DestinationCommitUnknownError,
     DestinationError,
     DestinationSpecError,
     DestinationUnavailableError,
@@ -123,8 +124,21 @@ class PostgresDestination(SqlDestination["psycopg.Connection[Any]"]):
 
     @contextmanager
     def _transaction(self) -> Iterator[psycopg.Cursor[Any]]:
-        with self.connection.transaction(), self.connection.cursor() as cur:
-            yield cur
+        sent = False  # the block ended: what fails now is the COMMIT
+        try:
+            with self.connection.transaction(), self.connection.cursor() as cur:
+                yield cur
+                sent = True
+        except psycopg.OperationalError as exc:
+            state = getattr(exc, "sqlstate", None)
+            if sent and (state is None or state.startswith(("08", "57P"))):
+                said = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+                raise DestinationCommitUnknownError(
+                    f"{self.spec}: the connection was lost while committing the write "
+                    f"({redact(said)}): it may or may not have landed; its commit record "
+                    "settles it"
+                ) from exc
+            raise
 
     def _execute(self, tx: psycopg.Cursor[Any], sql: str, params: Sequence[Any] = ()) -> int:
         tx.execute(sql, list(params) or None)

@@ -1,0 +1,55 @@
+"""A destination commit whose acknowledgement is lost (the server committed, the answer never
+came) leaves the attempt's outcome unknown, settled from the commit record the write made in
+the same transaction: found, so the attempt succeeded and nothing runs again. Found by a
+probe: it was recorded ``failed-permanent`` ("a retry would fail the same way"), and the rerun
+it advised appended the rows a second time."""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+import pyarrow as pa
+from tests.executor.helpers import day, outcomes
+from tests.executor.lost_ack_proxy import LostAckProxy
+
+from twice.core.policy import RetryPolicy
+from twice.define.pipeline import Pipeline, TaskContext
+from twice.define.schedule import Schedule
+from twice.engine.executor import Executor
+from twice.ledger import Ledger
+
+
+def test_a_lost_commit_acknowledgement_is_settled_from_the_commit_record(
+    postgres_url: str, ledger_url: str
+) -> None:
+    parts = urlsplit(postgres_url)
+    proxy = LostAckProxy(parts.hostname or "127.0.0.1", parts.port or 5432)
+    through = urlunsplit(parts._replace(netloc=parts.netloc.replace(
+        f"{parts.hostname}:{parts.port}", f"127.0.0.1:{proxy.port}"))) + "?sslmode=disable"
+    executed: list[int] = []
+    pipeline = Pipeline("acks", schedule=Schedule.daily("UTC"))
+
+    @pipeline.task(destination=f"{through}&partition_column=day#events", write="append",
+                   retry=RetryPolicy(max_attempts=3, transient=(ConnectionError,)))
+    def events(ctx: TaskContext) -> pa.Table:  # not safe_repeat: it must not run twice
+        executed.append(ctx.attempt)
+        return pa.table({"day": [ctx.interval.start.date()] * 3, "n": [1, 2, 3]})
+
+    try:
+        with Ledger.open(ledger_url) as ledger:
+            Executor(pipeline, ledger).run(day(-1))  # creates the tables, unharmed
+            proxy.armed = True
+            unit = Executor(pipeline, ledger).run(day()).unit("events")
+            assert proxy.dropped == 1
+            assert unit.outcome == "succeeded", unit.reason
+            assert outcomes(ledger, unit.uow_id)[0] in ("unknown", "succeeded")
+            assert outcomes(ledger, unit.uow_id)[-1] == "succeeded"
+            assert executed == [1, 1]  # one attempt per day: settled, never run again
+            again = Executor(pipeline, ledger).run(day()).unit("events")
+            assert again.outcome == "succeeded" and executed == [1, 1]
+    finally:
+        proxy.close()
+    with psycopg.connect(postgres_url) as conn:
+        rows = conn.execute("SELECT day, count(*) FROM events GROUP BY day ORDER BY day").fetchall()
+    assert [count for _, count in rows] == [3, 3]
