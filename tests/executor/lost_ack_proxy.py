@@ -19,6 +19,7 @@ class LostAckProxy:
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
         self.armed = False
+        self.any_commit = False  # armed for the next COMMIT, whatever it commits
         self.dropped = 0
         threading.Thread(target=self._accept, daemon=True).start()
 
@@ -56,7 +57,7 @@ class LostAckProxy:
                                 and b"INSERT" in body.upper():
                             recorded = True
                         if (kind == b"Q" and body.strip(b"\0 ;").upper() == b"COMMIT"
-                                and recorded and self.armed):
+                                and (recorded or self.any_commit) and self.armed):
                             self.armed = False
                             self.dropped += 1
                             drop.set()

@@ -53,3 +53,23 @@ def test_a_lost_commit_acknowledgement_is_settled_from_the_commit_record(
     with psycopg.connect(postgres_url) as conn:
         rows = conn.execute("SELECT day, count(*) FROM events GROUP BY day ORDER BY day").fetchall()
     assert [count for _, count in rows] == [3, 3]
+
+
+def test_a_read_whose_commit_answer_is_lost_is_read_again(postgres_url: str) -> None:
+    """Found by a probe: a read-only ledger transaction whose COMMIT answer was lost was
+    reported "it may or may not have been recorded, so it was not run again", aborting the
+    run; a read records nothing, so it is simply read again."""
+    from tests.ledger.ledger_helpers import make_uow
+
+    parts = urlsplit(postgres_url)
+    proxy = LostAckProxy(parts.hostname or "127.0.0.1", parts.port or 5432)
+    through = urlunsplit(parts._replace(netloc=parts.netloc.replace(
+        f"{parts.hostname}:{parts.port}", f"127.0.0.1:{proxy.port}"))) + "?sslmode=disable"
+    try:
+        with Ledger.open(through) as ledger:
+            uow = ledger.record_unit(make_uow(1)).uow_id
+            proxy.any_commit = proxy.armed = True
+            assert [unit.uow_id for unit in ledger.units()] == [uow]
+            assert proxy.dropped == 1
+    finally:
+        proxy.close()

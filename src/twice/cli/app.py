@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import importlib
 import importlib.util
-import os
-import sys
-from typing import NoReturn
 
 import click
 
@@ -78,7 +74,9 @@ class LazyGroup(click.Group):
         except OSError as exc:
             if exc.errno not in (errno.EPIPE, errno.ENOSPC, errno.EIO):
                 raise
-            _output_lost(exc, f"twice {ctx.invoked_subcommand or 'twice'}")
+            from twice.cli.exits import output_lost
+
+            output_lost(exc, f"twice {ctx.invoked_subcommand or 'twice'}")
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = [(name, COMMANDS[name][2]) for name in self.list_commands(ctx)]
@@ -106,16 +104,3 @@ def cli() -> None:
     made from recorded evidence (its source and how old it is).
     """
 
-
-def _output_lost(error: OSError, prefix: str) -> NoReturn:
-    """Standard output could not be written (a full disk, a closed pipe such as ``| head``):
-    say so on stderr, once, and exit 1; what the command recorded stands. Standard output is
-    pointed at /dev/null so the interpreter's last flush cannot fail again."""
-    from twice.cli.exits import FAILED
-
-    with contextlib.suppress(OSError):
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    if error.errno != errno.EPIPE:  # a reader that went away needs no message
-        with contextlib.suppress(OSError):
-            sys.stderr.write(f"{prefix}: cannot write the output: {error.strerror}\n")
-    raise SystemExit(FAILED)

@@ -77,3 +77,20 @@ def exit_on_error(prefix: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
         return wrapper
 
     return decorate
+
+
+def output_lost(error: OSError, prefix: str) -> NoReturn:
+    """Standard output could not be written (a full disk, a closed pipe such as ``| head``):
+    say so on stderr, once, and exit 1; what the command recorded stands. Standard output is
+    pointed at /dev/null so the interpreter's last flush cannot fail again."""
+    import contextlib
+    import errno
+    import os
+    import sys
+
+    with contextlib.suppress(OSError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    if error.errno != errno.EPIPE:  # a reader that went away needs no message
+        with contextlib.suppress(OSError):
+            sys.stderr.write(f"{prefix}: cannot write the output: {error.strerror}\n")
+    raise SystemExit(FAILED)

@@ -247,7 +247,8 @@ class Session:
             try:
                 trans.commit()
             except BaseException as exc:
-                mark_phase(exc, "commit")
+                if not read_only:  # a read recorded nothing: its lost COMMIT is not ambiguous
+                    mark_phase(exc, "commit")
                 _rollback_quietly(trans)
                 raise
             if not read_only:
