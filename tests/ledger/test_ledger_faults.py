@@ -517,3 +517,48 @@ def test_a_ledger_that_fails_while_opening_is_a_failed_service_not_bad_input(
                           capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert done.returncode == 1, done.stderr
     assert "damaged" in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("how", ["deleted", "replaced"])
+def test_a_ledger_file_deleted_or_replaced_in_use_is_written_no_more(tmp_path: Path,
+                                                                      how: str) -> None:
+    """Found by a probe: a run whose SQLite ledger was deleted or replaced went on writing
+    into the unlinked file through its open connection, said "(all recorded)" and exited 0;
+    nothing of it survived, and the next run repeated the side effects."""
+    import sys
+
+    ledger = tmp_path / "l.db"
+    pipeline = tmp_path / "p.py"
+    pipeline.write_text(
+        "import os, shutil\n"
+        "from twice import Pipeline, Schedule\n"
+        "pipeline = Pipeline('p', schedule=Schedule.daily('UTC'))\n"
+        "@pipeline.task(safe_repeat=True)\n"
+        "def t(ctx):\n"
+        f"    if ctx.interval.start.day == 2:\n"
+        f"        path = {str(ledger)!r}\n"
+        "        for suffix in ('', '-wal', '-shm'):\n"
+        "            if os.path.exists(path + suffix):\n"
+        "                os.unlink(path + suffix)\n"
+        f"        if {how == 'replaced'!r}:\n"
+        "            open(path, 'wb').close()\n"
+    )
+    runs = [subprocess.run([sys.executable, "-m", "twice", "run", str(pipeline), "--start",
+                            "2026-11-01", "--end", "2026-11-04", "--deadline", "none",
+                            "--ledger", str(ledger), *extra], capture_output=True, text=True,
+                           timeout=120, cwd=tmp_path) for extra in ((), ("--json",))]
+    for done in runs:
+        assert done.returncode == 1, done.stdout + done.stderr
+        assert "Traceback" not in done.stdout + done.stderr
+    assert "not all recorded: the ledger failed under 2 unit(s)" in " ".join(
+        runs[0].stdout.split())
+    import json
+
+    units = json.loads(runs[1].stdout)["units"]
+    assert [u["ledger_failed"] for u in units] == [False, True, True]
+    assert all(f"was {how} while this process used it" in u["error"] for u in units[1:])
+    with Ledger.open(f"sqlite:///{tmp_path / 'other.db'}") as other:  # an untouched ledger
+        other.record_unit(make_uow(1))
+        (tmp_path / "other.db").rename(tmp_path / "moved.db")  # renamed: same file, moved
+        with pytest.raises(LedgerStorageError, match="was deleted while this process"):
+            other.record_unit(make_uow(2))

@@ -122,7 +122,8 @@ def _summary(result: RunResult, label: str, unseen: tuple[str, ...] = ()) -> Non
         style = _STYLE.get(unit.outcome, "white")
         table.add_row(
             unit.task, unit.interval.short, f"[{style}]{unit.outcome}[/]",
-            f"{unit.attempts} ({unit.total_attempts})", unit.job_id or "-",
+            "?" if unit.ledger_failed else f"{unit.attempts} ({unit.total_attempts})",
+            unit.job_id or "-",
             # a success is verified before it is recorded: nothing to do (--json keeps the
             # planner's raw decision, validate-output, which the engine already carried out)
             "-" if unit.ok else unit.next_decision or "-", escape(why(unit.reason, unit)),
@@ -137,8 +138,11 @@ def _summary(result: RunResult, label: str, unseen: tuple[str, ...] = ()) -> Non
     blind = sorted(ran & set(unseen))
     caveat = (f" {', '.join(blind)} {'has' if len(blind) == 1 else 'have'} no destination "
               "twice can read: executed and recorded, not verified." if blind else "")
+    lost = sum(1 for unit in result.units if unit.ledger_failed)
+    recorded = ("all recorded" if not lost else
+                f"not all recorded: the ledger failed under {lost} unit(s), shown '?'")
     console.print(
-        f"{counts or 'nothing to run'}. attempts: this run (all recorded). Executed and recorded; "
+        f"{counts or 'nothing to run'}. attempts: this run ({recorded}). Executed and recorded; "
         "before any success: declared acceptance criteria checked, then the destination "
         "partition fingerprinted and recorded (`twice verify` recomputes them)."
         f"{caveat} `twice status` or `twice explain UOW_ID` for the evidence."

@@ -156,7 +156,8 @@ class UnitResult:
     ``next_decision`` is the planner's decision over the ledger when the run left the unit.
     ``skipped``: it had already succeeded in an earlier run and was not run again.
     ``history``: the attempts around this run (None when it never claimed the unit, or the
-    ledger failed under it).
+    ledger failed under it). ``ledger_failed``: the ledger failed while twice drove it, so what
+    this run did to it is not all recorded (its attempt counts are unknown).
     """
 
     task: str
@@ -176,6 +177,7 @@ class UnitResult:
     acceptance: tuple[str, ...] = ()
     nonfatal: int = 0
     skipped: bool = False
+    ledger_failed: bool = False
     value: Any = field(default=None, compare=False, repr=False)
     history: AttemptHistory | None = field(default=None, compare=False, repr=False)
 
@@ -202,6 +204,7 @@ class UnitResult:
             "acceptance": list(self.acceptance),
             "nonfatal": self.nonfatal,
             "skipped": self.skipped,
+            "ledger_failed": self.ledger_failed,
         }
 
 
@@ -760,12 +763,17 @@ class Executor:
                     task, interval, upstream, deadline, wall_deadline
                 )
             except (LedgerError, _sqlalchemy_error()) as exc:
+                settles = (
+                    "what the attempt wrote is settled from the destination's commit record on "
+                    "the next run" if task.owns_output or task.reconcile is not None else
+                    "twice cannot see this task's effects: if its attempt ran, record how it "
+                    "ended with `twice resolve` once the ledger works"
+                )
                 result = UnitResult(
                     task.name, interval, "unknown-needs-reconcile",
                     f"the ledger failed while twice drove this unit ({type(exc).__name__}: "
-                    f"{_first_line(exc)}); what the attempt wrote is settled from the "
-                    "destination's commit record on the next run",
-                    error=f"{type(exc).__name__}: {_first_line(exc)}",
+                    f"{_first_line(exc)}); {settles}",
+                    error=f"{type(exc).__name__}: {_first_line(exc)}", ledger_failed=True,
                 )
                 superseded = False
             if not superseded:
@@ -1049,7 +1057,7 @@ def _claim_not_recorded(task: Task, interval: Interval, unit: UnitOfWork,
         task.name, interval, "blocked",
         f"the ledger could not record the claim ({error}); nothing ran and nothing about this "
         "unit was recorded: run it again once the ledger can be written",
-        uow_id=unit.uow_id, error=error,
+        uow_id=unit.uow_id, error=error, ledger_failed=True,
     )
 
 

@@ -10,6 +10,7 @@ still commits them at once. ``retrying`` runs a whole transaction again on a tra
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -82,6 +83,7 @@ class Session:
         self.retry_seconds = retry_seconds
         self.read_only = read_only  # why the ledger is read-only; None when writable
         self.path = path
+        self._file: tuple[int, int] | None = None  # (device, inode) of the file opened
         self.password: str | None = None
         self._local = threading.local()
         self._closed = False
@@ -215,6 +217,8 @@ class Session:
             mark_phase(exc, "connect")
             raise
         try:
+            if not read_only:
+                self._check_same_file()
             if isolation is not None:
                 conn.execution_options(isolation_level=isolation)
             # a read-only ledger's SQLite connections cannot take the write lock
@@ -222,6 +226,31 @@ class Session:
         except BaseException:
             _close_quietly(conn)
             raise
+
+    def _check_same_file(self) -> None:
+        """A SQLite ledger's path still names the file this ledger opened: one deleted or
+        replaced while in use would take every later write into a file nobody will read
+        again (the open connection keeps writing to it), and the run would say "all
+        recorded". ``LedgerStorageError`` instead, before anything is written."""
+        if self.path is None:
+            return
+        try:
+            found = os.stat(self.path)
+            now: tuple[int, int] | None = (found.st_dev, found.st_ino)
+        except OSError:
+            now = None
+        if self._file is None:
+            self._file = now
+            return
+        if now != self._file:
+            raise LedgerStorageError(
+                f"ledger {self.label}: the file {self.path} was "
+                f"{'deleted' if now is None else 'replaced'} while this process used it, so "
+                "nothing more is recorded (what it recorded since is in no file you can read). "
+                "What to do: stop every twice process using it, put back the right file (or "
+                "keep the new one), and run again: the outcomes of owned writes it lost are "
+                "settled from the destinations' commit records"
+            )
 
     @contextmanager
     def scope(
