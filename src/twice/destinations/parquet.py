@@ -59,6 +59,7 @@ import errno
 import json
 import os
 import shutil
+import time
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -69,6 +70,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from twice.core import processes
 from twice.core.schemes import NO_UPSERT
 from twice.destinations.base import ArrowScanned, DestinationSpec, WriteResult
 from twice.destinations.columns import ColumnType, Schema, require_columns, schema_of
@@ -82,7 +84,11 @@ from twice.destinations.commits import (
     check_fence_records,
     resolve_stamp,
 )
-from twice.destinations.errors import DestinationError, DestinationSpecError
+from twice.destinations.errors import (
+    DestinationError,
+    DestinationSpecError,
+    DestinationUnavailableError,
+)
 from twice.destinations.hive import (
     HiveDestination,
     Incoming,
@@ -98,6 +104,8 @@ from twice.destinations.slices import PartitionSpec, Slice
 
 SCHEMA_FILE = "_twice_schema.arrow"
 LOCK_FILE = ".twice.lock"
+#: How long a writer or reader waits for the dataset's lock that another process holds.
+LOCK_WAIT_SECONDS = 300.0
 _NEW, _OLD, _DEL = ".twice-new-", ".twice-old-", ".twice-del-"
 _META_PARTITION = b"twice.partition_column"
 _RENAME_EXCHANGE = 2
@@ -413,7 +421,7 @@ class ParquetDestination(HiveDestination, ArrowScanned):
             yield
             return
         with open(path, "rb") as handle:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_SH)
+            self._flock_waiting(handle, fcntl.LOCK_SH)
             try:
                 yield
             finally:
@@ -438,9 +446,11 @@ class ParquetDestination(HiveDestination, ArrowScanned):
         import fcntl
 
         with open(self.root / LOCK_FILE, "a+b") as handle:
-            flags = fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB)
             try:
-                fcntl.flock(handle.fileno(), flags)
+                if blocking:
+                    self._flock_waiting(handle, fcntl.LOCK_EX)
+                else:
+                    fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 yield False
                 return
@@ -448,6 +458,35 @@ class ParquetDestination(HiveDestination, ArrowScanned):
                 yield True
             finally:
                 fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+    def _flock_waiting(self, handle: Any, flags: int) -> None:
+        """``flock`` the dataset's lock file, waiting while another writer holds it, as the
+        SQL engines wait for theirs: refused at once when the holder is a stopped process (it
+        holds the lock until resumed or ended), and after ``LOCK_WAIT_SECONDS`` otherwise, so
+        a takeover never hangs behind a writer paused inside its swap."""
+        import fcntl
+
+        deadline = time.monotonic() + LOCK_WAIT_SECONDS
+        pause = 0.01
+        while True:
+            try:
+                fcntl.flock(handle.fileno(), flags | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                holder = _flock_holder(handle)
+                if holder is not None and holder.stopped:
+                    raise DestinationUnavailableError(
+                        f"{self.spec}: the dataset's lock ({LOCK_FILE}) is held by process "
+                        f"{holder.describe()}, which holds it until it is resumed (`kill -CONT "
+                        f"{holder.pid}`) or ended; not waiting for it"
+                    ) from None
+                if time.monotonic() >= deadline:
+                    raise DestinationUnavailableError(
+                        f"{self.spec}: the dataset's lock ({LOCK_FILE}) was held by another "
+                        f"writer for over {LOCK_WAIT_SECONDS:g} s"
+                    ) from None
+            time.sleep(pause)
+            pause = min(pause * 2, 0.5)
 
     def recover(self) -> list[str]:
         """Clean up after a crashed writer (takes the lock); return what was done."""
@@ -645,3 +684,23 @@ def open_destination(spec: DestinationSpec) -> ParquetDestination:
         partition_column=spec.partition_column,
         key_columns=spec.key_columns, overwrite=overwrite,
     )
+
+
+def _flock_holder(handle: Any) -> processes.Process | None:
+    """Another process holding a ``flock`` on ``handle``'s file, as ``/proc/locks`` names it
+    (Linux); None when none is named or it cannot be read."""
+    try:
+        inode = os.fstat(handle.fileno()).st_ino
+        with open("/proc/locks", encoding="ascii", errors="replace") as locks:
+            lines = locks.read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        fields = line.split()
+        if len(fields) < 6 or fields[1] != "FLOCK" or fields[4] == "->":
+            continue
+        pid, where = fields[4], fields[5].rsplit(":", 1)
+        if (len(where) == 2 and where[1] == str(inode) and pid.isdigit()
+                and int(pid) != os.getpid()):
+            return processes.look(int(pid))
+    return None

@@ -45,6 +45,8 @@ from twice.destinations.errors import (
 )
 
 _COPY_BATCH_ROWS = 65_536
+#: How long a writer waits for an advisory lock another writer of the same slot holds.
+ADVISORY_WAIT_SECONDS = 300.0
 _STREAM_BATCH_ROWS = 10_000
 _TYPES = {
     "smallint": "integer", "integer": "integer", "bigint": "integer", "boolean": "boolean",
@@ -144,6 +146,22 @@ class PostgresDestination(SqlDestination["psycopg.Connection[Any]"]):
         tx.execute(sql, list(params) or None)
         return max(tx.rowcount, 0)
 
+    def _advisory(self, tx: psycopg.Cursor[Any], key: str) -> None:
+        """Take the transaction-scoped advisory lock ``key``, waiting at most
+        ``ADVISORY_WAIT_SECONDS`` for another writer that holds it: a writer stopped inside
+        its transaction (SIGSTOP, a paused VM) holds it until it is resumed or ended, and a
+        takeover must not hang behind it for ever, renewing a lease nobody else can take."""
+        tx.execute(f"SET LOCAL lock_timeout = '{int(ADVISORY_WAIT_SECONDS * 1000)}ms'")
+        try:
+            tx.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [key])
+        except psycopg.errors.LockNotAvailable:
+            raise DestinationUnavailableError(
+                f"{self.spec}: another writer held the lock of {key!r} for over "
+                f"{ADVISORY_WAIT_SECONDS:g} s (a process stopped inside its write holds it "
+                "until resumed or ended); not waiting longer"
+            ) from None
+        tx.execute("SET LOCAL lock_timeout TO DEFAULT")  # table locks wait as configured
+
     def _lock_for_replace(self, tx: psycopg.Cursor[Any]) -> None:
         tx.execute(f"LOCK TABLE {self.qualified} IN SHARE ROW EXCLUSIVE MODE")
 
@@ -162,20 +180,14 @@ class PostgresDestination(SqlDestination["psycopg.Connection[Any]"]):
         A hash collision only serialises two unrelated writers.
         """
         tx.execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
-        tx.execute(
-            "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
-            [f"{COMMITS_TABLE}|{self.table_label}|{stamp.fence_key}"],
-        )
+        self._advisory(tx, f"{COMMITS_TABLE}|{self.table_label}|{stamp.fence_key}")
 
     def _create_table(self, tx: psycopg.Cursor[Any], schema: Schema) -> None:
         """First writers of a new table queue on an advisory lock: two concurrent ``CREATE
         TABLE IF NOT EXISTS`` of one name can both pass the check and one then fails on the
         catalog's unique index (``pg_type_typname_nsp_index``). The second one in finds the
         table and creates nothing."""
-        tx.execute(
-            "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
-            [f"{self.qualified}|create"],
-        )
+        self._advisory(tx, f"{self.qualified}|create")
         super()._create_table(tx, schema)
 
     def _create_commits_table(self, tx: psycopg.Cursor[Any]) -> None:
@@ -183,18 +195,12 @@ class PostgresDestination(SqlDestination["psycopg.Connection[Any]"]):
         on the catalog's unique index, so first writers take an advisory lock per schema."""
         if self._commits_table_exists():
             return
-        tx.execute(
-            "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
-            [f"{COMMITS_TABLE}|create|{self.schema_name}"],
-        )
+        self._advisory(tx, f"{COMMITS_TABLE}|create|{self.schema_name}")
         super()._create_commits_table(tx)
 
     def _lock_previous(self, tx: psycopg.Cursor[Any]) -> None:
         """keep_previous: writers of one table queue here (side tables, version numbers)."""
-        tx.execute(
-            "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
-            [f"{self.qualified}|keep_previous"],
-        )
+        self._advisory(tx, f"{self.qualified}|keep_previous")
 
     def _table_exists(self, name: str) -> bool:
         qualified = f"{self.dialect.quote(self.schema_name or 'public')}.{self.dialect.quote(name)}"
