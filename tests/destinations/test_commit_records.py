@@ -126,12 +126,12 @@ def test_stamped_append_and_upsert_fingerprints_match(sql_engine, engines) -> No
     spec = engines.spec(sql_engine, key_columns=("id",))
     with open_destination(spec) as dest:
         dest.replace_partition(rows("v1"), DAY, stamp=stamp(1))
-        appended = dest.append(rows("new", start=10), partition=DAY, stamp=stamp(1, uow="u2"))
+        appended = dest.append(rows("new", start=10), partition=DAY, stamp=stamp(2, uow="u2"))
         assert appended.commit is not None and appended.commit.mode == "append"
         # every column, not only the key columns: a changed value must change the checksum
         assert appended.commit.columns == tuple(sorted(SCHEMA.names))
         assert_fingerprint_matches(appended.commit, dest, DAY)
-        upserted = dest.upsert(rows("upd", n=2), stamp=stamp(2, uow="u3"))  # all rows
+        upserted = dest.upsert(rows("upd", n=2), stamp=stamp(3, uow="u3"))  # all rows
         assert upserted.commit is not None and upserted.commit.slice == "all rows"
         assert upserted.commit.row_count == 8
         assert_fingerprint_matches(upserted.commit, dest, None)
@@ -184,13 +184,13 @@ def test_parquet_partial_multi_partition_write_reads_as_absent(engines, monkeypa
     monkeypatch.undo()
     assert dest.row_count() == 4  # the first partition committed, alone
     assert dest.commit_records() == []  # its record is incomplete: reconcile reads "absent"
-    retry = dest.append(rows("a", days=(D1, D2)), partition=WEEK, stamp=stamp(3, attempt=2))
+    retry = dest.append(rows("a", days=(D1, D2)), partition=WEEK, stamp=stamp(4, attempt=2))
     assert retry.rows_written == 4 and retry.partitions_written == ("day=2026-11-29",)
     assert dest.row_count() == 8  # the retry completed the missing partition only
     assert retry.commit is not None
     assert_fingerprint_matches(retry.commit, dest, WEEK)
     assert dest.commit_records() == [retry.commit]
-    again = dest.append(rows("a", days=(D1, D2)), partition=WEEK, stamp=stamp(3, attempt=3))
+    again = dest.append(rows("a", days=(D1, D2)), partition=WEEK, stamp=stamp(5, attempt=3))
     assert again.rows_written == 0 and again.commit == retry.commit
 
 
@@ -262,6 +262,27 @@ def test_fencing_refuses_an_older_token_and_writes_nothing(engine, engines) -> N
                                        stamp=stamp(2, fence="pipe/other/2026-11-30"))
         assert other.commit is not None and other.commit.token == 2
         assert [r.token for r in dest.commit_records()] == [2, 5, 5, 6]
+
+
+def test_a_token_handed_out_twice_is_refused_to_another_attempt(engine, engines) -> None:
+    """Found by probes: a ledger restored from a copy older than a write (or another
+    ledger) hands the same token out again, and an equal token passed the fence as "the same
+    lease": the restored ledger repeated every side effect and append. A ledger hands each
+    attempt its own token, so an equal token from another unit, generation or attempt is a
+    token handed out twice, and is refused; the same attempt may write again."""
+    with open_destination(engines.spec(engine)) as dest:
+        dest.append(rows("t5"), partition=DAY, stamp=stamp(5))
+        before = sorted_rows(dest.read_partition(DAY))
+        for other in (stamp(5, uow="uow-b"), stamp(5, generation=2), stamp(5, attempt=2)):
+            with pytest.raises(FencedWriteError) as caught:
+                dest.append(rows("again", start=9), partition=DAY, stamp=other)
+            assert caught.value.reissued == ("uow-a", 1, 1)
+            assert "handed this token out a second time" in str(caught.value)
+            with pytest.raises(FencedWriteError):
+                dest.seal(other)
+        assert sorted_rows(dest.read_partition(DAY)) == before
+        dest.replace_partition(rows("t5-again"), DAY, stamp=stamp(5))  # the same attempt
+        assert dest.seal(stamp(6, attempt=0)) is not False  # a newer token: as before
 
 
 def test_a_seal_fences_an_earlier_holder_before_anything_is_written(engine, engines) -> None:
@@ -387,13 +408,13 @@ def test_stamped_append_happens_once_per_unit_and_generation(engine, engines) ->
         first = dest.append(rows("a"), partition=DAY, stamp=stamp(3))
         assert first.rows_written == 4 and first.commit is not None
         assert_fingerprint_matches(first.commit, dest, DAY)
-        repeat = dest.append(rows("a"), partition=DAY, stamp=stamp(3, attempt=2))
+        repeat = dest.append(rows("a"), partition=DAY, stamp=stamp(4, attempt=2))
         assert repeat.rows_written == 0 and repeat.commit == first.commit
         assert dest.row_count(DAY) == 4
-        with stamped(stamp(4, attempt=3)):  # a newer lease of the same unit: still a no-op
+        with stamped(stamp(5, attempt=3)):  # a newer lease of the same unit: still a no-op
             assert dest.append(rows("a"), partition=DAY).rows_written == 0
         regenerated = dest.append(rows("a", start=10), partition=DAY,
-                                  stamp=stamp(5, generation=2))
+                                  stamp=stamp(6, generation=2))
         assert regenerated.rows_written == 4 and dest.row_count(DAY) == 8
         assert regenerated.commit is not None
         assert_fingerprint_matches(regenerated.commit, dest, DAY)

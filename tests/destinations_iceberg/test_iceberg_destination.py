@@ -313,7 +313,7 @@ def test_fingerprints_equal_duckdb_for_the_same_rows(iceberg_spec: SpecFactory,
     fresh = fingerprint(duck, NOV30)
     assert (record.row_count, record.checksum, record.columns, record.algorithm) == (
         fresh.row_count, fresh.checksum, fresh.columns, fresh.algorithm)
-    appended = iceberg.append(SAMPLE[:2], partition=NOV30, stamp=stamp(1, uow="uow-b"))
+    appended = iceberg.append(SAMPLE[:2], partition=NOV30, stamp=stamp(2, uow="uow-b"))
     duck.append(SAMPLE[:2], partition=NOV30, stamp=None)
     assert appended.commit is not None
     assert (appended.commit.row_count, appended.commit.checksum) == (

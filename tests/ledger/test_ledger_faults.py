@@ -493,32 +493,6 @@ def test_a_damaged_ledger_file_is_a_storage_error_not_a_traceback(
     assert "damaged" in said and ".recover" in said, said
 
 
-def test_a_ledger_that_fails_while_opening_is_a_failed_service_not_bad_input(
-    tmp_path: Path,
-) -> None:
-    """Found by a probe: a ledger that could not be opened for its storage (damaged, lost
-    connection) made ``twice run`` exit 2, "bad input, nothing was done"; the input was fine,
-    the service failed: exit 1."""
-    import sys
-
-    ledger = tmp_path / "l.db"
-    with Ledger.open(f"sqlite:///{ledger}") as opened:
-        opened.record_unit(make_uow(1))
-    data = bytearray(ledger.read_bytes())
-    for at in range(4096, len(data), 4096):  # every page but the header's
-        data[at + 8:at + 200] = b"\xa5" * 192
-    ledger.write_bytes(bytes(data))
-    pipeline = tmp_path / "p.py"
-    pipeline.write_text("from twice import Pipeline, Schedule\n"
-                        "pipeline = Pipeline('p', schedule=Schedule.daily('UTC'))\n"
-                        "@pipeline.task(safe_repeat=True)\ndef t(ctx):\n    pass\n")
-    done = subprocess.run([sys.executable, "-m", "twice", "run", str(pipeline), "--interval",
-                           "2026-11-01", "--deadline", "none", "--ledger", str(ledger)],
-                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
-    assert done.returncode == 1, done.stderr
-    assert "damaged" in done.stderr and "Traceback" not in done.stderr
-
-
 @pytest.mark.parametrize("how", ["deleted", "replaced"])
 def test_a_ledger_file_deleted_or_replaced_in_use_is_written_no_more(tmp_path: Path,
                                                                       how: str) -> None:

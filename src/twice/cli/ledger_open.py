@@ -63,20 +63,12 @@ def open_ledger(url: str | None, *, durable: bool = False) -> Ledger:
     used is ``InputError`` (``durable``: the command records evidence, see ``Ledger.open``)."""
     from sqlalchemy.exc import ArgumentError
 
-    from twice.errors import UnavailableError
     from twice.ledger import Ledger, LedgerError
-    from twice.ledger.errors import (
-        LedgerCommitUnknownError,
-        LedgerStorageError,
-        LedgerUnavailableError,
-    )
 
     resolved = check_ledger_url(url)
     try:
         return Ledger.open(url, durable=durable)
-    except (LedgerUnavailableError, LedgerStorageError, LedgerCommitUnknownError) as exc:
-        raise UnavailableError(str(exc)) from exc  # the service failed, not the input
-    except LedgerError as exc:
+    except LedgerError as exc:  # the ledger named cannot be used: nothing was done
         raise InputError(str(exc)) from exc
     except ArgumentError as exc:
         raise invalid_ledger_url(url, exc,

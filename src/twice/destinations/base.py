@@ -702,7 +702,14 @@ class SqlDestination(BaseDestination, ABC, Generic[ConnT]):
                 f"WHERE {q('table_name')} = {p} AND {q('fence_key')} = {p}",
                 [self.table_label, owner.fence_key],
             )
-            check_fence(owner, None if newest is None else int(newest), self.spec)
+            def holders() -> list[tuple[str, int, int]]:
+                return [(str(u), int(g), int(a)) for u, g, a in self._query(
+                    f"SELECT {q('uow_id')}, {q('generation')}, {q('attempt')} FROM "
+                    f"{self.commits_qualified} WHERE {q('table_name')} = {p} AND "
+                    f"{q('fence_key')} = {p} AND {q('token')} = {p}",
+                    [self.table_label, owner.fence_key, int(newest)])]
+
+            check_fence(owner, None if newest is None else int(newest), self.spec, holders)
             yield tx
 
     def _create_commits_table(self, tx: Any) -> None:

@@ -70,7 +70,7 @@ from __future__ import annotations
 import contextvars
 import enum
 import json
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -251,9 +251,22 @@ class FencedWriteError(DestinationError, ConflictError):
     has committed this slice, so this writer's result is stale by definition.
     """
 
-    def __init__(self, stamp: WriteStamp, newer: int, where: str) -> None:
+    def __init__(self, stamp: WriteStamp, newer: int, where: str,
+                 reissued: Holder | None = None) -> None:
         self.stamp = stamp
         self.newer_token = newer
+        self.reissued = reissued
+        if reissued is not None:
+            super().__init__(
+                f"{where}: write refused: fencing token {stamp.token} of {stamp.uow_id} "
+                f"(attempt {stamp.attempt}) was already committed for {stamp.fence_key} by "
+                f"another attempt ({reissued[0]}, generation {reissued[1]}, attempt "
+                f"{reissued[2]}): the ledger handed this token out a second time, so it is "
+                "not the ledger that wrote this slice last (a copy restored from before that "
+                "write, or another ledger); nothing was written. Use the ledger that wrote "
+                "it (keep one ledger per destination)"
+            )
+            return
         super().__init__(
             f"{where}: write refused: fencing token {stamp.token} of {stamp.uow_id} (attempt "
             f"{stamp.attempt}) is older than token {newer} already committed for "
@@ -269,17 +282,40 @@ def newest_token(records: Iterable[CommitRecord], fence_key: str) -> int | None:
     return max(tokens) if tokens else None
 
 
-def check_fence(stamp: WriteStamp, newest: int | None, where: str) -> None:
+#: Who committed under a token: (unit of work id, job generation, attempt).
+Holder: TypeAlias = tuple[str, int, int]
+
+
+def holder_of(stamp: WriteStamp | CommitRecord) -> Holder:
+    return (stamp.uow_id, stamp.generation, stamp.attempt)
+
+
+def check_fence(stamp: WriteStamp, newest: int | None, where: str,
+                holders: Callable[[], Iterable[Holder]] | None = None) -> None:
     """Raise :class:`FencedWriteError` if ``newest`` (the highest committed token for the
-    stamp's fence key) is greater than the stamp's; an equal token is the same lease."""
-    if newest is not None and int(newest) > stamp.token:
+    stamp's fence key) is greater than the stamp's. An equal token is the same lease, which a
+    ledger hands one attempt (or one seal) only: so a record under the stamp's token by
+    another unit, generation or attempt (``holders()``: who committed under ``newest``, asked
+    only when it equals the stamp's) means the token was handed out twice, by a ledger
+    restored from a copy older than that write or by another ledger, and the write is
+    refused too (it would repeat what that attempt did, an append twice)."""
+    if newest is None:
+        return
+    if int(newest) > stamp.token:
         raise FencedWriteError(stamp, int(newest), where)
+    if int(newest) == stamp.token and holders is not None:
+        for holder in holders():
+            if holder != holder_of(stamp):
+                raise FencedWriteError(stamp, int(newest), where, reissued=holder)
 
 
 def check_fence_records(stamp: WriteStamp, records: Iterable[CommitRecord], where: str) -> None:
     """:func:`check_fence` against the newest of ``records`` for the stamp's fence key (the
     file-based destinations keep their records as files, not in a table)."""
-    check_fence(stamp, newest_token(records, stamp.fence_key), where)
+    mine = [record for record in records if record.fence_key == stamp.fence_key]
+    newest = newest_token(mine, stamp.fence_key)
+    check_fence(stamp, newest, where,
+                lambda: [holder_of(r) for r in mine if r.token == newest])
 
 
 def utc_now_text() -> str:

@@ -80,6 +80,7 @@ from twice.destinations.commits import (
     StampArg,
     WriteStamp,
     check_fence,
+    holder_of,
     marker_generation,
     marker_parts,
     resolve_stamp,
@@ -281,7 +282,7 @@ class DeltaDestination(ArrowScanned):
                 incoming, slc = self._incoming(source, partition, schema, whole_table, keyed)
             if owner is not None and table is not None:
                 newest = table.transaction_version(FENCE_APP + owner.fence_key)
-                check_fence(owner, newest, self.spec)
+                check_fence(owner, newest, self.spec, self._holders(owner.fence_key, newest))
             try:
                 return write(table, incoming, slc, "all rows" if slc is None else slc.label)
             except dl.exceptions.CommitFailedError as exc:
@@ -341,8 +342,8 @@ class DeltaDestination(ArrowScanned):
             table = self._table()
             if table is None:
                 return False
-            check_fence(stamp, table.transaction_version(FENCE_APP + stamp.fence_key),
-                        self.spec)
+            newest = table.transaction_version(FENCE_APP + stamp.fence_key)
+            check_fence(stamp, newest, self.spec, self._holders(stamp.fence_key, newest))
             record = CommitRecord.fence(stamp, table=self.uri)
             properties = dl.CommitProperties(
                 custom_metadata={COMMIT_KEY: record.to_json()},
@@ -357,6 +358,16 @@ class DeltaDestination(ArrowScanned):
         raise DestinationUnavailableError(
             f"{self.spec}: {MAX_COMMIT_TRIES} commits in a row lost to concurrent writers"
         )
+
+    def _holders(self, fence_key: str, newest: int | None
+                 ) -> Callable[[], list[tuple[str, int, int]]]:
+        """Who committed under ``newest`` for ``fence_key``, from the log's records (read only
+        when the token equals the writer's: ``commits.check_fence``)."""
+        def holders() -> list[tuple[str, int, int]]:
+            return [holder_of(r) for r in self.commit_records()
+                    if r.fence_key == fence_key and r.token == newest]
+
+        return holders
 
     def commit_records(self, uow_id: str | None = None) -> list[CommitRecord]:
         """The commit records in the table's log (of ``uow_id`` only, if given), by (token,

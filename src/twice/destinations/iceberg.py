@@ -103,6 +103,7 @@ from twice.destinations.commits import (
     StampArg,
     WriteStamp,
     check_fence,
+    holder_of,
     marker_generation,
     marker_parts,
     newest_token,
@@ -382,7 +383,8 @@ class IcebergDestination(ArrowScanned):
             base = checked
             if owner is not None:
                 records = _records(base)
-                check_fence(owner, _newest_token(base, records, owner.fence_key), self.spec)
+                check_fence(owner, _newest_token(base, records, owner.fence_key), self.spec,
+                            _holders(records, owner.fence_key))
                 if mode == "append":
                     done = _appended(base, records, owner)
                     if done is not None:
@@ -452,8 +454,9 @@ class IcebergDestination(ArrowScanned):
             checked = self._without_pyiceberg_retry(base)
             if checked is None:
                 continue
-            check_fence(stamp, _newest_token(checked, _records(checked), stamp.fence_key),
-                        self.spec)
+            records = _records(checked)
+            check_fence(stamp, _newest_token(checked, records, stamp.fence_key), self.spec,
+                        _holders(records, stamp.fence_key))
             record = CommitRecord.fence(stamp, table=self.table_label)
             tx = checked.transaction()
             tx.append(checked.schema().as_arrow().empty_table(), snapshot_properties={
@@ -611,6 +614,16 @@ def _records(table: Table) -> list[CommitRecord]:
         seen.add(write)
         records.append(CommitRecord.from_dict(json.loads(text)))
     return sorted(records, key=lambda r: r.sort_key)
+
+
+def _holders(records: list[CommitRecord], fence_key: str
+             ) -> Callable[[], list[tuple[str, int, int]]]:
+    """Who committed under the newest token of ``fence_key`` (``commits.check_fence``)."""
+    def holders() -> list[tuple[str, int, int]]:
+        newest = newest_token(records, fence_key)
+        return [holder_of(r) for r in records if r.fence_key == fence_key and r.token == newest]
+
+    return holders
 
 
 def _newest_token(table: Table, records: list[CommitRecord], fence_key: str) -> int | None:

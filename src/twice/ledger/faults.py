@@ -36,7 +36,6 @@ _SQLITE_IOERR = 10
 _SQLITE_CORRUPT = 11
 _SQLITE_FULL = 13
 _SQLITE_CANTOPEN = 14
-_SQLITE_NOTADB = 26
 
 _PG_TRANSIENT = {
     "40001": "serialization failure",
@@ -134,7 +133,9 @@ def _sqlite_fault(exc: BaseException, original: BaseException) -> Fault | None:
                      read_only=True)
     if primary == _SQLITE_IOERR or "disk i/o error" in message:
         return Fault("storage", f"I/O error ({first_line(original)})", exc)
-    if primary in (_SQLITE_CORRUPT, _SQLITE_NOTADB) or "disk image is malformed" in message:
+    # (SQLITE_NOTADB, "file is not a database", is left alone: --ledger named another file,
+    # which is bad input, refused while opening)
+    if primary == _SQLITE_CORRUPT or "disk image is malformed" in message:
         return Fault("storage", f"the ledger file is damaged ({first_line(original)})", exc,
                      corrupt=True)
     if primary == _SQLITE_CANTOPEN:
