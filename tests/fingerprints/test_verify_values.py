@@ -105,3 +105,39 @@ def test_fingerprint_command_lists_every_column(engines, tmp_path) -> None:
     named = invoke("fingerprint", target.spec, "--partition", D1, "--columns", "amount",
                    "--json")
     assert '"columns": ["amount"]' in named.output
+
+
+def test_a_value_of_another_sqlite_storage_class_is_never_taken_for_the_recorded_one(
+    tmp_path,
+) -> None:
+    """Found by a probe: SQLite keeps any value in any column, and reading them back
+    converted what the type could not hold (0.9 in an integer column read as 0; the text
+    'false', 2 or 0.5 in a boolean one as True; a blob in a text column, a text in a binary
+    one), so those edits verified "ok"."""
+    import sqlite3
+    from datetime import date
+
+    import pyarrow as pa
+
+    from twice.destinations import DestinationError, open_destination
+    from twice.destinations.fingerprint import fingerprint, verify
+
+    day = date(2026, 11, 30)
+    spec = f"sqlite:///{tmp_path / 'w.db'}?partition_column=day#t"
+    table = pa.table({"day": pa.array([day], pa.date32()), "i": pa.array([0], pa.int64()),
+                      "b": pa.array([True]), "s": pa.array(["a"]),
+                      "x": pa.array([b"\x00"], pa.binary())})
+    edits = ["i = 0.9", "b = 'false'", "b = 2", "b = 0.5", "s = X'61'", "x = char(0)"]
+    for edit in edits:
+        (tmp_path / "w.db").unlink(missing_ok=True)
+        with open_destination(spec) as dest:
+            dest.replace_partition(table, day)
+            recorded = fingerprint(dest, day)
+        with sqlite3.connect(tmp_path / "w.db") as conn:
+            conn.execute(f"UPDATE t SET {edit}")
+        conn.close()
+        with open_destination(spec) as dest:
+            try:
+                assert not verify(dest, day, recorded).matches, edit
+            except DestinationError as exc:  # cannot verify: also not "ok"
+                assert "is not a stored" in str(exc), edit

@@ -333,11 +333,35 @@ def float_texts(array: pa.Array | pa.ChunkedArray) -> pa.Array:
     )
 
 
+#: The Python types SQLite may give back for a value of each kind that twice wrote (a float
+#: column may hold an integral value as an integer); anything else was written by hand.
+_STORED_AS: dict[str, frozenset[type]] = {
+    "integer": frozenset({int}), "boolean": frozenset({int}), "float": frozenset({float, int}),
+    "string": frozenset({str}), "binary": frozenset({bytes}),
+    "date": frozenset({str}), "timestamp": frozenset({str}), "timestamptz": frozenset({str}),
+    "decimal": frozenset({str}),
+}
+
+
 def from_canonical_text(values: list[object], ctype: ColumnType) -> pa.Array:
-    """Inverse of :func:`canonical_text` for values read back from text storage (SQLite)."""
+    """Inverse of :func:`canonical_text` for values read back from text storage (SQLite).
+
+    SQLite keeps any value in any column: one of another storage class (``0.9`` in an
+    integer column, the text ``'false'`` or ``2`` in a boolean one, a blob in a text column)
+    is refused with ``TypeError``, never converted into a value it is not (``0``, ``True``),
+    which would hide the change from a fingerprint."""
     kind = ctype.kind
+    allowed = _STORED_AS.get(kind)
+    if allowed is not None:
+        found = set(map(type, values)) - {type(None)}
+        if not found <= allowed:
+            odd = next(v for v in values if v is not None and type(v) not in allowed)
+            raise TypeError(f"{odd!r} ({type(odd).__name__}) is not a stored {kind} value")
     if kind in ("date", "timestamp", "timestamptz", "decimal"):
         return pc.cast(pa.array(values, pa.string()), ctype.arrow())
     if kind == "boolean":
+        if not set(values) <= {None, 0, 1}:
+            odd = next(v for v in values if v not in (None, 0, 1))
+            raise TypeError(f"{odd!r} is not a stored boolean (0 or 1)")
         return pa.array([None if v is None else bool(v) for v in values], pa.bool_())
     return pa.array(values, ctype.arrow())
