@@ -195,3 +195,42 @@ def test_a_report_never_overwrites_its_ledger_or_a_database(command: str, story:
     assert run(command, option, str(page), "--ledger", str(ledger), "--as-of",
                AS_OF).exit_code == 0
     assert page.read_text() != "old"
+
+
+@pytest.mark.parametrize("command", ["status", "update", "handover", "report --json",
+                                     "explain x", "decide --format json", "verify"])
+def test_a_reading_command_writes_nothing_to_what_it_is_pointed_at(command: str,
+                                                                   story: StoryLedger,
+                                                                   tmp_path: Path) -> None:
+    """Found by probes: ``status`` turned an empty file into a full ledger and migrated an
+    older ledger in place; ``verify`` created a ledger at a typo'd path (after which every
+    report on that path said "nothing to report", exit 0). A reading command opens the
+    ledger read-only and creates nothing."""
+    empty = tmp_path / "empty.db"
+    empty.touch()
+    missing = tmp_path / "typo" / "ledger.db"
+    missing.parent.mkdir()
+    older = tmp_path / "older.db"
+    older.write_bytes(story.path.read_bytes())
+    with sqlite3.connect(older) as conn:  # as if written by a twice of schema version 1
+        conn.execute("DELETE FROM twice_schema WHERE version > 1")
+    conn.close()
+    def schema_rows() -> list[tuple[object, ...]]:  # read through SQLite: the WAL counts
+        with sqlite3.connect(older) as conn:
+            rows = conn.execute("SELECT * FROM twice_schema ORDER BY version").fetchall()
+        conn.close()
+        return rows
+
+    before = schema_rows()
+    args = command.split()
+    for target in (empty, missing):
+        result = run(*args, "--ledger", str(target))
+        assert result.exit_code == 2, result.output
+        assert "Traceback" not in result.output
+    assert empty.read_bytes() == b"" and not missing.exists()
+    assert sorted(p.name for p in missing.parent.iterdir()) == []
+    run(*args, "--ledger", str(older))
+    assert schema_rows() == before  # not migrated
+    # (SQLite's WAL mode may add its -wal and -shm files beside a ledger it reads)
+    assert sorted(p.name for p in tmp_path.iterdir()
+                  if not p.name.endswith(("-wal", "-shm"))) == ["empty.db", "older.db", "typo"]

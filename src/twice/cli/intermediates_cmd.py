@@ -58,7 +58,7 @@ def intermediates(ledger_url: str | None, name: str | None, status: str | None,
         cost = CostModel(**{k: v for k, v in prices.items() if v is not None})
     except IntermediateError as exc:
         raise InputError(_option_names(str(exc))) from exc
-    with open_existing_ledger(ledger_url) as ledger:
+    with open_existing_ledger(ledger_url, writes=do_expire) as ledger:
         expired = _expire(ledger, name) if do_expire else []
         entries = ledger.intermediates(name=name, status=status)  # type: ignore[arg-type]
         rows = [_row(ledger, entry, cost) for entry in entries]

@@ -56,8 +56,10 @@ def parse_as_of(text: str | None) -> datetime | None:
     return None if value is None else value.astimezone(UTC)
 
 
-def open_existing_ledger(url: str | None) -> Ledger:
-    """Open a ledger that must already exist (SQLite: the file must be there)."""
+def open_existing_ledger(url: str | None, *, writes: bool = False) -> Ledger:
+    """Open a ledger that must already exist (SQLite: the file must be there). Without
+    ``writes`` it is opened read-only: a command that only reads creates nothing (an empty
+    file stays empty) and migrates nothing (an older ledger is read as it is)."""
     from twice.cli.ledger_open import check_ledger_url
     from twice.ledger import Ledger, LedgerError
     from twice.ledger.engine import mask_url
@@ -77,7 +79,7 @@ def open_existing_ledger(url: str | None) -> Ledger:
                 "(or $TWICE_LEDGER) at an existing ledger"
             )
     try:
-        return Ledger.open(url)
+        return Ledger.open(url, read_only=None if writes else True)
     except LedgerError as exc:
         raise InputError(f"cannot use ledger {mask_url(resolved)}: {exc}") from None
 

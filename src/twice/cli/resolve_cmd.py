@@ -73,7 +73,7 @@ def resolve(uow_id: str, outcome: str, note: str | None, attempt: int | None,
         raise InputError(f"--attempt: attempts are numbered from 1, got {attempt}")
     name = _operator(operator)
     try:
-        ledger = open_existing_ledger(ledger_url)
+        ledger = open_existing_ledger(ledger_url, writes=True)
     except InputError as exc:
         raise InputError(f"--ledger: {exc}") from exc
     with ledger:

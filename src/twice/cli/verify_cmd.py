@@ -57,7 +57,7 @@ def verify(ledger_url: str | None, destination: str | None, pipeline_file: str |
     Destinations are recorded without passwords: give --pipeline-file (or the engine's own
     sources, e.g. PGPASSWORD or ~/.pgpass) for the credentials.
     """
-    from twice.cli.ledger_open import open_ledger
+    from twice.cli.ledger_decide import open_existing_ledger
     from twice.core.secrets import redact, remember
     from twice.destinations import DestinationError, open_destination
     from twice.destinations.fingerprint import verify as check
@@ -69,7 +69,7 @@ def verify(ledger_url: str | None, destination: str | None, pipeline_file: str |
         load_pipeline(pipeline_file)  # its tasks register their destinations' credentials
     if destination is not None:
         destination = remember(destination)  # recorded under its public identity
-    with open_ledger(ledger_url) as ledger:
+    with open_existing_ledger(ledger_url) as ledger:  # a typo'd path is not created
         records = ledger.latest_fingerprints(destination)
     if not records:
         raise InputError("the ledger has no recorded fingerprints"

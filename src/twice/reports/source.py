@@ -92,7 +92,7 @@ def load_evidence(
         if resolved.get_backend_name() == "sqlite" and resolved.database not in (None, "",
                                                                                    ":memory:"):
             _check_sqlite_file(resolved.database, shown)
-        with Ledger.open(url) as ledger:
+        with Ledger.open(url, read_only=True) as ledger:  # a report writes nothing
             require_pipeline(ledger, pipeline, shown)
             return gather(ledger, as_of=as_of, pipeline=pipeline, deadline=deadline,
                           max_observation_age=max_observation_age)
