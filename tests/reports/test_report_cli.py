@@ -234,3 +234,25 @@ def test_a_reading_command_writes_nothing_to_what_it_is_pointed_at(command: str,
     # (SQLite's WAL mode may add its -wal and -shm files beside a ledger it reads)
     assert sorted(p.name for p in tmp_path.iterdir()
                   if not p.name.endswith(("-wal", "-shm"))) == ["empty.db", "older.db", "typo"]
+
+
+@pytest.mark.parametrize("command", ["report", "handover"])
+def test_a_report_can_still_be_written_to_a_pipe(command: str, story: StoryLedger,
+                                                 tmp_path: Path) -> None:
+    """Found by a probe: checking what the output file held read from it, and a FIFO (or a
+    terminal) waited for ever for bytes to read. Only a regular file is looked into."""
+    import os
+    import threading
+
+    fifo = tmp_path / "out"
+    os.mkfifo(fifo)
+    received: list[bytes] = []
+    reader = threading.Thread(target=lambda: received.append(fifo.read_bytes()), daemon=True)
+    reader.start()
+    option = "--html" if command == "report" else "-o"
+    done = subprocess.run([sys.executable, "-m", "twice", command, option, str(fifo),
+                           "--ledger", story.url, "--as-of", AS_OF],
+                          capture_output=True, text=True, timeout=60)
+    reader.join(10)
+    assert done.returncode == 0, done.stderr
+    assert received and len(received[0]) > 1000

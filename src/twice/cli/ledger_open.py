@@ -95,6 +95,8 @@ def check_report_output(path: Path, ledger_url: str | None, option: str) -> None
                              "report to another file")
     if target.is_dir():
         raise InputError(f"{option}: {path} is a directory; name the file to write")
+    if not target.is_file():
+        return  # nothing there yet, or a terminal or pipe: nothing to read the kind of
     try:
         with target.open("rb") as existing:
             head = existing.read(16)

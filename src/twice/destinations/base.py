@@ -702,12 +702,12 @@ class SqlDestination(BaseDestination, ABC, Generic[ConnT]):
                 f"WHERE {q('table_name')} = {p} AND {q('fence_key')} = {p}",
                 [self.table_label, owner.fence_key],
             )
-            def holders() -> list[tuple[str, int, int]]:
+            def holders(token: int) -> list[tuple[str, int, int]]:
                 return [(str(u), int(g), int(a)) for u, g, a in self._query(
                     f"SELECT {q('uow_id')}, {q('generation')}, {q('attempt')} FROM "
                     f"{self.commits_qualified} WHERE {q('table_name')} = {p} AND "
                     f"{q('fence_key')} = {p} AND {q('token')} = {p}",
-                    [self.table_label, owner.fence_key, int(newest)])]
+                    [self.table_label, owner.fence_key, token])]
 
             check_fence(owner, None if newest is None else int(newest), self.spec, holders)
             yield tx

@@ -291,12 +291,13 @@ def holder_of(stamp: WriteStamp | CommitRecord) -> Holder:
 
 
 def check_fence(stamp: WriteStamp, newest: int | None, where: str,
-                holders: Callable[[], Iterable[Holder]] | None = None) -> None:
+                holders: Callable[[int], Iterable[Holder]] | None = None) -> None:
     """Raise :class:`FencedWriteError` if ``newest`` (the highest committed token for the
     stamp's fence key) is greater than the stamp's. An equal token is the same lease, which a
     ledger hands one attempt (or one seal) only: so a record under the stamp's token by
-    another unit, generation or attempt (``holders()``: who committed under ``newest``, asked
-    only when it equals the stamp's) means the token was handed out twice, by a ledger
+    another unit, generation or attempt (``holders(token)``: who committed under ``token``,
+    asked only when ``newest`` equals the stamp's) means the token was handed out twice, by a
+    ledger
     restored from a copy older than that write or by another ledger, and the write is
     refused too (it would repeat what that attempt did, an append twice)."""
     if newest is None:
@@ -304,7 +305,7 @@ def check_fence(stamp: WriteStamp, newest: int | None, where: str,
     if int(newest) > stamp.token:
         raise FencedWriteError(stamp, int(newest), where)
     if int(newest) == stamp.token and holders is not None:
-        for holder in holders():
+        for holder in holders(stamp.token):
             if holder != holder_of(stamp):
                 raise FencedWriteError(stamp, int(newest), where, reissued=holder)
 
@@ -313,9 +314,8 @@ def check_fence_records(stamp: WriteStamp, records: Iterable[CommitRecord], wher
     """:func:`check_fence` against the newest of ``records`` for the stamp's fence key (the
     file-based destinations keep their records as files, not in a table)."""
     mine = [record for record in records if record.fence_key == stamp.fence_key]
-    newest = newest_token(mine, stamp.fence_key)
-    check_fence(stamp, newest, where,
-                lambda: [holder_of(r) for r in mine if r.token == newest])
+    check_fence(stamp, newest_token(mine, stamp.fence_key), where,
+                lambda token: [holder_of(r) for r in mine if r.token == token])
 
 
 def utc_now_text() -> str:

@@ -282,7 +282,7 @@ class DeltaDestination(ArrowScanned):
                 incoming, slc = self._incoming(source, partition, schema, whole_table, keyed)
             if owner is not None and table is not None:
                 newest = table.transaction_version(FENCE_APP + owner.fence_key)
-                check_fence(owner, newest, self.spec, self._holders(owner.fence_key, newest))
+                check_fence(owner, newest, self.spec, self._holders(owner.fence_key))
             try:
                 return write(table, incoming, slc, "all rows" if slc is None else slc.label)
             except dl.exceptions.CommitFailedError as exc:
@@ -343,7 +343,7 @@ class DeltaDestination(ArrowScanned):
             if table is None:
                 return False
             newest = table.transaction_version(FENCE_APP + stamp.fence_key)
-            check_fence(stamp, newest, self.spec, self._holders(stamp.fence_key, newest))
+            check_fence(stamp, newest, self.spec, self._holders(stamp.fence_key))
             record = CommitRecord.fence(stamp, table=self.uri)
             properties = dl.CommitProperties(
                 custom_metadata={COMMIT_KEY: record.to_json()},
@@ -359,13 +359,12 @@ class DeltaDestination(ArrowScanned):
             f"{self.spec}: {MAX_COMMIT_TRIES} commits in a row lost to concurrent writers"
         )
 
-    def _holders(self, fence_key: str, newest: int | None
-                 ) -> Callable[[], list[tuple[str, int, int]]]:
-        """Who committed under ``newest`` for ``fence_key``, from the log's records (read only
+    def _holders(self, fence_key: str) -> Callable[[int], list[tuple[str, int, int]]]:
+        """Who committed under a token of ``fence_key``, from the log's records (read only
         when the token equals the writer's: ``commits.check_fence``)."""
-        def holders() -> list[tuple[str, int, int]]:
+        def holders(token: int) -> list[tuple[str, int, int]]:
             return [holder_of(r) for r in self.commit_records()
-                    if r.fence_key == fence_key and r.token == newest]
+                    if r.fence_key == fence_key and r.token == token]
 
         return holders
 

@@ -617,11 +617,11 @@ def _records(table: Table) -> list[CommitRecord]:
 
 
 def _holders(records: list[CommitRecord], fence_key: str
-             ) -> Callable[[], list[tuple[str, int, int]]]:
-    """Who committed under the newest token of ``fence_key`` (``commits.check_fence``)."""
-    def holders() -> list[tuple[str, int, int]]:
-        newest = newest_token(records, fence_key)
-        return [holder_of(r) for r in records if r.fence_key == fence_key and r.token == newest]
+             ) -> Callable[[int], list[tuple[str, int, int]]]:
+    """Who committed under a token of ``fence_key``, as the reachable records say (the table
+    property may hold a newer token than any of them: ``commits.check_fence``)."""
+    def holders(token: int) -> list[tuple[str, int, int]]:
+        return [holder_of(r) for r in records if r.fence_key == fence_key and r.token == token]
 
     return holders
 

@@ -104,8 +104,6 @@ from twice.destinations.slices import PartitionSpec, Slice
 
 SCHEMA_FILE = "_twice_schema.arrow"
 LOCK_FILE = ".twice.lock"
-#: How long a writer or reader waits for the dataset's lock that another process holds.
-LOCK_WAIT_SECONDS = 300.0
 _NEW, _OLD, _DEL = ".twice-new-", ".twice-old-", ".twice-del-"
 _META_PARTITION = b"twice.partition_column"
 _RENAME_EXCHANGE = 2
@@ -460,13 +458,12 @@ class ParquetDestination(HiveDestination, ArrowScanned):
                 fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
     def _flock_waiting(self, handle: Any, flags: int) -> None:
-        """``flock`` the dataset's lock file, waiting while another writer holds it, as the
-        SQL engines wait for theirs: refused at once when the holder is a stopped process (it
-        holds the lock until resumed or ended), and after ``LOCK_WAIT_SECONDS`` otherwise, so
-        a takeover never hangs behind a writer paused inside its swap."""
+        """``flock`` the dataset's lock file, waiting while another writer holds it (writers of
+        one dataset take turns, each for its whole write), but refused at once when the holder
+        is a stopped process: it holds the lock until resumed or ended, and a takeover must not
+        hang behind it for ever, renewing a lease nobody else can take."""
         import fcntl
 
-        deadline = time.monotonic() + LOCK_WAIT_SECONDS
         pause = 0.01
         while True:
             try:
@@ -479,11 +476,6 @@ class ParquetDestination(HiveDestination, ArrowScanned):
                         f"{self.spec}: the dataset's lock ({LOCK_FILE}) is held by process "
                         f"{holder.describe()}, which holds it until it is resumed (`kill -CONT "
                         f"{holder.pid}`) or ended; not waiting for it"
-                    ) from None
-                if time.monotonic() >= deadline:
-                    raise DestinationUnavailableError(
-                        f"{self.spec}: the dataset's lock ({LOCK_FILE}) was held by another "
-                        f"writer for over {LOCK_WAIT_SECONDS:g} s"
                     ) from None
             time.sleep(pause)
             pause = min(pause * 2, 0.5)
@@ -690,17 +682,18 @@ def _flock_holder(handle: Any) -> processes.Process | None:
     """Another process holding a ``flock`` on ``handle``'s file, as ``/proc/locks`` names it
     (Linux); None when none is named or it cannot be read."""
     try:
-        inode = os.fstat(handle.fileno()).st_ino
+        found = os.fstat(handle.fileno())
         with open("/proc/locks", encoding="ascii", errors="replace") as locks:
             lines = locks.read().splitlines()
     except OSError:
         return None
+    # /proc/locks names a file as MAJOR:MINOR:INODE, the device numbers in hex
+    file = f"{os.major(found.st_dev):02x}:{os.minor(found.st_dev):02x}:{found.st_ino}"
     for line in lines:
         fields = line.split()
         if len(fields) < 6 or fields[1] != "FLOCK" or fields[4] == "->":
             continue
-        pid, where = fields[4], fields[5].rsplit(":", 1)
-        if (len(where) == 2 and where[1] == str(inode) and pid.isdigit()
-                and int(pid) != os.getpid()):
+        pid = fields[4]
+        if fields[5] == file and pid.isdigit() and int(pid) != os.getpid():
             return processes.look(int(pid))
     return None

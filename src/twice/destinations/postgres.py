@@ -146,11 +146,17 @@ class PostgresDestination(SqlDestination["psycopg.Connection[Any]"]):
         tx.execute(sql, list(params) or None)
         return max(tx.rowcount, 0)
 
-    def _advisory(self, tx: psycopg.Cursor[Any], key: str) -> None:
-        """Take the transaction-scoped advisory lock ``key``, waiting at most
-        ``ADVISORY_WAIT_SECONDS`` for another writer that holds it: a writer stopped inside
-        its transaction (SIGSTOP, a paused VM) holds it until it is resumed or ended, and a
-        takeover must not hang behind it for ever, renewing a lease nobody else can take."""
+    def _advisory(self, tx: psycopg.Cursor[Any], key: str, *, bounded: bool = False) -> None:
+        """Take the transaction-scoped advisory lock ``key``, waiting for another writer that
+        holds it; ``bounded``: at most ``ADVISORY_WAIT_SECONDS``. The fence of one slot is
+        bounded: only writers of that same slice contend for it, and a writer stopped inside
+        its transaction (SIGSTOP, a paused VM) holds it until resumed or ended, so a takeover
+        must not hang behind it for ever, renewing a lease nobody else can take. Locks that
+        writers of different slices share (a new table's creation, keep_previous) are held
+        for whole writes and are waited for as long as those take."""
+        if not bounded:
+            tx.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [key])
+            return
         tx.execute(f"SET LOCAL lock_timeout = '{int(ADVISORY_WAIT_SECONDS * 1000)}ms'")
         try:
             tx.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [key])
@@ -180,7 +186,8 @@ class PostgresDestination(SqlDestination["psycopg.Connection[Any]"]):
         A hash collision only serialises two unrelated writers.
         """
         tx.execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
-        self._advisory(tx, f"{COMMITS_TABLE}|{self.table_label}|{stamp.fence_key}")
+        self._advisory(tx, f"{COMMITS_TABLE}|{self.table_label}|{stamp.fence_key}",
+                       bounded=True)
 
     def _create_table(self, tx: psycopg.Cursor[Any], schema: Schema) -> None:
         """First writers of a new table queue on an advisory lock: two concurrent ``CREATE
