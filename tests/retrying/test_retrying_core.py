@@ -353,3 +353,17 @@ def test_an_interrupted_attempt_is_logged_unknown(run: Runner, stop: type[BaseEx
         assert len(r.last_attempts) == fn.calls == len(errors)
         assert r.last_attempts[-1].outcome == "unknown"
         assert r.last_attempts[-1].error_class == stop.__name__
+
+
+@FORMS
+def test_an_interrupt_while_waiting_closes_the_log(run: Runner) -> None:
+    """Found by a probe: a KeyboardInterrupt during the backoff sleep left ``last_attempts``
+    as the previous call's."""
+    def sleep(seconds: float) -> None:
+        raise KeyboardInterrupt
+
+    r = retry(policy(), sleep=sleep)
+    r.last_attempts = (RetryAttempt(9, "succeeded"),)  # a previous call's
+    with pytest.raises(KeyboardInterrupt):
+        run(r, Script([ConnectionError()]))
+    assert [(a.number, a.outcome) for a in r.last_attempts] == [(1, "failed-transient")]

@@ -267,14 +267,14 @@ class Retrying:
               first_error: Exception | None) -> T:
         run = _Run(self)
         if first_error is not None:
-            self._wait(run.failed(first_error))  # raises unless a retry is due
+            self._wait(run.failed(first_error), run)  # raises unless a retry is due
         else:
             run.check_start()
         while True:
             try:
                 result = fn(*args, **kwargs)
             except Exception as exc:
-                self._wait(run.failed(exc))
+                self._wait(run.failed(exc), run)
                 continue
             except BaseException as exc:
                 run.interrupted(exc)
@@ -282,9 +282,14 @@ class Retrying:
             run.succeeded()
             return result
 
-    def _wait(self, delay: float) -> None:
+    def _wait(self, delay: float, run: _Run) -> None:
+        """Sleep the backoff; interrupted, the log closes with the attempts made."""
         if delay > 0:
-            self._sleep(delay)
+            try:
+                self._sleep(delay)
+            except BaseException:
+                run._close()
+                raise
 
     async def _slow_async(self, fn: Callable[..., Awaitable[T]], args: tuple[Any, ...],
                           kwargs: dict[str, Any]) -> T:
@@ -296,13 +301,16 @@ class Retrying:
                 result = await fn(*args, **kwargs)
             except Exception as exc:
                 delay = run.failed(exc)
-                if delay > 0:
-                    if self._sleep is time.sleep:  # never block the event loop
+                try:
+                    if delay > 0 and self._sleep is time.sleep:  # never block the event loop
                         await asyncio.sleep(delay)
-                    else:
+                    elif delay > 0:
                         slept = cast(Any, self._sleep)(delay)
                         if inspect.isawaitable(slept):
                             await slept
+                except BaseException:  # cancelled while waiting: the log closes
+                    run._close()
+                    raise
                 continue
             except BaseException as exc:  # cancelled, interrupted: not retried
                 run.interrupted(exc)
@@ -339,7 +347,7 @@ class AttemptContext:
             self.done = True
             self.run.interrupted(error)
             return False
-        self.run.owner._wait(self.run.failed(error))  # raises unless a retry is due
+        self.run.owner._wait(self.run.failed(error), self.run)  # raises unless a retry is due
         return True
 
 
