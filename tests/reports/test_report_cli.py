@@ -256,3 +256,38 @@ def test_a_report_can_still_be_written_to_a_pipe(command: str, story: StoryLedge
     reader.join(10)
     assert done.returncode == 0, done.stderr
     assert received and len(received[0]) > 1000
+
+
+def test_decide_ledger_json_does_not_tell_settled_units_to_validate(tmp_path: Path) -> None:
+    """Found by a probe: every verified unit carried the reason "finished without error,
+    which is not yet success: validate the output", and the summary counted them all under
+    validate-output, contradicting their health (the table showed "-")."""
+    import json
+
+    pipeline = tmp_path / "p.py"
+    pipeline.write_text(textwrap.dedent(f"""
+        from twice import Pipeline, RetryPolicy, Schedule
+        pipeline = Pipeline("settled", schedule=Schedule.daily("UTC"))
+        @pipeline.task(destination="sqlite:///{tmp_path}/w.db?partition_column=day#t",
+                       write="replace", safe_repeat=True)
+        def t(ctx):
+            return [{{"day": ctx.interval.start.date(), "v": 1}}]
+        @pipeline.task(retry=RetryPolicy(max_attempts=1))
+        def fails(ctx):
+            raise ValueError("bad row")
+    """))
+    ledger = str(tmp_path / "l.db")
+    run("run", str(pipeline), "--start", "2026-11-01", "--end", "2026-11-03", "--ledger", ledger,
+        "--deadline", "none")
+    result = run("decide", "--ledger", ledger, "--format", "json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    settled = [t for t in report["tasks"] if t["nextAction"] is None and t["decision"]]
+    assert any(t["health"] == "verified" for t in settled)
+    for task in settled:
+        assert task["reason"] == task["healthReason"]
+        assert "validate the output" not in task["reason"]
+    assert report["summary"].get("settled") == len(settled)
+    awaiting = [t for t in report["tasks"] if t["nextAction"] is not None]
+    assert sum(v for k, v in report["summary"].items() if k not in ("settled", "undecided")) \
+        == len(awaiting)

@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 SCHEMA = "twice.decide-ledger/v1"
 #: The summary's count of units the planner could not decide (no policy recorded).
 UNDECIDED = "undecided"
+#: The summary's count of units that need nothing (verified, asserted, superseded).
+SETTLED = "settled"
 SettingsFor = Callable[["UnitRecord"], "PlanSettings | None"]
 
 
@@ -205,6 +207,10 @@ def add_health(ledger: Any, at: Any, rows: list[dict[str, Any]], pipeline: str |
         row["healthReason"] = unit.status.text
         row["needsAttention"] = state in NEEDS_ATTENTION
         row["nextAction"] = row["decision"] if state in AWAITING_ACTION else None
+        if row["nextAction"] is None and row["decision"] is not None:
+            # settled (verified, asserted, superseded): the raw decision's reason ("validate
+            # the output") would contradict the health, which says why nothing is to do
+            row["reason"] = unit.status.text
     rows.sort(key=lambda row: rank.get(row["health"], len(rank)))
     return scope(evidence.units)
 
@@ -217,8 +223,12 @@ def _report(ledger: LedgerReader, at: datetime, rows: list[dict[str, Any]]) -> d
         "ledger": ledger.url,
         "asOf": iso(at),
         "tasks": rows,
-        # a unit without a recorded policy has no decision (its reason says so): "undecided"
-        "summary": dict(sorted(Counter(r["decision"] or UNDECIDED for r in rows).items())),
+        # a unit without a recorded policy has no decision (its reason says so): "undecided";
+        # a unit that needs nothing (nextAction null) is "settled", whatever its raw decision
+        "summary": dict(sorted(Counter(
+            SETTLED if r.get("health") is not None and r.get("nextAction") is None
+            and r["decision"] is not None else (r["decision"] or UNDECIDED)
+            for r in rows).items())),
         "jobsExecuted": False,
         "idempotencyProven": False,
         "completionGuaranteed": False,
