@@ -256,3 +256,25 @@ def test_task_context_pickles_with_its_records() -> None:
     assert copy.params == {"k": 1} and copy.nonfatals == ctx.nonfatals
     with pytest.raises(TypeError):
         copy.params["k"] = 2
+
+
+def test_an_append_task_declared_safe_repeat_is_warned_about(tmp_path: Path) -> None:
+    """Found by a probe: ``write='append'`` with ``safe_repeat=True`` was accepted silently,
+    and every forced rerun or backfill appended the interval's rows again."""
+    import warnings
+
+    from twice.define.load import DefinitionWarning, load_pipeline
+
+    for safe, expected in ((True, 1), (False, 0)):
+        path = tmp_path / f"p{safe}.py"
+        path.write_text(
+            "from twice import Pipeline, Schedule\n"
+            "pipeline = Pipeline('p', schedule=Schedule.daily('UTC'))\n"
+            f"@pipeline.task(destination='sqlite:///{tmp_path}/w.db?partition_column=day#t',\n"
+            f"               write='append', safe_repeat={safe})\n"
+            "def t(ctx):\n    return []\n")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            load_pipeline(str(path))
+        said = [str(w.message) for w in caught if issubclass(w.category, DefinitionWarning)]
+        assert sum("appends its rows again" in text for text in said) == expected, said

@@ -809,15 +809,25 @@ class Pipeline:
         return warnings
 
     def unseen_effects(self) -> list[str]:
-        """Warnings for tasks whose effects twice cannot see: no owned destination and no
-        ``reconcile=``. After a crash or timeout their outcome stays unknown until an operator
-        records it (``twice resolve``); ``safe_repeat`` does not settle an unknown outcome."""
-        return [
+        """Warnings for definitions twice cannot fully protect: tasks whose effects twice
+        cannot see (no owned destination and no ``reconcile=``: after a crash or timeout
+        their outcome stays unknown until an operator records it with ``twice resolve``;
+        ``safe_repeat`` does not settle an unknown outcome), and ``append`` tasks declared
+        ``safe_repeat`` (a forced rerun or backfill appends their rows again)."""
+        found = [
             f"task {task.name!r}: twice cannot see its effects (no owned destination, no "
             "reconcile=): after a crash or timeout its outcome stays unknown until an operator "
             "records it with `twice resolve`"
             for task in self._tasks.values() if task.effects_unseen
         ]
+        found.extend(
+            f"task {task.name!r}: write='append' with safe_repeat=True: each forced rerun or "
+            "backfill of an interval (a new job generation) appends its rows again next to "
+            "the earlier ones; leave safe_repeat off to have such reruns held, or write "
+            "'replace' or 'upsert' to restate the interval"
+            for task in self._tasks.values() if task.write == "append" and task.safe_repeat
+        )
+        return found
 
     def _graph_problems(self) -> list[str]:
         problems = []
