@@ -262,3 +262,27 @@ def test_pool_holdings_never_exceed_capacity(
         assert {h.holder: h.slots for h in active} == {
             h: s for h, (s, expires) in model.items() if expires > clock()
         }
+
+
+def test_pool_slots_of_a_process_that_exited_are_free_at_once(ledger: Ledger) -> None:
+    """Found by a probe: a SIGKILLed worker's pool slots stayed held until they expired
+    (its unit's lease was taken over at once), so a 1-slot pool sat idle for its whole TTL.
+    A holder another host or a person named, and a remote job's slots, are never judged."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    from twice.ledger.lease import job_holder
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()  # exited and reaped
+    host = socket.gethostname()
+    dead = f"{host}:{child.pid}:0123abcd"
+    assert ledger.acquire_pool_slots("api", 1, 1, dead, 600)
+    assert ledger.acquire_pool_slots("api", 1, 1, f"{host}:{os.getpid()}:x", 600)
+    for holder in ("worker-7", f"elsewhere.example:{child.pid}:0123abcd",
+                   job_holder("u", 1)):
+        assert ledger.acquire_pool_slots("db", 1, 1, holder, 600)
+        assert not ledger.acquire_pool_slots("db", 1, 1, f"{host}:1:y", 600)
+        ledger.release_pool_slots("db", holder)

@@ -307,3 +307,23 @@ def test_a_try_holds_its_lease_under_this_process(tmp_path) -> None:
     with Ledger.open(tmp_path / "l.db") as ledger:  # the id fits where the ledger keeps it
         uow = ledger.record_unit(UnitOfWork("p", "t", span, "", "1")).uow_id
         assert ledger.begin_attempt(uow, holder=long).holder == long
+
+
+def test_a_try_for_an_interval_that_has_not_ended_is_refused_not_retried(
+    ledger: Ledger, clock: ManualClock
+) -> None:
+    """Found by a probe: a DAG run for a future interval ended in an OpenIntervalError
+    traceback, which Airflow retried until the tries ran out; ``twice run``, ``backfill`` and
+    ``worker`` refuse it as bad input. The try is refused the way the operator fails it."""
+    ran: list[int] = []
+    pipeline = Pipeline("early", schedule=Schedule.daily("UTC"))
+
+    @pipeline.task(safe_repeat=True)
+    def t(ctx: TaskContext) -> None:
+        ran.append(ctx.attempt)
+
+    future = Interval(datetime(2026, 12, 1, tzinfo=UTC), datetime(2026, 12, 2, tzinfo=UTC))
+    with pytest.raises(IntervalRefused, match="has not ended"):
+        run_try(pipeline, "t", ledger, future, holder="airflow:d.t:run:try-1",
+                continue_run=False, clock=clock, sleep=clock.sleep)
+    assert ran == [] and ledger.units() == []

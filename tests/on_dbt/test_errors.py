@@ -68,3 +68,19 @@ def test_a_bad_table_is_refused_with_its_file(tmp_path: Path) -> None:
     path.write_text('transient = ["(unclosed"]\n')
     with pytest.raises(InputError, match="not a regular expression"):
         ErrorTable.from_file(path)
+
+
+def test_a_message_that_says_only_error_is_read_from_dbts_output(tmp_path: Path) -> None:
+    """Found by a probe: a failed microbatch model's run_results message is only "ERROR",
+    so a transient database error was classified permanent and its text was lost; dbt's own
+    output holds it."""
+    from twice.drivers.dbt import failure_text
+
+    out = tmp_path / "dbt.out"
+    out.write_text("Running with dbt\n  Runtime Error in model stg_sales\n"
+                   "  IO Error: database is locked, try again\n")
+    said = failure_text("ERROR", out)
+    assert "database is locked" in said
+    assert ErrorTable(DEFAULT_TRANSIENT).classify(said)[0] == "transient"
+    assert failure_text("Conversion Error: bad", out) == "Conversion Error: bad"
+    assert failure_text("", tmp_path / "missing.out") == ""

@@ -459,7 +459,7 @@ class _Runner:
             self.evidence(ctx, f"dbt-{status or 'no-result'}", detail)
         if code == 0 and status == "success":
             return detail
-        why = message or _tail((folder / "dbt.out").read_text(encoding="utf-8", errors="replace"))
+        why = failure_text(message, folder / "dbt.out")
         kind, pattern = project.errors.classify(why)
         error = DbtTransientError if kind == "transient" else DbtModelError
         raise error(f"dbt model {name} {status or 'ended without a result'} (exit {code}): "
@@ -490,6 +490,19 @@ def model_result(folder: Path, unique_id: str) -> dict[str, Any] | None:
 def _utc(instant: datetime) -> str:
     """An instant as dbt's --event-time-start takes it: UTC, no offset."""
     return instant.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S")
+
+
+def failure_text(message: str, output: Path) -> str:
+    """What a failed model said, to classify and record: ``run_results.json``'s message,
+    unless it says nothing more than its status (a microbatch model's is only ``ERROR``),
+    then the end of dbt's own output, where the database's error is."""
+    if message.strip() and message.strip().upper() not in ("ERROR", "FAIL", "ERROR."):
+        return message
+    try:
+        said = _tail(output.read_text(encoding="utf-8", errors="replace"))
+    except OSError:
+        said = ""
+    return said or message
 
 
 def _tail(text: str, lines: int = 8) -> str:

@@ -487,7 +487,7 @@ def acquire_pool_slots(
     expires_at = now + ttl
     _release_ended_jobs(conn, pool, now)
     rows = conn.execute(select(pool_holdings).where(*_active(pool, now))).mappings().all()
-    active = [HOLDING(row) for row in rows]
+    active = _without_exited([HOLDING(row) for row in rows], conn, now)
     capacities = {holding.capacity for holding in active}
     if capacities - {capacity}:
         raise LedgerError(
@@ -511,6 +511,21 @@ def acquire_pool_slots(
                                           expires_at=expires_at, released_at=None)
         )
     return True
+
+
+def _without_exited(active: list[PoolHolding], conn: Connection, now: datetime
+                    ) -> list[PoolHolding]:
+    """``active`` without the holdings of processes of this host that no longer run (a
+    killed worker): released now, as a unit's lease is taken over at once, instead of
+    blocking the pool until their expiry. A remote job's holding (``job:``) is the job's and
+    stays; a holder another host or a person named is never judged."""
+    gone = [h for h in active
+            if not h.holder.startswith(JOB_HOLDER_PREFIX) and lease_holders.exited(h.holder)]
+    if gone:
+        conn.execute(update(pool_holdings)
+                     .where(pool_holdings.c.id.in_([h.id for h in gone]))
+                     .values(released_at=now))
+    return [h for h in active if h not in gone]
 
 
 def release_pool_slots(conn: Connection, *, pool: str, holder: str, clock: Clock) -> int:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from twice.core.interval import Interval, IntervalError
 from twice.core.outcomes import AirflowVerdict
+from twice.define.schedule import OpenIntervalError
 from twice.errors import InputError, TwiceError
 
 if TYPE_CHECKING:
@@ -156,7 +157,14 @@ def run_try(
         pipeline, ledger, holder=holder, max_workers=1, attempts_per_call=1,
         continue_run=continue_run, listeners=[listen, *listeners], **executor_options,
     )
-    unit = executor.run(interval, tasks=[task_name]).unit(task_name)
+    try:
+        unit = executor.run(interval, tasks=[task_name]).unit(task_name)
+    except OpenIntervalError as exc:  # a DAG run for an interval that has not ended
+        raise IntervalRefused(
+            f"data interval {interval.label} has not ended: it ends "
+            f"{exc.first.end.isoformat()}, now is {exc.as_of.isoformat()}; twice runs an "
+            "interval once it has ended, so this try is refused, not retried"
+        ) from None
     verdict, message = verdict_for(pipeline, unit)
     partition = None
     if verdict == "succeeded" and verified:
