@@ -122,3 +122,12 @@ def test_check_spec_refuses_a_malformed_spec_as_bad_input(tmp_path: Path, spec: 
 def test_check_spec_opens_nothing_for_a_well_formed_spec(tmp_path: Path, spec: str) -> None:
     check_spec(spec.format(d=tmp_path))
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("query", ["partition_column=", "partition_column=day&partition_column=d",
+                                   "key_columns=", "keep_previous="])
+def test_an_empty_or_repeated_twice_option_is_refused(tmp_path: Path, query: str) -> None:
+    """Found by a probe: an empty ``partition_column=`` was dropped silently and a repeated
+    one kept its last value."""
+    with pytest.raises(DestinationSpecError, match=r"empty|twice"):
+        check_spec(f"sqlite:///{tmp_path}/w.db?{query}#t")

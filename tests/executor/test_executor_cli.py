@@ -248,3 +248,22 @@ def test_run_says_what_it_could_not_verify_and_whose_word_a_success_is(tmp_path:
     again = run("2026-11-30", slow=False)
     assert again.exit_code == 0, again.output
     assert "asserted by operator alice" in " ".join(again.output.split())
+
+
+def test_a_held_unit_is_not_shown_as_retry_eligible(tmp_path: Path) -> None:
+    """Found by a probe: the run table gave a held unit (a task that is not safe_repeat,
+    already succeeded) the planner's raw next step (``retry-eligible``, ``validate-output``):
+    it runs again only when named with --repeat, as its reason says."""
+    from click.testing import CliRunner
+
+    path = tmp_path / "p.py"
+    path.write_text("from twice import Pipeline, Schedule\n"
+                    "pipeline = Pipeline('held', schedule=Schedule.daily('UTC'))\n"
+                    "@pipeline.task(reconcile=lambda ctx: None)\n"
+                    "def notify(ctx):\n    pass\n")
+    args = ["run", str(path), "--interval", "2026-11-01", "--deadline", "none", "--ledger",
+            str(tmp_path / "l.db")]
+    assert CliRunner().invoke(cli, args).exit_code == 0
+    held = CliRunner().invoke(cli, [*args, "--force"], terminal_width=300)
+    assert "held" in held.output and "--repeat notify" in held.output
+    assert "retry-eligible" not in held.output and "validate-output" not in held.output

@@ -405,3 +405,12 @@ def test_the_supported_years_edges_still_work() -> None:
     daily = Schedule.daily("America/Los_Angeles")
     assert daily.parse_intervals_arg("1000-01-01")[0].start.year == 1000
     assert daily.parse_intervals_arg("8999-12-31")[0].end.year == 9000
+
+
+@pytest.mark.parametrize("text", ["2026-W45", "2026-W45-1", "20261102",
+                                  "2026-11-01T00:00:00.000000001Z", "2026-11-01T00:00:00.1234567"])
+def test_forms_python_would_read_as_something_else_are_refused(text: str) -> None:
+    """Found by a probe: ``--interval 2026-W45`` (an ISO week) silently ran its Monday
+    only, and nanoseconds were cut without a word."""
+    with pytest.raises(ScheduleError, match="is not an ISO date or datetime"):
+        Schedule.daily("UTC").parse_interval_arg(text)

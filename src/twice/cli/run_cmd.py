@@ -126,7 +126,9 @@ def _summary(result: RunResult, label: str, unseen: tuple[str, ...] = ()) -> Non
             unit.job_id or "-",
             # a success is verified before it is recorded: nothing to do (--json keeps the
             # planner's raw decision, validate-output, which the engine already carried out)
-            "-" if unit.ok else unit.next_decision or "-", escape(why(unit.reason, unit)),
+            # a held unit runs again only when named with --repeat (its reason says so)
+            "-" if unit.ok or unit.outcome == "held" else unit.next_decision or "-",
+            escape(why(unit.reason, unit)),
         )
     console.print(table)
     skipped = sum(1 for unit in result.units if unit.skipped)

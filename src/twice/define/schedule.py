@@ -23,6 +23,7 @@ mid-interval would silently cover a partial interval, so it is refused with the 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta, timezone
@@ -576,10 +577,21 @@ def check_year(value: date, field: str) -> None:
         )
 
 
+#: The ISO-8601 forms accepted for a date or an instant: the extended calendar form, at most
+#: microseconds. Python would also take ISO week dates (``2026-W45``: only its Monday), the
+#: basic form (``20261102``) and nanoseconds (silently cut): each means something else here.
+_ISO_POINT = re.compile(
+    r"\d{4}-\d{2}-\d{2}"
+    r"(?:[T ]\d{2}(?::\d{2}(?::\d{2}(?:\.\d{1,6})?)?)?(?:Z|[+-]\d{2}(?::?\d{2})?)?)?"
+)
+
+
 def _parse_point(text: str, field: str) -> date | datetime:
     text = text.strip()
     try:
         point: date | datetime
+        if not _ISO_POINT.fullmatch(text):
+            raise ValueError(text)
         if "T" not in text and " " not in text and len(text) <= 10:
             point = date.fromisoformat(text)
         else:

@@ -141,7 +141,15 @@ class DestinationSpec:
             raise DestinationSpecError(f"destination scheme {scheme!r} is not a plain word")
         rest, _, fragment = rest.partition("#")
         location, _, query = rest.partition("?")
-        options = dict(parse_qsl(query, keep_blank_values=True, strict_parsing=False))
+        pairs = parse_qsl(query, keep_blank_values=True, strict_parsing=False)
+        names = [name for name, _ in pairs]
+        for name in ("partition_column", "key_columns", "keep_previous"):
+            if names.count(name) > 1:
+                raise DestinationSpecError(f"destination option {name} is given twice")
+            if (name, "") in pairs:
+                raise DestinationSpecError(f"destination option {name} is empty: give a value "
+                                           "or leave it out")
+        options = dict(pairs)
         partition_column = options.pop("partition_column", None) or None
         if partition_column is not None:
             validate_identifier(partition_column, "partition_column")
