@@ -137,19 +137,27 @@ def test_first_attempt_that_cannot_finish_by_the_deadline_is_not_started(
     assert planner(ledger_url, clock())["load"]["decision"] == "deadline-infeasible"
 
 
-def test_no_attempt_starts_after_the_workflow_deadline(ledger: Ledger, clock: ManualClock,
-                                                       ledger_url: str) -> None:
+def flaky_pipeline(clock: ManualClock, calls: list[int], *, max_attempts: int = 5,
+                   jitter: Jitter = "none", estimated_duration: float = 2) -> Pipeline:
+    """``extract`` fails transiently after 2 s of (manual) time, under a 10 s workflow timeout;
+    retried after 4 s."""
     pipeline = Pipeline("funds", schedule=Schedule.daily("UTC"), workflow_timeout=10)
-    calls: list[int] = []
 
-    @pipeline.task(retry=RetryPolicy(max_attempts=5, initial_delay=4, jitter="none",
+    @pipeline.task(retry=RetryPolicy(max_attempts=max_attempts, initial_delay=4, jitter=jitter,
                                      transient=(ConnectionError,)),
-                   safe_repeat=True, timeout=5, estimated_duration=2)
+                   safe_repeat=True, timeout=5, estimated_duration=estimated_duration)
     def extract(ctx):  # type: ignore[no-untyped-def]
         calls.append(ctx.attempt)
         clock.advance(2)  # each attempt takes 2 s of (manual) time
         raise ConnectionError("flaky")
 
+    return pipeline
+
+
+def test_no_attempt_starts_after_the_workflow_deadline(ledger: Ledger, clock: ManualClock,
+                                                       ledger_url: str) -> None:
+    calls: list[int] = []
+    pipeline = flaky_pipeline(clock, calls)
     unit = Executor(pipeline, ledger, clock=clock, sleep=clock.sleep).run(day()).unit("extract")
     # 0-2 attempt 1, wait 4, 6-8 attempt 2, then a retry would start at 16 > 10: refused.
     assert calls == [1, 2] and unit.outcome == "deadline-infeasible"
@@ -304,17 +312,9 @@ def test_a_jittered_backoff_that_would_end_past_the_workflow_deadline_is_not_sle
     """Found by a probe: the planner checks the backoff without its jitter, so the executor
     slept the drawn delay past the workflow deadline, then refused. The drawn delay is
     checked before sleeping it."""
-    pipeline = Pipeline("funds", schedule=Schedule.daily("UTC"), workflow_timeout=10)
     calls: list[int] = []
-
-    @pipeline.task(retry=RetryPolicy(max_attempts=3, initial_delay=4, jitter="additive",
-                                     transient=(ConnectionError,)),
-                   safe_repeat=True, timeout=5, estimated_duration=3.5)
-    def extract(ctx):  # type: ignore[no-untyped-def]
-        calls.append(ctx.attempt)
-        clock.advance(2)
-        raise ConnectionError("flaky")
-
+    pipeline = flaky_pipeline(clock, calls, max_attempts=3, jitter="additive",
+                              estimated_duration=3.5)
     unit = Executor(pipeline, ledger, clock=clock, sleep=clock.sleep,
                     rng=_TopOfRange()).run(day()).unit("extract")
     # attempt 1: 0-2; without jitter attempt 2 runs 6-9.5 (fits 10), with it 7-10.5: refused
