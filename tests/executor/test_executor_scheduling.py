@@ -121,7 +121,11 @@ def test_dependency_order_and_blocked_dependents(ledger: Ledger, clock: ManualCl
     assert not result.ok
     rows = planner(ledger_url, clock())
     assert rows["transform"]["decision"] == "repair-cause"
-    assert rows["load"]["note"].startswith("blocked: dependency did not succeed")
+    # the note says when: a later run may block a unit whose earlier attempt succeeded (found
+    # by a probe: the note then read as if the unit were blocked now)
+    blocked_at = observed_at(ledger, blocked.uow_id)
+    assert rows["load"]["note"].startswith(
+        f"blocked at {blocked_at}: dependency did not succeed")
 
 
 def test_selected_tasks_need_their_dependencies_succeeded_in_the_ledger(
@@ -304,3 +308,11 @@ def test_a_timed_out_thread_keeps_its_shared_slots_after_reconcile_finds_no_job(
         assert first.pool_holdings("positions_db") == []  # the job is settled: released
         executor(second).run(day(), tasks=["other"])
         assert spans["other"][0] >= spans["submit"][1]  # it ran once the thread had ended
+
+
+def observed_at(ledger: Ledger, uow_id: str) -> str:
+    """When the unit's latest observation was made, as reports write instants."""
+    from twice.engine.evidence import iso
+
+    latest = ledger.observations(uow_id)[-1]
+    return str(iso(latest.observed_at))

@@ -151,7 +151,9 @@ def unit_rows(
             "estimatedFinish": None,
         }
         if evidence.observation is not None and evidence.observation.state == "blocked":
-            row["note"] = f"blocked: {evidence.observation.detail.get('reason', '')}"
+            # when: a later run may have blocked a unit whose earlier attempt succeeded
+            row["note"] = (f"blocked at {iso(evidence.observation.observed_at)}: "
+                           f"{evidence.observation.detail.get('reason', '')}")
         if evidence.not_started is not None:
             row["note"] = (
                 f"attempt {evidence.not_started.attempt} not started: "
