@@ -103,4 +103,3 @@ def cli() -> None:
     Retries, manual reruns and backfills never duplicate or lose rows, and every decision is
     made from recorded evidence (its source and how old it is).
     """
-

@@ -71,9 +71,9 @@ def handover(ledger_url: str | None, pipeline_file: str | None, pipeline: str | 
         except PipelineFileError as exc:
             raise InputError(str(exc)) from exc
     name = pipeline if pipeline is not None else (definition.name if definition else None)
-    check_ledger_url(ledger_url)  # a URL no ledger can have is refused naming --ledger
+    resolved = check_ledger_url(ledger_url)  # a URL no ledger can have: refused, --ledger
     if output is not None:
-        check_report_output(output, ledger_url, "--output")
+        check_report_output(output, resolved, "--output")
     try:
         evidence = load_evidence(
             ledger_url,

@@ -209,12 +209,17 @@ def add_health(ledger: Any, at: Any, rows: list[dict[str, Any]], pipeline: str |
         row["healthReason"] = unit.status.text
         row["needsAttention"] = state in NEEDS_ATTENTION
         row["nextAction"] = row["decision"] if state in AWAITING_ACTION else None
-        if row["nextAction"] is None and row["decision"] is not None:
-            # settled (verified, asserted, superseded): the raw decision's reason ("validate
-            # the output") would contradict the health, which says why nothing is to do
-            row["reason"] = unit.status.text
+        if _settled(row):  # the raw decision's reason ("validate the output") would
+            row["reason"] = unit.status.text  # contradict the health: why nothing is to do
     rows.sort(key=lambda row: rank.get(row["health"], len(rank)))
     return scope(evidence.units)
+
+
+def _settled(row: dict[str, Any]) -> bool:
+    """A row whose unit needs nothing (verified, asserted, superseded: its health awaits no
+    action) though the planner's raw decision names one."""
+    return (row.get("health") is not None and row.get("nextAction") is None
+            and row["decision"] is not None)
 
 
 def _report(ledger: LedgerReader, at: datetime, rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -228,9 +233,7 @@ def _report(ledger: LedgerReader, at: datetime, rows: list[dict[str, Any]]) -> d
         # a unit without a recorded policy has no decision (its reason says so): "undecided";
         # a unit that needs nothing (nextAction null) is "settled", whatever its raw decision
         "summary": dict(sorted(Counter(
-            SETTLED if r.get("health") is not None and r.get("nextAction") is None
-            and r["decision"] is not None else (r["decision"] or UNDECIDED)
-            for r in rows).items())),
+            SETTLED if _settled(r) else (r["decision"] or UNDECIDED) for r in rows).items())),
         "jobsExecuted": False,
         "idempotencyProven": False,
         "completionGuaranteed": False,

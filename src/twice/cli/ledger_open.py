@@ -79,14 +79,15 @@ def open_ledger(url: str | None, *, durable: bool = False) -> Ledger:
 _DATA_MAGIC = ((0, b"SQLite format 3\x00"), (8, b"DUCK"), (0, b"PAR1"))
 
 
-def check_report_output(path: Path, ledger_url: str | None, option: str) -> None:
-    """Refuse to write a report over the ledger it reads (or its journal files) or over any
-    database or Parquet file: a typo'd ``-o`` must never replace evidence with a page.
-    ``InputError`` naming ``option``; an ordinary file (an earlier report) is replaced."""
+def check_report_output(path: Path, ledger_url: URL, option: str) -> None:
+    """Refuse to write a report over the ledger it reads (``ledger_url``, as
+    :func:`check_ledger_url` gave it) or its journal files, or over any database or Parquet
+    file: a typo'd ``-o`` must never replace evidence with a page. ``InputError`` naming
+    ``option``; an ordinary file (an earlier report) is replaced."""
     from twice.ledger.engine import sqlite_path
 
     target = path.expanduser().resolve()
-    ledger = sqlite_path(check_ledger_url(ledger_url))
+    ledger = sqlite_path(ledger_url)
     if ledger is not None:
         base = ledger.expanduser().resolve()
         if target in {base, *(base.with_name(base.name + s) for s in ("-wal", "-shm",
@@ -101,7 +102,7 @@ def check_report_output(path: Path, ledger_url: str | None, option: str) -> None
         with target.open("rb") as existing:
             head = existing.read(16)
     except OSError:
-        return  # nothing there yet (or unreadable: writing it says why)
+        return  # unreadable: writing it says why
     if any(head[at:at + len(magic)] == magic for at, magic in _DATA_MAGIC):
         raise InputError(f"{option}: {path} is a database or data file, not a report; "
                          "write the report to another file")

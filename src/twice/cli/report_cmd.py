@@ -56,9 +56,9 @@ def report(html_path: Path | None, ledger_url: str | None, pipeline: str | None,
     if html_path is None and not as_json:
         raise InputError("give --html FILE (the page) and/or --json (the health document)")
 
-    check_ledger_url(ledger_url)  # a URL no ledger can have is refused naming --ledger
+    resolved = check_ledger_url(ledger_url)  # a URL no ledger can have: refused, --ledger
     if html_path is not None:
-        check_report_output(html_path, ledger_url, "--html")
+        check_report_output(html_path, resolved, "--html")
     try:
         evidence = load_evidence(
             ledger_url,

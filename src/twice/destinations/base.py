@@ -46,6 +46,7 @@ from twice.destinations.commits import (
     COMMIT_COLUMNS,
     COMMITS_TABLE,
     CommitRecord,
+    Holder,
     StampArg,
     WriteStamp,
     check_fence,
@@ -710,7 +711,7 @@ class SqlDestination(BaseDestination, ABC, Generic[ConnT]):
                 f"WHERE {q('table_name')} = {p} AND {q('fence_key')} = {p}",
                 [self.table_label, owner.fence_key],
             )
-            def holders(token: int) -> list[tuple[str, int, int]]:
+            def holders(token: int) -> list[Holder]:
                 return [(str(u), int(g), int(a)) for u, g, a in self._query(
                     f"SELECT {q('uow_id')}, {q('generation')}, {q('attempt')} FROM "
                     f"{self.commits_qualified} WHERE {q('table_name')} = {p} AND "

@@ -297,8 +297,7 @@ def check_fence(stamp: WriteStamp, newest: int | None, where: str,
     ledger hands one attempt (or one seal) only: so a record under the stamp's token by
     another unit, generation or attempt (``holders(token)``: who committed under ``token``,
     asked only when ``newest`` equals the stamp's) means the token was handed out twice, by a
-    ledger
-    restored from a copy older than that write or by another ledger, and the write is
+    ledger restored from a copy older than that write or by another ledger, and the write is
     refused too (it would repeat what that attempt did, an append twice)."""
     if newest is None:
         return

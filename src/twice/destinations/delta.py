@@ -77,6 +77,7 @@ from twice.destinations.commits import (
     ACTIVE,
     Appended,
     CommitRecord,
+    Holder,
     StampArg,
     WriteStamp,
     check_fence,
@@ -359,10 +360,10 @@ class DeltaDestination(ArrowScanned):
             f"{self.spec}: {MAX_COMMIT_TRIES} commits in a row lost to concurrent writers"
         )
 
-    def _holders(self, fence_key: str) -> Callable[[int], list[tuple[str, int, int]]]:
+    def _holders(self, fence_key: str) -> Callable[[int], list[Holder]]:
         """Who committed under a token of ``fence_key``, from the log's records (read only
         when the token equals the writer's: ``commits.check_fence``)."""
-        def holders(token: int) -> list[tuple[str, int, int]]:
+        def holders(token: int) -> list[Holder]:
             return [holder_of(r) for r in self.commit_records()
                     if r.fence_key == fence_key and r.token == token]
 

@@ -102,10 +102,8 @@ class EmbeddedSqlDestination(SqlDestination[EConnT]):
         try:
             conn.execute("COMMIT")
         except Exception as exc:  # an I/O error while committing: it may have landed
-            raise DestinationCommitUnknownError(
-                f"{self.spec}: committing the write failed ({str(exc).splitlines()[0]}): it "
-                "may or may not have landed; its commit record settles it"
-            ) from exc
+            raise DestinationCommitUnknownError.of(
+                self.spec, "committing the write failed", exc) from exc
 
     def _query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         rows: list[tuple[Any, ...]] = self.connection.execute(sql, list(params)).fetchall()

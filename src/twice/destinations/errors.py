@@ -22,3 +22,14 @@ class DestinationCommitUnknownError(DestinationUnavailableError):
     failure: the commit record written in the same transaction settles it."""
 
     outcome = "unknown"
+
+    @classmethod
+    def of(cls, spec: str, what: str, error: BaseException) -> DestinationCommitUnknownError:
+        """The error for ``error`` raised while committing a write to ``spec``; ``what``
+        says what happened ("the connection was lost while committing the write"). The
+        driver's first line is kept, its passwords masked."""
+        from twice.core.secrets import redact
+
+        said = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        return cls(f"{spec}: {what} ({redact(said)}): it may or may not have landed; its "
+                   "commit record settles it")

@@ -100,6 +100,7 @@ from twice.destinations.commits import (
     ACTIVE,
     Appended,
     CommitRecord,
+    Holder,
     StampArg,
     WriteStamp,
     check_fence,
@@ -616,11 +617,10 @@ def _records(table: Table) -> list[CommitRecord]:
     return sorted(records, key=lambda r: r.sort_key)
 
 
-def _holders(records: list[CommitRecord], fence_key: str
-             ) -> Callable[[int], list[tuple[str, int, int]]]:
+def _holders(records: list[CommitRecord], fence_key: str) -> Callable[[int], list[Holder]]:
     """Who committed under a token of ``fence_key``, as the reachable records say (the table
     property may hold a newer token than any of them: ``commits.check_fence``)."""
-    def holders(token: int) -> list[tuple[str, int, int]]:
+    def holders(token: int) -> list[Holder]:
         return [holder_of(r) for r in records if r.fence_key == fence_key and r.token == token]
 
     return holders

@@ -134,11 +134,8 @@ class PostgresDestination(SqlDestination["psycopg.Connection[Any]"]):
         except psycopg.OperationalError as exc:
             state = getattr(exc, "sqlstate", None)
             if sent and (state is None or state.startswith(("08", "57P"))):
-                said = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-                raise DestinationCommitUnknownError(
-                    f"{self.spec}: the connection was lost while committing the write "
-                    f"({redact(said)}): it may or may not have landed; its commit record "
-                    "settles it"
+                raise DestinationCommitUnknownError.of(
+                    self.spec, "the connection was lost while committing the write", exc
                 ) from exc
             raise
 

@@ -462,29 +462,23 @@ def _expected(
                                f"shows {seen}")
     if task.safe_repeat or task.name in repeat:
         return None, ""
-    if follows:
-        if recorded and recorded[-1].outcome == "succeeded":
-            why = f"attempt {recorded[-1].number} of this unit succeeded"
-        else:
-            found = earlier_success(ledger, uow) if others else None
-            if found is None:
-                return None, ""
-            why = f"unit {found[0].uow_id} succeeded for this interval"
-        return "held", (f"held if its input changes: {why} and {task.name!r} is not "
-                        f"safe_repeat (pass --repeat {task.name} to run it again)")
     if recorded and recorded[-1].outcome == "succeeded":
         why = f"attempt {recorded[-1].number} of this unit succeeded"
-    elif recorded and recorded[-1].outcome.startswith("failed-") and task.effects_unseen:
+    elif (not follows and recorded and recorded[-1].outcome.startswith("failed-")
+          and task.effects_unseen):
         why = (f"attempt {recorded[-1].number} failed after it may have acted (twice cannot "
                "see this task's effects)")
-    elif recorded or not others:  # the engine holds on another unit's success only before
-        return None, ""  # a unit's first attempt; ``others``: the slot has other units
+    elif (recorded and not follows) or not others:
+        # the engine holds on another unit's success only before a unit's first attempt (a
+        # follower's new unit has none yet); ``others``: the slot has other units
+        return None, ""
     else:
         found = earlier_success(ledger, uow)
         if found is None:
             return None, ""
         why = f"unit {found[0].uow_id} succeeded for this interval"
-    return "held", (f"held: {why} and {task.name!r} is not safe_repeat (pass --repeat "
+    held = "held if its input changes" if follows else "held"
+    return "held", (f"{held}: {why} and {task.name!r} is not safe_repeat (pass --repeat "
                     f"{task.name} to run it again)")
 
 

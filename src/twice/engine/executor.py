@@ -1584,11 +1584,9 @@ class _UnitRun:
         the delivery deadline is refused now, not after sleeping past the deadline."""
         if wait_for <= 0:
             return None
-        if self.deadline is not None:
-            try:
-                self.deadline.check(wait_for + evidence.duration_seconds())
-            except WorkflowTimeout as exc:
-                return self._not_started(f"not started: {exc}", "workflow-timeout")
+        refused = self._workflow_refusal(evidence, after=wait_for)
+        if refused is not None:
+            return refused
         later = plan_unit(replace(evidence, as_of=evidence.as_of + timedelta(seconds=wait_for)))
         if later is None or later.decision is not Decision.DEADLINE_INFEASIBLE:
             return None
@@ -1668,19 +1666,15 @@ class _UnitRun:
         refused = self._take_slots()
         if refused is not None:
             return refused
-        if time.monotonic() - waited_from > POOL_WAIT_RECHECK_SECONDS:
-            refused = self._still_feasible()
-            if refused is not None:
-                self._give_back_slots()
-                return refused
+        refused = self._still_feasible(waited_from)
+        if refused is not None:
+            return refused
         with contextlib.ExitStack() as slots:
             waited_from = time.monotonic()
             slots.enter_context(self._guard())
-            if time.monotonic() - waited_from > POOL_WAIT_RECHECK_SECONDS:
-                refused = self._still_feasible()  # the file's writer was busy meanwhile
-                if refused is not None:
-                    self._give_back_slots()
-                    return refused
+            refused = self._still_feasible(waited_from)  # the file's writer was busy meanwhile
+            if refused is not None:
+                return refused
             try:
                 timeout = self._attempt_timeout()
             except WorkflowTimeout as exc:
@@ -1690,25 +1684,37 @@ class _UnitRun:
             report = self._run_attempt(record, taken, timeout)
         return self._after_attempt(record, report)
 
-    def _still_feasible(self) -> UnitResult | None:
-        """After waiting for pool slots, the checks made before the wait, again: the time
-        spent waiting may leave too little to finish, validation included, before the
-        delivery deadline or the workflow deadline (an attempt that cannot finish is never
-        started). None when it can still start."""
+    def _still_feasible(self, waited_from: float) -> UnitResult | None:
+        """After a wait since ``waited_from`` (monotonic) longer than
+        ``POOL_WAIT_RECHECK_SECONDS`` (for pool slots, or the destination file's writer), the
+        checks made before it, again: the time spent waiting may leave too little to finish,
+        validation included, before the delivery deadline or the workflow deadline (an attempt
+        that cannot finish is never started). None when it can still start; when it cannot,
+        its pool slots are given back."""
+        if time.monotonic() - waited_from <= POOL_WAIT_RECHECK_SECONDS:
+            return None
         evidence = self._gathered()
         decision = plan_unit(evidence)
         assert decision is not None
+        refused: UnitResult | None
         if decision.decision in STOPPING_DECISIONS:
             self._record(decision, evidence)
-            return self._result(STOPPING_DECISIONS[decision.decision], decision.reason, decision)
-        return self._workflow_refusal(evidence)
+            refused = self._result(STOPPING_DECISIONS[decision.decision], decision.reason,
+                                   decision)
+        else:
+            refused = self._workflow_refusal(evidence)
+        if refused is not None:
+            self._give_back_slots()
+        return refused
 
-    def _workflow_refusal(self, evidence: UnitEvidence) -> UnitResult | None:
+    def _workflow_refusal(self, evidence: UnitEvidence, after: float = 0.0
+                          ) -> UnitResult | None:
         """Not started when the attempt, validation included, cannot finish before the
-        workflow deadline; None when it can (or there is none)."""
+        workflow deadline if it starts ``after`` seconds from now; None when it can (or there
+        is none)."""
         if self.deadline is not None:
             try:
-                self.deadline.check(evidence.duration_seconds())
+                self.deadline.check(after + evidence.duration_seconds())
             except WorkflowTimeout as exc:
                 return self._not_started(f"not started: {exc}", "workflow-timeout")
         return None

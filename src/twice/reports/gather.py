@@ -44,7 +44,7 @@ from twice.ledger.records import (
 )
 from twice.reports import wording
 from twice.reports.health import (
-    IN_PROGRESS,
+    AWAITING_ACTION,
     NEEDS_ATTENTION,
     NEEDS_FRESH_EVIDENCE,
     PROCESS_EXITED,
@@ -648,8 +648,7 @@ def _with_plan(as_of: datetime, unit: UnitReport, timeline: Sequence[TimelineEve
     from twice.engine.evidence import PlanSettings, evidence_from_timeline, plan_unit
 
     state = unit.status.state
-    if unit.current_decision is not None or not (state in NEEDS_ATTENTION
-                                                 or state in IN_PROGRESS):
+    if unit.current_decision is not None or state not in AWAITING_ACTION:
         return unit
     evidence = evidence_from_timeline(unit.unit, timeline, as_of, live=live)
     origin: Literal["recorded", "default"] = "recorded"
@@ -660,8 +659,7 @@ def _with_plan(as_of: datetime, unit: UnitReport, timeline: Sequence[TimelineEve
         # depend on the retry policy, only on the observation age limit.
         age = (unit.max_observation_age or timedelta(seconds=DEFAULT_MAX_OBSERVATION_AGE))
         settings = PlanSettings(policy=RetryPolicy(), max_observation_age=age.total_seconds())
-        evidence = evidence_from_timeline(unit.unit, timeline, as_of, settings=settings,
-                                          live=live)
+        evidence = replace(evidence, settings=settings, settings_source="pipeline")
         origin = "default"
     result = plan_unit(evidence)
     if result is None:
