@@ -73,3 +73,15 @@ def test_a_read_whose_commit_answer_is_lost_is_read_again(postgres_url: str) -> 
             assert proxy.dropped == 1
     finally:
         proxy.close()
+
+
+def test_the_lost_commit_message_names_a_driver_error_without_text() -> None:
+    """A driver error with no message still gives a message (the embedded engines' first
+    version indexed the first line of an empty text), with its password masked."""
+    from twice.destinations.errors import DestinationCommitUnknownError
+
+    empty = DestinationCommitUnknownError.of("sqlite:///w.db#t", "committing failed", OSError())
+    assert "(OSError)" in str(empty) and empty.outcome == "unknown"
+    said = DestinationCommitUnknownError.of(
+        "p#t", "lost", OSError("server at postgresql://u:pw@h/db closed\nmore"))
+    assert "pw@" not in str(said) and "more" not in str(said)
