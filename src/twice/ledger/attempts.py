@@ -14,7 +14,7 @@ from twice.ledger import lease as leasing
 from twice.ledger.checks import count, past, text
 from twice.ledger.errors import LedgerError
 from twice.ledger.journal import append_event
-from twice.ledger.prepared import inserting, rows_where, update_where
+from twice.ledger.prepared import inserting, prepare, rows_where, run, update_where
 from twice.ledger.records import AttemptRecord
 from twice.ledger.rows import ATTEMPT, first
 from twice.ledger.schema import attempts, job_generations
@@ -72,7 +72,7 @@ class AttemptStore:
             row = {"uow_id": uow_id, "number": number, "holder": holder,
                    "generation": generation, "job_id": job_id, "started_at": started,
                    "finished_at": None, "outcome": "running"}
-            conn.execute(inserting(attempts), {"started_seq": seq, **row})
+            run(conn, inserting(attempts), {"started_seq": seq, **row})
             inserted.wrote(conn, attempts.name, uow_id)
             changed(conn, uow_id)
             units.attempt_seen(conn, uow_id, number)
@@ -119,7 +119,8 @@ class AttemptStore:
                          ATTEMPT, params={"uow_id": uow_id})
 
 
-_MAX_NUMBER = select(func.max(attempts.c.number)).where(attempts.c.uow_id == bindparam("uow_id"))
+_MAX_NUMBER = prepare(
+    select(func.max(attempts.c.number)).where(attempts.c.uow_id == bindparam("uow_id")))
 _ALL = rows_where(attempts, "uow_id", order=("number",))
 
 
@@ -131,7 +132,7 @@ def _all(conn: Connection, uow_id: str) -> tuple[AttemptRecord, ...]:
     if found is None and inserted.known_empty(conn, attempts.name, uow_id):
         found = read[uow_id] = ()
     if found is None:
-        rows = conn.execute(_ALL, {"uow_id": uow_id}).mappings()
+        rows = run(conn, _ALL, {"uow_id": uow_id}).all()
         found = read[uow_id] = tuple(ATTEMPT(row) for row in rows)
     return found
 
@@ -153,7 +154,7 @@ def max_number(conn: Connection, uow_id: str) -> int:
         return read[-1].number if read else 0
     if inserted.known_empty(conn, attempts.name, uow_id):
         return 0
-    value = conn.execute(_MAX_NUMBER, {"uow_id": uow_id}).scalar()
+    value = run(conn, _MAX_NUMBER, {"uow_id": uow_id}).scalar()
     return int(value or 0)
 
 

@@ -30,7 +30,7 @@ from sqlalchemy.pool import StaticPool
 
 from twice.core.secrets import redact, redact_url
 from twice.ledger.errors import LedgerError
-from twice.ledger.prepared import inserting_new
+from twice.ledger.prepared import inserting_new, run
 from twice.ledger.schema import locks
 
 DEFAULT_PATH = "twice-ledger.db"
@@ -267,7 +267,7 @@ def insert_ignore(conn: Connection, table: Table, values: dict[str, Any]) -> boo
     On PostgreSQL a concurrent uncommitted insert of the same key makes this wait for that
     transaction, so exactly one of two racing callers gets True.
     """
-    return conn.execute(inserting_new(conn.dialect.name, table), values).first() is not None
+    return run(conn, inserting_new(conn.dialect.name, table), values).first() is not None
 
 
 def lock_key(conn: Connection, kind: str, name: str) -> None:

@@ -16,7 +16,7 @@ from twice.ledger import inserted, units
 from twice.ledger.checks import count, text
 from twice.ledger.errors import LedgerError
 from twice.ledger.journal import append_event, unit_entries
-from twice.ledger.prepared import inserting, rows_where, update_where
+from twice.ledger.prepared import inserting, prepare, rows_where, run, update_where
 from twice.ledger.records import (
     GENERATION_STATES,
     GenerationState,
@@ -36,8 +36,8 @@ _GENERATION_TRANSITIONS: dict[str, frozenset[str]] = {
 }
 
 
-_JOB_OWNER = select(job_generations.c.uow_id).where(
-    job_generations.c.job_id == bindparam("job_id"))
+_JOB_OWNER = prepare(select(job_generations.c.uow_id).where(
+    job_generations.c.job_id == bindparam("job_id")))
 
 
 class GenerationStore:
@@ -103,7 +103,7 @@ class GenerationStore:
             job_id = unit.to_unit_of_work().job_id(number)
         else:
             job_id = text(job_id, "job_id")
-            clash = conn.execute(_JOB_OWNER, {"job_id": job_id}).scalar()
+            clash = run(conn, _JOB_OWNER, {"job_id": job_id}).scalar()
             if clash is not None:
                 raise LedgerError(f"job id {job_id} is already used by unit of work {clash}")
         seq = append_event(
@@ -120,7 +120,7 @@ class GenerationStore:
         row = {"uow_id": uow_id, "generation": number, "job_id": job_id, "state": "active",
                "created_at": now, "updated_at": now}
         try:
-            conn.execute(inserting(job_generations), {"seq": seq, **row})
+            run(conn, inserting(job_generations), {"seq": seq, **row})
             inserted.wrote(conn, job_generations.name, uow_id)
         except IntegrityError:  # the number is free (checked above): the job id is taken
             raise LedgerError(

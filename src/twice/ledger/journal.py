@@ -15,7 +15,7 @@ from sqlalchemy import Column, Table
 from sqlalchemy.engine import Connection
 
 from twice.ledger import inserted
-from twice.ledger.prepared import inserting, rows_where
+from twice.ledger.prepared import inserting, inserting_returning, rows_where, run
 from twice.ledger.records import EventKind, ObservationRecord
 from twice.ledger.rows import OBSERVATION, RowMapper, encode_detail
 from twice.ledger.schema import events, observations
@@ -43,9 +43,8 @@ def append_event(
 
 def inserted_key(conn: Connection, table: Table, values: Mapping[str, Any]) -> int:
     """Insert one row and return its generated integer key."""
-    key = conn.execute(inserting(table), dict(values)).inserted_primary_key
-    assert key is not None
-    return int(key[0])
+    statement = inserting(table) if conn.dialect.name == "sqlite" else inserting_returning(table)
+    return run(conn, statement, values).inserted_key
 
 
 def append_entry(
@@ -69,7 +68,7 @@ def append_entry(
         summary=summary, uow_id=values.get("uow_id"), attempt=values.get("attempt"), data=data,
     )
     row = {"seq": seq, **values}
-    conn.execute(inserting(table), row)
+    run(conn, inserting(table), row)
     inserted.wrote(conn, table.name, values.get("uow_id"), row)  # times are UTC (checks.aware)
     return row
 
@@ -110,4 +109,4 @@ def unit_entries(
     if known is not None:
         return [build(row) for row in sorted(known, key=lambda row: [row[n] for n in names])]
     query = rows_where(table, "uow_id", order=names)
-    return [build(row) for row in conn.execute(query, {"uow_id": uow_id}).mappings()]
+    return [build(row) for row in run(conn, query, {"uow_id": uow_id}).all()]

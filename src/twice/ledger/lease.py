@@ -47,7 +47,7 @@ from twice.ledger import inserted, lease_holders, units
 from twice.ledger.engine import insert_ignore, is_postgres, lock_key
 from twice.ledger.errors import LedgerError
 from twice.ledger.journal import insert_observation
-from twice.ledger.prepared import rows_where, update_where
+from twice.ledger.prepared import prepare, rows_where, run, update_where
 from twice.ledger.records import (
     LEASE_SOURCE,
     LEASE_TAKEOVER_STATE,
@@ -97,8 +97,8 @@ def get_lease(conn: Connection, uow_id: str, *, for_update: bool = False) -> Lea
                  params={"uow_id": uow_id})
 
 
-_NEXT_SEQUENCE_TOKEN = text(f"SELECT nextval('{LEASE_TOKEN_SEQUENCE}')")
-_NEXT_TOKEN = (
+_NEXT_SEQUENCE_TOKEN = prepare(text(f"SELECT nextval('{LEASE_TOKEN_SEQUENCE}')"))
+_NEXT_TOKEN = prepare(
     update(counters)
     .where(counters.c.name == LEASE_TOKEN_COUNTER)
     .values(value=counters.c.value + 1)
@@ -114,13 +114,13 @@ def next_fencing_token(conn: Connection) -> int:
     inside the ``BEGIN IMMEDIATE`` write transaction that already excludes every other writer.
     """
     if is_postgres(conn):
-        return int(conn.execute(_NEXT_SEQUENCE_TOKEN).scalar_one())
-    row = conn.execute(_NEXT_TOKEN).first()
-    if row is None:
+        return int(run(conn, _NEXT_SEQUENCE_TOKEN).scalar())
+    value = run(conn, _NEXT_TOKEN).scalar()
+    if value is None:
         raise LedgerError(
             f"the ledger has no {LEASE_TOKEN_COUNTER!r} counter: its schema is incomplete"
         )
-    return int(row[0])
+    return int(value)
 
 
 def acquire_lease(

@@ -24,6 +24,7 @@ from sqlalchemy import Select
 from sqlalchemy.engine import Connection
 
 from twice.ledger.errors import LedgerError
+from twice.ledger.prepared import locked, run
 from twice.ledger.records import (
     AttemptRecord,
     DecisionRecord,
@@ -145,9 +146,7 @@ def first(
     """The first row of ``query`` (run with ``params``: see ``twice.ledger.prepared``) as a
     record; ``lock`` locks it for the transaction (PostgreSQL; SQLite writers are serialised
     anyway)."""
-    if lock:
-        query = query.with_for_update(key_share=True)
-    row = conn.execute(query, params).mappings().first()
+    row = run(conn, locked(query) if lock else query, params).first()
     return None if row is None else build(row)
 
 

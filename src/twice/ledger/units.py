@@ -12,7 +12,7 @@ from twice.ledger.checks import aware, count, text
 from twice.ledger.engine import insert_ignore, is_postgres
 from twice.ledger.errors import LedgerError, UnknownUnitError
 from twice.ledger.journal import append_event
-from twice.ledger.prepared import rows_where
+from twice.ledger.prepared import rows_where, run
 from twice.ledger.records import UnitRecord
 from twice.ledger.rows import UNIT, first
 from twice.ledger.schema import attempts, units
@@ -74,7 +74,7 @@ class UnitStore:
         where = {column: value for column, value in given.items() if value is not None}
         query = rows_where(units, *where, order=_IN_INTERVAL_ORDER)
         with self._session.read() as conn:
-            return [UNIT(row) for row in conn.execute(query, where).mappings()]
+            return [UNIT(row) for row in run(conn, query, where).all()]
 
 
 _IN_INTERVAL_ORDER = ("interval_start_utc", "pipeline", "task", "uow_id")
@@ -137,8 +137,8 @@ def require(
         count(attempt, "attempt", minimum=1)
         if (uow_id, attempt) in _attempts_seen(conn):
             return record
-        found = conn.execute(
-            rows_where(attempts, "uow_id", "number"), {"uow_id": uow_id, "number": attempt}
+        found = run(
+            conn, rows_where(attempts, "uow_id", "number"), {"uow_id": uow_id, "number": attempt}
         ).first()
         if found is None:
             raise LedgerError(f"unit of work {uow_id} has no attempt {attempt}")
