@@ -34,6 +34,7 @@ from twice.ledger import (
     LedgerUnavailableError,
     SchemaVersionError,
 )
+from twice.ledger import engine as ledger_engine
 from twice.ledger import migrations as ledger_migrations
 from twice.ledger.faults import classify, root_failure
 from twice.ledger.store import _NOT_RETRIED
@@ -536,3 +537,29 @@ def test_a_ledger_file_deleted_or_replaced_in_use_is_written_no_more(tmp_path: P
         (tmp_path / "other.db").rename(tmp_path / "moved.db")  # renamed: same file, moved
         with pytest.raises(LedgerStorageError, match="was deleted while this process"):
             other.record_unit(make_uow(2))
+
+
+@pytest.mark.postgres
+def test_postgres_pooled_connection_killed_while_idle_is_replaced_before_use(
+        postgres_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A connection idle in the pool past ``PING_AFTER_IDLE_SECONDS`` is pinged at checkout and
+    replaced if dead, so even a ``transaction()`` block (whose body is not retried) works after
+    the server dropped it; one checked in just now is not pinged (no round trip per
+    transaction)."""
+    monkeypatch.setattr(ledger_engine, "PING_AFTER_IDLE_SECONDS", 0.2)
+    uow = make_uow()
+    with Ledger.open(postgres_url) as ledger:
+        pings: list[object] = []
+        ping = ledger._engine.dialect.do_ping
+        monkeypatch.setattr(ledger._engine.dialect, "do_ping",
+                            lambda conn: pings.append(conn) or ping(conn))
+        ledger.record_unit(uow)
+        for _ in range(5):
+            ledger.record_observation(uow.uow_id, "running", source="probe")
+        assert pings == []
+        assert _terminate_ledger_backends(postgres_url) >= 1  # pooled, idle, now dead
+        time.sleep(0.3)
+        with ledger.transaction():
+            ledger.record_observation(uow.uow_id, "succeeded", source="probe")
+        assert len(pings) == 1
+        assert [o.state for o in ledger.observations(uow.uow_id)][-1] == "succeeded"
