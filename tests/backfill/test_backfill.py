@@ -442,3 +442,42 @@ def test_a_success_recorded_after_the_plan_read_its_running_attempt_is_not_repea
         ran = {r.task: r.status for r in run_backfill(pipeline, ledger, spans).runs}
         assert executed == [] and ran["app"] == "skipped"
         assert [a.outcome for a in ledger.attempts(other["uow"])] == ["succeeded"]
+
+
+def test_progress_counts_held_intervals_apart_from_failed_ones(tmp_path: Path) -> None:
+    """Found in review: the interval-finished event said ``failed`` for an interval whose only
+    trouble was a held unit (a side effect twice will not repeat unasked), so the progress bar
+    of a forced backfill counted every such interval as failed."""
+    from twice.define.pipeline import Pipeline, TaskContext
+    from twice.define.schedule import Schedule
+
+    pipeline = Pipeline("progress", schedule=Schedule.daily("UTC"))
+
+    @pipeline.task(safe_repeat=True)
+    def extract(ctx: TaskContext) -> None:
+        """Safe to repeat: forced, it runs again."""
+
+    @pipeline.task(depends_on="extract")
+    def notify(ctx: TaskContext) -> None:
+        """A side effect: not safe_repeat, held when forced."""
+
+    spans = helpers.intervals(2)
+
+    @pipeline.task(safe_repeat=True)
+    def broken(ctx: TaskContext) -> None:
+        if ctx.interval == spans[1]:
+            raise ValueError("bad day")
+
+    finished: list[dict[str, object]] = []
+
+    def emit(kind: str, data: dict[str, object]) -> None:
+        if kind == "interval-finished":
+            finished.append(data)
+
+    with Ledger.open(tmp_path / "l.db") as ledger:
+        first = run_backfill(pipeline, ledger, spans, tasks=["extract", "notify"])
+        assert first.ok
+        forced = run_backfill(pipeline, ledger, spans, force=True, emit=emit)
+    statuses = sorted((r.interval, r.task, r.status) for r in forced.runs)
+    assert [s for _, t, s in statuses if t == "notify"] == ["held", "held"]
+    assert sorted((d["failed"], d["held"]) for d in finished) == [(False, True), (True, True)]

@@ -168,3 +168,32 @@ def test_the_last_failed_attempt_is_not_said_to_be_retried(tmp_path) -> None:
     lines = [line for line in result.output.splitlines() if "failed (ConnectionError" in line]
     assert len(lines) == 2, result.output
     assert lines[0].endswith("; transient, retried") and lines[1].endswith("; transient")
+
+
+HELD_PIPELINE = '''\
+from twice import Pipeline, Schedule, TaskContext
+
+pipeline = Pipeline("progress", schedule=Schedule.daily("UTC"))
+
+
+@pipeline.task(safe_repeat=True)
+def extract(ctx: TaskContext) -> None:
+    pass
+
+
+@pipeline.task(depends_on=extract)
+def notify(ctx: TaskContext) -> None:
+    """A side effect twice does not repeat unasked."""
+'''
+
+
+def test_the_progress_line_counts_held_intervals_as_held_not_failed(tmp_path: Path) -> None:
+    """A forced backfill whose side-effect task is held (not safe_repeat) said "failed 2" on
+    its progress line though nothing failed."""
+    pipeline = tmp_path / "progress.py"
+    pipeline.write_text(HELD_PIPELINE)
+    base = ["backfill", str(pipeline), "--start", "2026-11-01", "--end", "2026-11-03",
+            "--ledger", str(tmp_path / "ledger.db"), "--deadline", "none"]
+    assert invoke(*base).exit_code == 0
+    forced = invoke(*base, "--force")
+    assert "failed 0  held 2" in forced.output, forced.output

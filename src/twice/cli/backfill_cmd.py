@@ -379,13 +379,14 @@ def run_with_progress(pipeline: Any, ledger: Any, intervals: Any, total: int | N
     from twice.drivers.backfill import run_backfill
 
     console = make_console()
-    state = {"running": 0, "failed": 0}
+    state = {"running": 0, "failed": 0, "held": 0}
     with Progress(TextColumn("intervals"), BarColumn(), MofNCompleteColumn(),
-                  TextColumn("running {task.fields[running]}  failed {task.fields[failed]}"),
+                  TextColumn("running {task.fields[running]}  failed {task.fields[failed]}"
+                             "  held {task.fields[held]}"),
                   TextColumn("eta"), TimeRemainingColumn(), console=console,
                   transient=False) as progress:
         bar = progress.add_task("backfill", total=len(intervals) if total is None else total,
-                                running=0, failed=0)
+                                running=0, failed=0, held=0)
 
         def emit(kind: str, data: Any) -> None:
             if kind == "interval-started":
@@ -393,6 +394,7 @@ def run_with_progress(pipeline: Any, ledger: Any, intervals: Any, total: int | N
             elif kind == "interval-finished":
                 state["running"] -= 1
                 state["failed"] += bool(data["failed"])
+                state["held"] += bool(data["held"]) and not data["failed"]
                 progress.advance(bar)
             elif kind == "attempt-failed":
                 progress.console.print(
@@ -408,7 +410,8 @@ def run_with_progress(pipeline: Any, ledger: Any, intervals: Any, total: int | N
                 )
             elif kind == "task-finished":
                 progress.console.print("  " + shown(describe_run(data)))
-            progress.update(bar, running=state["running"], failed=state["failed"])
+            progress.update(bar, running=state["running"], failed=state["failed"],
+                            held=state["held"])
 
         return run_backfill(pipeline, ledger, intervals, emit=emit, **options)
 

@@ -723,9 +723,11 @@ def run_backfill(
                     stop.set()
             runs.append(run)
             _emit(emit, "task-finished", **run.to_dict())
-        failed = any(r.status in ("failed", "refused", "blocked", "leased-elsewhere", "held")
-                     for r in runs)
-        _emit(emit, "interval-finished", interval=interval.label, failed=failed)
+        # failed: a unit failed or was refused; held: a unit waits for an operator or for
+        # another process (held, blocked, leased elsewhere), which is not a failure
+        failed = any(r.status in ("failed", "refused") for r in runs)
+        held = any(r.status in ("blocked", "leased-elsewhere", "held") for r in runs)
+        _emit(emit, "interval-finished", interval=interval.label, failed=failed, held=held)
         return runs
 
     results: dict[Interval, list[TaskRun]] = {}
