@@ -197,3 +197,30 @@ def test_the_progress_line_counts_held_intervals_as_held_not_failed(tmp_path: Pa
     assert invoke(*base).exit_code == 0
     forced = invoke(*base, "--force")
     assert "failed 0  held 2" in forced.output, forced.output
+
+
+def test_status_and_decide_read_each_timeline_once(env, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 23 (reads batched per plan): ``twice status`` and ``twice decide --ledger`` built
+    their rows from one read of every unit's timeline and their health from a second one;
+    both now share the first. What they print is the same as before (their own tests)."""
+    from twice.ledger import Ledger
+
+    _, ledger = env
+    base = ["backfill", str(helpers.EXAMPLE), "--start", "2026-11-23", "--end", "2026-11-25",
+            "--ledger", ledger, "--json"]
+    assert invoke(*base).exit_code == 0
+    reads: list[int] = []
+    timelines = Ledger.timelines
+
+    def counted(self: Ledger, uow_ids: list[str]) -> object:
+        reads.append(len(uow_ids))
+        return timelines(self, uow_ids)
+
+    monkeypatch.setattr(Ledger, "timelines", counted)
+    status = invoke("status", "--ledger", ledger, "--json")
+    assert status.exit_code == 0, status.output
+    assert reads == [8] and json.loads(status.output)["headline"] == "done: 8/8 verified"
+    reads.clear()
+    decided = invoke("decide", "--ledger", ledger, "--format", "json")
+    assert reads == [8], decided.output
+    assert json.loads(decided.output)["summary"] == {"settled": 8}

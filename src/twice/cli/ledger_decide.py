@@ -24,6 +24,7 @@ from twice.errors import InputError
 if TYPE_CHECKING:
     from twice.engine.evidence import PlanSettings
     from twice.ledger import AttemptRecord, Ledger, LedgerReader, ResolutionRecord, UnitRecord
+    from twice.reports.gather import UnitsRead
 
 SCHEMA = "twice.decide-ledger/v1"
 #: The summary's count of units the planner could not decide (no policy recorded).
@@ -88,22 +89,24 @@ def open_existing_ledger(url: str | None, *, writes: bool = False) -> Ledger:
 
 def unit_rows(
     ledger: LedgerReader, as_of: datetime | None, settings_for: SettingsFor | None = None,
-    *, pipeline: str | None = None,
+    *, pipeline: str | None = None, read: UnitsRead | None = None,
 ) -> tuple[datetime, list[dict[str, Any]]]:
     """One row per unit (of ``pipeline`` only, if named): its latest attempt, freshest evidence
     and the planner's decision. Without ``as_of`` the rows are of the present (``live``:
-    ``twice.engine.evidence.gather_evidence``)."""
+    ``twice.engine.evidence.gather_evidence``), the instant ``read`` was read at when given
+    (``twice.reports.gather.read_units``: shared with ``add_health``)."""
     from twice.core.timescale import format_duration, micros_to_instant
     from twice.engine.evidence import age_text, evidence_from_timeline, iso, plan_unit
     from twice.ledger import ObservationRecord
     from twice.ledger.records import resolution_outcome
 
-    at = ledger.now() if as_of is None else as_of
+    if read is None:
+        from twice.reports.gather import read_units
+
+        read = read_units(ledger, ledger.now() if as_of is None else as_of, pipeline)
+    at = read.at
     rows = []
-    units = [unit for unit in ledger.units()
-             if (pipeline is None or unit.pipeline == pipeline)
-             and (as_of is None or unit.created_at <= at)]  # later ones were not known then
-    timelines = ledger.timelines([unit.uow_id for unit in units])  # read together
+    units, timelines = read.units, read.timelines  # later units were not known then
     for unit in units:
         settings = settings_for(unit) if settings_for is not None else None
         timeline = timelines[unit.uow_id]
@@ -188,13 +191,14 @@ def _assertion(
 
 
 def add_health(ledger: Any, at: Any, rows: list[dict[str, Any]], pipeline: str | None, *,
-                live: bool) -> Any:
-    """Give each row its health (the reports' model as of the same instant), put what needs
-    attention first, and return the scope (its headline)."""
+                live: bool, read: UnitsRead | None = None) -> Any:
+    """Give each row its health (the reports' model as of the same instant, from ``read`` when
+    the rows were built from it), put what needs attention first, and return the scope (its
+    headline)."""
     from twice.reports import gather
     from twice.reports.health import AWAITING_ACTION, HEALTH_ORDER, NEEDS_ATTENTION, scope
 
-    evidence = gather(ledger, as_of=at, pipeline=pipeline, live=live)
+    evidence = gather(ledger, as_of=at, pipeline=pipeline, live=live, read=read)
     known = {unit.uow_id: unit for unit in evidence.units}
     rank = {str(state): i for i, state in enumerate(HEALTH_ORDER)}
     for row in rows:
@@ -276,8 +280,12 @@ def decide_over_ledger(ledger_url: str, as_of: str | None, output_format: str) -
         print(f"twice decide: {exc}", file=sys.stderr)
         return exit_code_for(exc)
     with ledger:
-        at, rows = unit_rows(ledger, at)
-        add_health(ledger, at, rows, None, live=as_of is None)  # a verified unit needs nothing
+        from twice.reports.gather import read_units
+
+        read = read_units(ledger, ledger.now() if at is None else at)
+        at, rows = unit_rows(ledger, at, read=read)
+        # a verified unit needs nothing
+        add_health(ledger, at, rows, None, live=as_of is None, read=read)
         report = _report(ledger, at, rows)
     if output_format == "table":
         _table(report, sys.stdout)

@@ -88,9 +88,12 @@ def status(ledger_url: str | None, pipeline: str | None, pipeline_file: str | No
             from twice.reports.source import describe, require_pipeline
 
             require_pipeline(ledger, pipeline, describe(ledger_url))
-        at, rows = unit_rows(ledger, at, settings_for, pipeline=pipeline)
+        from twice.reports.gather import read_units
+
+        read = read_units(ledger, ledger.now() if at is None else at, pipeline)
+        at, rows = unit_rows(ledger, at, settings_for, pipeline=pipeline, read=read)
         label = ledger.url
-        headline = add_health(ledger, at, rows, pipeline, live=as_of is None)
+        headline = add_health(ledger, at, rows, pipeline, live=as_of is None, read=read)
     if as_json:
         from twice.engine.evidence import iso
 

@@ -442,6 +442,29 @@ def group_assumptions(items: Iterable[Assumption]) -> list[tuple[str, list[str],
 # -- gathering -----------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class UnitsRead:
+    """A pipeline's units (every pipeline's when ``pipeline`` is None) as recorded by ``at``,
+    with their timelines: read once, so that reports built as of the same instant (``twice
+    status`` and ``twice decide --ledger``: their rows, then their health) share one read of a
+    large ledger instead of each reading it whole."""
+
+    at: datetime
+    pipeline: str | None
+    recorded: tuple[UnitRecord, ...]  # all of them, also those recorded after ``at``
+    units: tuple[UnitRecord, ...]  # those recorded by ``at``
+    timelines: Mapping[str, list[TimelineEvent]]
+
+
+def read_units(ledger: LedgerReader, at: datetime, pipeline: str | None = None, *,
+               task: str | None = None, starting: datetime | None = None) -> UnitsRead:
+    """The units (narrowed as :func:`gather` narrows them) and their timelines, as of ``at``."""
+    recorded = tuple(ledger.units(pipeline=pipeline, task=task, starting=starting))
+    units = tuple(u for u in recorded if u.created_at <= at)
+    return UnitsRead(at, pipeline, recorded, units,
+                     ledger.timelines([unit.uow_id for unit in units]))
+
+
 def gather(
     ledger: LedgerReader,
     *,
@@ -452,6 +475,7 @@ def gather(
     live: bool | None = None,
     task: str | None = None,
     starting: datetime | None = None,
+    read: UnitsRead | None = None,
 ) -> Evidence:
     """Read the ledger into an :class:`Evidence` model as of ``as_of`` (default: its clock now).
 
@@ -463,15 +487,18 @@ def gather(
     recorded none; it is marked as given by the caller. ``max_observation_age`` likewise fills
     in for decisions that recorded none; without either, staleness is left unstated.
     ``live`` (default: ``as_of`` not given): the report is of the present, so it may look at
-    this host's processes (``twice.engine.evidence.gather_evidence``).
+    this host's processes (``twice.engine.evidence.gather_evidence``). ``read``: the units
+    and timelines already read as of ``as_of`` for ``pipeline`` (:func:`read_units`).
     """
     moment = ledger.now() if as_of is None else as_of
     live = as_of is None if live is None else live
     if moment.utcoffset() is None:
         raise ReportError(f"as_of {moment.isoformat()} must be timezone-aware")
-    recorded = ledger.units(pipeline=pipeline, task=task, starting=starting)
-    units = [u for u in recorded if u.created_at <= moment]
-    timelines = ledger.timelines([unit.uow_id for unit in units])
+    if read is None:
+        read = read_units(ledger, moment, pipeline, task=task, starting=starting)
+    elif (read.at, read.pipeline, task, starting) != (moment, pipeline, None, None):
+        raise ReportError("gather: the units read are of another instant or pipeline")
+    recorded, units, timelines = read.recorded, list(read.units), read.timelines
     replaced = _superseded(units, timelines, moment)
     reports = [
         _with_plan(moment, _unit_report(unit, timelines[unit.uow_id], moment, deadline,
