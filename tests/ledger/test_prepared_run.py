@@ -136,9 +136,9 @@ def test_listeners_see_every_statement_and_ad_hoc_ones_are_not_cached(
         event.remove(engine, "before_cursor_execute", listen)
     assert [row["uow_id"] for row in found] == [uow.uow_id]
     assert any("twice_units_of_work" in statement for statement in seen)
-    cached = len(prepared._COMPILED)
+    cached = len(prepared._STATEMENTS)
     with engine.begin() as conn:
         for _ in range(3):
             ad_hoc = select(units).where(units.c.uow_id == uow.uow_id)
             assert run(conn, ad_hoc).first() is not None
-    assert len(prepared._COMPILED) == cached
+    assert len(prepared._STATEMENTS) == cached

@@ -157,26 +157,28 @@ class _Unsupported(Exception):
     """The statement is rendered per execution: it runs through ``Connection.execute``."""
 
 
-class _Compiled:
-    """One statement as its dialect's SQL string, with the processors of its parameters and
-    of its result columns."""
+_MISSING = object()
 
-    __slots__ = ("binds", "fixed", "positional", "results", "sql")
+
+class _Compiled:
+    """One statement as its dialect's SQL string, with what to do per parameter (in the
+    driver's order: its name, its type's processor, the value the statement was built with)
+    and the processors of its result columns."""
+
+    __slots__ = ("names", "params", "positional", "results", "row_converters", "sql")
 
     def __init__(self, statement: Any, dialect: Dialect, keys: Sequence[str]) -> None:
         compiled = statement.compile(dialect=dialect, column_keys=list(keys))
         if compiled.post_compile_params or compiled.literal_execute_params:
             raise _Unsupported  # expanding IN, literal execution
-        self.sql = compiled.string
-        self.positional: tuple[str, ...] | None = (
-            tuple(compiled.positiontup) if compiled.positional else None
-        )
-        self.binds: dict[str, Convert | None] = {}
-        self.fixed: dict[str, Any] = {}  # values the statement was built with (``x + 1``)
+        self.sql: str = compiled.string
+        self.positional = bool(compiled.positional)
+        fixed: dict[str, Any] = {}  # values the statement was built with (``x + 1``)
+        binds: dict[str, Convert | None] = {}
         for bind, name in compiled.bind_names.items():
-            self.binds[name] = bind.type.dialect_impl(dialect).bind_processor(dialect)
+            binds[name] = bind.type.dialect_impl(dialect).bind_processor(dialect)
             if not bind.required:
-                self.fixed[name] = bind.effective_value
+                fixed[name] = bind.effective_value
         if isinstance(statement, Insert):  # the columns left out get their scalar defaults
             for column in statement.table.columns:  # type: ignore[attr-defined]
                 default = column.default
@@ -184,7 +186,11 @@ class _Compiled:
                     continue
                 if not isinstance(default, ScalarElementColumnDefault):
                     raise _Unsupported  # computed per row by SQLAlchemy
-                self.fixed[column.key] = default.arg
+                fixed[column.key] = default.arg
+        order = compiled.positiontup if self.positional else list(binds)
+        self.params: tuple[tuple[str, Convert | None, Any], ...] = tuple(
+            (name, binds[name], fixed.get(name, _MISSING)) for name in order
+        )
         columns = getattr(statement, "selected_columns", None)
         if columns is None and isinstance(statement, (Insert, Update)):
             columns = [found["expr"] for found in statement.returning_column_descriptions]
@@ -192,51 +198,87 @@ class _Compiled:
             column.name: column.type.dialect_impl(dialect).result_processor(dialect, None)
             for column in (columns or ())
         }
+        # the result's column names and their processors, from the first result's description
+        self.names: list[str] | None = None
+        self.row_converters: list[Convert | None] = []
+
+    def arguments(self, values: Mapping[str, Any]) -> Any:
+        """The driver's parameters: a tuple in order (SQLite's ``?``) or a dict (psycopg's
+        ``%(name)s``)."""
+        converted = []
+        for name, convert, fixed in self.params:
+            value = values[name] if name in values or fixed is _MISSING else fixed
+            converted.append(value if convert is None else convert(value))
+        if self.positional:
+            return tuple(converted)
+        return dict(zip((name for name, _, _ in self.params), converted, strict=True))
+
+    def rows(self, description: Sequence[Any] | None, raw: Sequence[Any]) -> list[dict[str, Any]]:
+        """Rows as dicts, each value converted by its column type's result processor."""
+        if not raw or description is None:
+            return []
+        if self.names is None or len(self.names) != len(description):
+            self.names = [column[0] for column in description]
+            self.row_converters = [self.results.get(name) for name in self.names]
+        names = self.names
+        if not any(self.row_converters):
+            return [dict(zip(names, row, strict=True)) for row in raw]
+        converters = self.row_converters
+        return [
+            {name: value if convert is None or value is None else convert(value)
+             for name, convert, value in zip(names, converters, row, strict=True)}
+            for row in raw
+        ]
 
 
-_COMPILED: dict[tuple[int, str, tuple[str, ...]], tuple[Any, _Compiled | None]] = {}
+#: Per statement built once (keyed by identity, the statement kept to check it): whether
+#: its parameters name columns (INSERT, UPDATE), whether it is an INSERT, and its compiled
+#: forms per (dialect, parameter names).
+_STATEMENTS: dict[int, tuple[Any, bool, bool, dict[tuple[str, tuple[str, ...]],
+                                                    _Compiled | None]]] = {}
 
 
-def _compiled(statement: Any, dialect: Dialect, keys: tuple[str, ...]) -> _Compiled | None:
+def _compiled(statement: Any, dialect: Dialect, keys: tuple[str, ...],
+              forms: dict[tuple[str, tuple[str, ...]], _Compiled | None]) -> _Compiled | None:
     """``statement`` compiled for ``dialect`` with parameters ``keys`` (None: it cannot be)."""
-    key = (id(statement), dialect.name, keys)
-    found = _COMPILED.get(key)
-    if found is None or found[0] is not statement:
+    key = (dialect.name, keys)
+    if key not in forms:
         try:
-            found = (statement, _Compiled(statement, dialect, keys))
+            forms[key] = _Compiled(statement, dialect, keys)
         except _Unsupported:
-            found = (statement, None)
-        _COMPILED[key] = found
-    return found[1]
+            forms[key] = None
+    return forms[key]
 
 
 def run(conn: Connection, statement: Any, params: Mapping[str, Any] | None = None) -> Ran:
     """Execute ``statement`` with ``params`` in ``conn``'s transaction (see the module
     docstring for why it is not ``conn.execute``)."""
     values = {} if params is None else params
-    compiled = None
-    if statement in _BUILT:
-        # an INSERT's columns and an UPDATE's SET clause are those of the parameters
-        keys = tuple(values) if isinstance(statement, (Insert, Update)) else ()
-        compiled = _compiled(statement, conn.dialect, keys)
+    known = _STATEMENTS.get(id(statement))
+    if known is None or known[0] is not statement:
+        if statement not in _BUILT:
+            return _through_sqlalchemy(conn, statement, params)
+        known = (statement, isinstance(statement, (Insert, Update)),
+                 isinstance(statement, Insert), {})
+        _STATEMENTS[id(statement)] = known
+    _, keyed, inserts, forms = known
+    # an INSERT's columns and an UPDATE's SET clause are those of the parameters
+    compiled = _compiled(statement, conn.dialect, tuple(values) if keyed else (), forms)
     if compiled is None:
         return _through_sqlalchemy(conn, statement, params)
-    fixed = compiled.fixed
-    converted = {}
-    for name, convert in compiled.binds.items():
-        value = values[name] if name in values else fixed[name]
-        converted[name] = value if convert is None else convert(value)
-    arguments: Any = (
-        converted if compiled.positional is None
-        else tuple(converted[name] for name in compiled.positional)
-    )
+    arguments = compiled.arguments(values)
+    rowid = inserts and conn.dialect.name == "sqlite"
     if conn._has_events or conn.engine._has_events or conn._echo or not conn.in_transaction():
         # listeners and echo see every statement; outside a transaction, SQLAlchemy begins one
-        return _through_driver_sql(conn, compiled, statement, arguments)
-    return _on_cursor(conn, compiled, statement, arguments)
+        result = conn.exec_driver_sql(compiled.sql, arguments)
+        description = [(name,) for name in result.keys()] if result.returns_rows else None
+        raw = result.fetchall() if result.returns_rows else []
+        key = result.lastrowid if rowid and not raw else None
+        return Ran(compiled.rows(description, raw), result.rowcount, key)
+    return _on_cursor(conn, compiled, arguments, rowid)
 
 
-def _on_cursor(conn: Connection, compiled: _Compiled, statement: Any, arguments: Any) -> Ran:
+def _on_cursor(conn: Connection, compiled: _Compiled, arguments: Any, rowid: bool) -> Ran:
     """Run on a cursor of the transaction's own driver connection. A driver error is handed to
     the connection, which wraps it as ``Connection.execute`` would (``sqlalchemy.exc``
     classes, a lost connection invalidated)."""
@@ -245,40 +287,13 @@ def _on_cursor(conn: Connection, compiled: _Compiled, statement: Any, arguments:
         cursor.execute(compiled.sql, arguments)
         description = cursor.description
         raw = cursor.fetchall() if description is not None else []
-        names = [column[0] for column in description] if description is not None else []
-        key = cursor.lastrowid if not raw and _rowid_insert(conn, statement) else None
-        return Ran(_converted(compiled, names, raw), cursor.rowcount, key)
+        # SQLite: the key an INSERT wrote (PostgreSQL inserts say RETURNING: inserting_returning)
+        key = cursor.lastrowid if rowid and not raw else None
+        return Ran(compiled.rows(description, raw), cursor.rowcount, key)
     except BaseException as exc:
         conn._handle_dbapi_exception(exc, compiled.sql, arguments, cursor, None)
     finally:
         cursor.close()
-
-
-def _through_driver_sql(conn: Connection, compiled: _Compiled, statement: Any,
-                        arguments: Any) -> Ran:
-    result = conn.exec_driver_sql(compiled.sql, arguments)
-    raw = result.fetchall() if result.returns_rows else []
-    names = list(result.keys()) if result.returns_rows else []
-    key = result.lastrowid if not raw and _rowid_insert(conn, statement) else None
-    return Ran(_converted(compiled, names, raw), result.rowcount, key)
-
-
-def _rowid_insert(conn: Connection, statement: Any) -> bool:
-    """Whether the driver's ``lastrowid`` is the key an INSERT wrote (SQLite; PostgreSQL
-    inserts say ``RETURNING``: see ``inserting_returning``)."""
-    return conn.dialect.name == "sqlite" and isinstance(statement, Insert)
-
-
-def _converted(compiled: _Compiled, names: list[str], raw: Sequence[Any]) -> list[dict[str, Any]]:
-    """Rows as dicts, each value converted by its column type's result processor."""
-    if not raw:
-        return []
-    processors = [compiled.results.get(name) for name in names]
-    return [
-        {name: value if convert is None or value is None else convert(value)
-         for name, convert, value in zip(names, processors, row, strict=True)}
-        for row in raw
-    ]
 
 
 def _through_sqlalchemy(conn: Connection, statement: Any, params: Mapping[str, Any] | None
