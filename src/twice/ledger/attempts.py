@@ -13,8 +13,8 @@ from twice.ledger import inserted, units
 from twice.ledger import lease as leasing
 from twice.ledger.checks import count, past, text
 from twice.ledger.errors import LedgerError
-from twice.ledger.journal import append_event
-from twice.ledger.prepared import inserting, prepare, rows_where, run, update_where
+from twice.ledger.journal import event_row, insert_after_event, update_after_event
+from twice.ledger.prepared import prepare, rows_where, run
 from twice.ledger.records import AttemptRecord
 from twice.ledger.rows import ATTEMPT, first
 from twice.ledger.schema import attempts, job_generations
@@ -59,8 +59,7 @@ class AttemptStore:
             summary = f"attempt {number} started by {holder}"
             if generation is not None or job_id is not None:
                 summary += f" (generation {generation}, job {job_id})"
-            seq = append_event(
-                conn,
+            event = event_row(
                 kind="attempt-started",
                 at=started,
                 recorded_at=now,
@@ -72,7 +71,7 @@ class AttemptStore:
             row = {"uow_id": uow_id, "number": number, "holder": holder,
                    "generation": generation, "job_id": job_id, "started_at": started,
                    "finished_at": None, "outcome": "running"}
-            run(conn, inserting(attempts), {"started_seq": seq, **row})
+            insert_after_event(conn, event, attempts, row, seq_column="started_seq")
             inserted.wrote(conn, attempts.name, uow_id)
             changed(conn, uow_id)
             units.attempt_seen(conn, uow_id, number)
@@ -173,8 +172,7 @@ def close(
     recorded_at: datetime, summary: str, **data: object,
 ) -> AttemptRecord:
     """Journal and store how attempt ``current`` ended; ``data`` adds to the event's data."""
-    seq = append_event(
-        conn,
+    event = event_row(
         kind="attempt-finished",
         at=finished,
         recorded_at=recorded_at,
@@ -183,7 +181,8 @@ def close(
         attempt=current.number,
         data={"outcome": outcome, "previous_outcome": current.outcome, **data},
     )
-    update_where(conn, attempts, {"uow_id": current.uow_id, "number": current.number},
-                 {"outcome": outcome, "finished_at": finished, "finished_seq": seq})
+    update_after_event(conn, event, attempts,
+                       {"uow_id": current.uow_id, "number": current.number},
+                       {"outcome": outcome, "finished_at": finished}, seq_column="finished_seq")
     changed(conn, current.uow_id)
     return replace(current, outcome=outcome, finished_at=finished)

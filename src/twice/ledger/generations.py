@@ -15,8 +15,8 @@ from sqlalchemy.exc import IntegrityError
 from twice.ledger import inserted, units
 from twice.ledger.checks import count, text
 from twice.ledger.errors import LedgerError
-from twice.ledger.journal import append_event, unit_entries
-from twice.ledger.prepared import inserting, prepare, rows_where, run, update_where
+from twice.ledger.journal import event_row, insert_after_event, unit_entries, update_after_event
+from twice.ledger.prepared import prepare, rows_where, run
 from twice.ledger.records import (
     GENERATION_STATES,
     GenerationState,
@@ -106,8 +106,7 @@ class GenerationStore:
             clash = run(conn, _JOB_OWNER, {"job_id": job_id}).scalar()
             if clash is not None:
                 raise LedgerError(f"job id {job_id} is already used by unit of work {clash}")
-        seq = append_event(
-            conn,
+        event = event_row(
             kind="job-generation",
             at=now,
             recorded_at=now,
@@ -120,7 +119,7 @@ class GenerationStore:
         row = {"uow_id": uow_id, "generation": number, "job_id": job_id, "state": "active",
                "created_at": now, "updated_at": now}
         try:
-            run(conn, inserting(job_generations), {"seq": seq, **row})
+            insert_after_event(conn, event, job_generations, row)
             inserted.wrote(conn, job_generations.name, uow_id)
         except IntegrityError:  # the number is free (checked above): the job id is taken
             raise LedgerError(
@@ -146,8 +145,7 @@ class GenerationStore:
                     f"job generation {generation} of {uow_id} is {current.state}; "
                     f"it cannot become {state}"
                 )
-            append_event(
-                conn,
+            event = event_row(
                 kind="generation-marked",
                 at=now,
                 recorded_at=now,
@@ -155,8 +153,9 @@ class GenerationStore:
                 uow_id=uow_id,
                 data={"generation": generation, "state": state, "previous_state": current.state},
             )
-            update_where(conn, job_generations, {"uow_id": uow_id, "generation": generation},
-                         {"state": state, "updated_at": now})
+            update_after_event(conn, event, job_generations,
+                               {"uow_id": uow_id, "generation": generation},
+                               {"state": state, "updated_at": now})
         return replace(current, state=state, updated_at=now)
 
     def all(self, uow_id: str) -> list[JobGenerationRecord]:

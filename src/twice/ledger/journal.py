@@ -9,13 +9,22 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
+from functools import cache
 from typing import Any, TypeVar
 
-from sqlalchemy import Column, Table
+from sqlalchemy import Column, Table, bindparam, insert, select, update
 from sqlalchemy.engine import Connection
 
 from twice.ledger import inserted
-from twice.ledger.prepared import inserting, inserting_returning, rows_where, run
+from twice.ledger.prepared import (
+    WHERE_PREFIX,
+    inserting,
+    inserting_returning,
+    prepare,
+    rows_where,
+    run,
+    update_where,
+)
 from twice.ledger.records import EventKind, ObservationRecord
 from twice.ledger.rows import OBSERVATION, RowMapper, encode_detail
 from twice.ledger.schema import events, observations
@@ -35,10 +44,96 @@ def append_event(
     data: Mapping[str, Any] | None = None,
 ) -> int:
     """Append one journal entry and return its ``seq``."""
-    return inserted_key(conn, events, {
-        "kind": kind, "uow_id": uow_id, "attempt": attempt, "at": at,
-        "recorded_at": recorded_at, "summary": summary, "data": encode_detail(data),
-    })
+    return inserted_key(conn, events, event_row(
+        kind=kind, at=at, recorded_at=recorded_at, summary=summary, uow_id=uow_id,
+        attempt=attempt, data=data))
+
+
+def event_row(
+    *, kind: EventKind, at: datetime, recorded_at: datetime, summary: str,
+    uow_id: str | None = None, attempt: int | None = None,
+    data: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The ``twice_events`` row of one journal entry (its ``seq`` is given on insert)."""
+    return {"kind": kind, "uow_id": uow_id, "attempt": attempt, "at": at,
+            "recorded_at": recorded_at, "summary": summary, "data": encode_detail(data)}
+
+
+# -- an event and its detail row in one statement (PostgreSQL) -----------------------------------
+#
+# On PostgreSQL every statement is a round trip to the server, and a unit's bookkeeping is
+# bound by them (issue 23). Journaling an event and writing the detail row that carries its
+# ``seq`` is therefore one statement there: a data-modifying CTE inserts the event, and the
+# INSERT or UPDATE of the detail row takes the ``seq`` it returned. SQLite runs the two
+# statements, which cost no round trip. Either way both are in the caller's transaction.
+
+_EVENT_PREFIX = "event_"
+_EVENT_KEYS = ("kind", "uow_id", "attempt", "at", "recorded_at", "summary", "data")
+
+
+def _event_cte() -> Any:
+    values = {key: bindparam(_EVENT_PREFIX + key, type_=events.c[key].type)
+              for key in _EVENT_KEYS}
+    return insert(events).values(values).returning(events.c.seq).cte("journal_event")
+
+
+@cache
+def _insert_after_event(table: Table, seq_column: str, keys: tuple[str, ...]) -> Any:
+    """``WITH journal_event AS (INSERT INTO twice_events ... RETURNING seq) INSERT INTO table
+    (seq_column, keys...) SELECT seq, :key... FROM journal_event RETURNING seq_column``."""
+    event = _event_cte()
+    chosen = select(event.c.seq, *(bindparam(key, type_=table.c[key].type) for key in keys))
+    statement = insert(table).from_select([seq_column, *keys], chosen)
+    return prepare(statement.returning(table.c[seq_column]))
+
+
+@cache
+def _update_after_event(table: Table, seq_column: str | None, where: tuple[str, ...],
+                        keys: tuple[str, ...], null: tuple[str, ...]) -> Any:
+    """``WITH journal_event AS (INSERT ...) UPDATE table SET keys..., seq_column = (SELECT seq
+    FROM journal_event) WHERE where... AND null... IS NULL``."""
+    event = _event_cte()
+    values: dict[str, Any] = {key: bindparam(key, type_=table.c[key].type) for key in keys}
+    if seq_column is not None:
+        values[seq_column] = select(event.c.seq).scalar_subquery()
+    statement = update(table).where(
+        *(table.c[name] == bindparam(WHERE_PREFIX + name, type_=table.c[name].type)
+          for name in where),
+        *(table.c[name].is_(None) for name in null),
+    ).values(values).add_cte(event)
+    return prepare(statement)
+
+
+def _event_params(event: Mapping[str, Any]) -> dict[str, Any]:
+    return {_EVENT_PREFIX + key: event[key] for key in _EVENT_KEYS}
+
+
+def insert_after_event(conn: Connection, event: Mapping[str, Any], table: Table,
+                       values: Mapping[str, Any], *, seq_column: str = "seq") -> int:
+    """Journal ``event`` (:func:`event_row`) and insert ``values`` into ``table`` with the
+    event's ``seq`` in ``seq_column``; returns the ``seq``."""
+    if conn.dialect.name != "postgresql":
+        seq = inserted_key(conn, events, event)
+        run(conn, inserting(table), {seq_column: seq, **values})
+        return seq
+    statement = _insert_after_event(table, seq_column, tuple(values))
+    return run(conn, statement, {**_event_params(event), **values}).inserted_key
+
+
+def update_after_event(conn: Connection, event: Mapping[str, Any], table: Table,
+                       where: Mapping[str, Any], values: Mapping[str, Any], *,
+                       seq_column: str | None = None, null: tuple[str, ...] = ()) -> int:
+    """Journal ``event`` and set ``values`` (and the event's ``seq`` in ``seq_column``) in
+    the rows of ``table`` whose columns equal ``where`` and whose ``null`` columns are NULL;
+    returns the number of rows updated."""
+    if conn.dialect.name != "postgresql":
+        seq = inserted_key(conn, events, event)
+        extra = {} if seq_column is None else {seq_column: seq}
+        return update_where(conn, table, where, {**values, **extra}, null=null).rowcount
+    statement = _update_after_event(table, seq_column, tuple(where), tuple(values), null)
+    params = {**_event_params(event), **values,
+              **{WHERE_PREFIX + name: value for name, value in where.items()}}
+    return run(conn, statement, params).rowcount
 
 
 def inserted_key(conn: Connection, table: Table, values: Mapping[str, Any]) -> int:
@@ -63,12 +158,11 @@ def append_entry(
     the event happened ``at`` (default: when recorded).
     """
     recorded_at = values["recorded_at"]
-    seq = append_event(
-        conn, kind=kind, at=recorded_at if at is None else at, recorded_at=recorded_at,
+    event = event_row(
+        kind=kind, at=recorded_at if at is None else at, recorded_at=recorded_at,
         summary=summary, uow_id=values.get("uow_id"), attempt=values.get("attempt"), data=data,
     )
-    row = {"seq": seq, **values}
-    run(conn, inserting(table), row)
+    row = {"seq": insert_after_event(conn, event, table, values), **values}
     inserted.wrote(conn, table.name, values.get("uow_id"), row)  # times are UTC (checks.aware)
     return row
 

@@ -91,14 +91,14 @@ def inserting_returning(table: Table) -> Insert:
 
 #: Prefix of the bound parameters an UPDATE compares with: a parameter named after a column
 #: would set that column (the SET clause is made of the parameters that name columns).
-_WHERE = "where_"
+WHERE_PREFIX = "where_"
 
 
 @cache
 def updating(table: Table, *columns: str, null: tuple[str, ...] = ()) -> Update:
     """``UPDATE table SET ... WHERE column = :where_column AND ... AND n IS NULL``."""
     return _built(update(table).where(
-        *(table.c[name] == bindparam(_WHERE + name) for name in columns),
+        *(table.c[name] == bindparam(WHERE_PREFIX + name) for name in columns),
         *(table.c[name].is_(None) for name in null),
     ))
 
@@ -109,7 +109,7 @@ def update_where(
 ) -> Ran:
     """Set ``values`` in the rows of ``table`` whose columns equal ``where`` (and whose
     ``null`` columns are NULL)."""
-    params = {**values, **{_WHERE + name: value for name, value in where.items()}}
+    params = {**values, **{WHERE_PREFIX + name: value for name, value in where.items()}}
     return run(conn, updating(table, *where, null=null), params)
 
 
