@@ -19,6 +19,7 @@ import os
 import re
 import sqlite3
 import time
+from collections.abc import Mapping
 from contextlib import closing
 from pathlib import Path
 from typing import Any
@@ -295,7 +296,7 @@ def is_postgres(conn: Connection) -> bool:
     return conn.dialect.name == "postgresql"
 
 
-def insert_ignore(conn: Connection, table: Table, values: dict[str, Any]) -> bool:
+def insert_ignore(conn: Connection, table: Table, values: Mapping[str, Any]) -> bool:
     """INSERT the row unless its key exists; True if this call inserted it.
 
     On PostgreSQL a concurrent uncommitted insert of the same key makes this wait for that

@@ -13,9 +13,11 @@ from functools import cache
 from typing import Any, TypeVar
 
 from sqlalchemy import Column, Table, bindparam, insert, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import Connection
 
 from twice.ledger import inserted
+from twice.ledger.engine import insert_ignore
 from twice.ledger.prepared import (
     WHERE_PREFIX,
     inserting,
@@ -102,6 +104,42 @@ def _update_after_event(table: Table, seq_column: str | None, where: tuple[str, 
         *(table.c[name].is_(None) for name in null),
     ).values(values).add_cte(event)
     return prepare(statement)
+
+
+@cache
+def _insert_new_then_event(table: Table, keys: tuple[str, ...]) -> Any:
+    """``WITH new_row AS (INSERT INTO table ... ON CONFLICT DO NOTHING RETURNING uow_id)
+    INSERT INTO twice_events ... SELECT ..., new_row.uow_id, ... FROM new_row RETURNING seq``:
+    the event is journaled only when the row was inserted."""
+    new_row = (
+        pg_insert(table)
+        .values({key: bindparam(key, type_=table.c[key].type) for key in keys})
+        .on_conflict_do_nothing()
+        .returning(table.c.uow_id)
+        .cte("new_row")
+    )
+    chosen = select(*(
+        new_row.c.uow_id if key == "uow_id"
+        else bindparam(_EVENT_PREFIX + key, type_=events.c[key].type)
+        for key in _EVENT_KEYS
+    ))
+    return prepare(insert(events).from_select(list(_EVENT_KEYS), chosen)
+                   .returning(events.c.seq))
+
+
+def insert_new_then_event(conn: Connection, table: Table, values: Mapping[str, Any],
+                          event: Mapping[str, Any]) -> int | None:
+    """Insert ``values`` into ``table`` unless its key exists and, only if it was inserted,
+    journal ``event`` about the row's ``uow_id``; the event's ``seq``, or None when the row
+    existed. On PostgreSQL a concurrent uncommitted insert of the same key makes this wait
+    for that transaction (``engine.insert_ignore``)."""
+    if conn.dialect.name != "postgresql":
+        return inserted_key(conn, events, event) if insert_ignore(conn, table, values) else None
+    statement = _insert_new_then_event(table, tuple(values))
+    params = {**{key: value for key, value in _event_params(event).items()
+                 if key != _EVENT_PREFIX + "uow_id"}, **values}
+    found = run(conn, statement, params).first()
+    return None if found is None else int(found["seq"])
 
 
 def _event_params(event: Mapping[str, Any]) -> dict[str, Any]:

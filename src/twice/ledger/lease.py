@@ -40,7 +40,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
-from sqlalchemy import ColumnElement, func, select, text, update
+from sqlalchemy import ColumnElement, bindparam, func, literal_column, select, text, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import Connection
 
 from twice.ledger import inserted, lease_holders, units
@@ -106,6 +107,19 @@ _NEXT_TOKEN = prepare(
 )
 
 
+#: PostgreSQL: ``INSERT`` a unit's first lease row with the next token of the sequence, unless
+#: the row exists; returns the token when it inserted the row.
+_INSERT_NEW_LEASE = prepare(
+    pg_insert(leases)
+    .values({**{name: bindparam(name, type_=leases.c[name].type)
+                for name in ("uow_id", "holder", "acquired_at", "renewed_at", "expires_at",
+                             "released_at")},
+             "token": literal_column(f"nextval('{LEASE_TOKEN_SEQUENCE}')")})
+    .on_conflict_do_nothing()
+    .returning(leases.c.token)
+)
+
+
 def next_fencing_token(conn: Connection) -> int:
     """The next value of the ledger-wide lease token sequence (1 in a new ledger).
 
@@ -163,20 +177,24 @@ def _acquire(
     if current is None:
         now = clock()
         expires_at = now + ttl
-        token = next_fencing_token(conn)
         fresh = {
             "uow_id": uow_id,
             "holder": holder,
-            "token": token,
             "acquired_at": now,
             "renewed_at": now,
             "expires_at": expires_at,
             "released_at": None,
         }
-        taken = insert_ignore(conn, leases, fresh)
+        if is_postgres(conn):  # the token drawn in the INSERT itself: one round trip
+            token = run(conn, _INSERT_NEW_LEASE, fresh).scalar()
+            taken = token is not None
+        else:
+            token = next_fencing_token(conn)
+            taken = insert_ignore(conn, leases, {**fresh, "token": token})
         inserted.wrote(conn, leases.name, uow_id)
         if taken:
-            return LeaseResult(acquired=True, holder=holder, expires_at=expires_at, token=token)
+            return LeaseResult(acquired=True, holder=holder, expires_at=expires_at,
+                               token=int(token))
         # PostgreSQL: another transaction inserted the row first and we waited for its commit.
         # The token taken above is dropped (a gap): one taken before the row was locked could
         # be lower than the winner's.

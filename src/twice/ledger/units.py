@@ -9,9 +9,9 @@ from sqlalchemy.engine import Connection
 from twice.core.unit import UnitOfWork
 from twice.ledger import inserted as inserted_here
 from twice.ledger.checks import aware, count, text
-from twice.ledger.engine import insert_ignore, is_postgres
+from twice.ledger.engine import is_postgres
 from twice.ledger.errors import LedgerError, UnknownUnitError
-from twice.ledger.journal import append_event
+from twice.ledger.journal import event_row, insert_new_then_event
 from twice.ledger.prepared import rows_where, run
 from twice.ledger.records import UnitRecord
 from twice.ledger.rows import UNIT, first
@@ -40,16 +40,15 @@ class UnitStore:
             "interval_end_utc": uow.interval.end,
             "created_at": now,
         }
-        if insert_ignore(conn, units, values):
-            append_event(
-                conn,
-                kind="unit-recorded",
-                at=now,
-                recorded_at=now,
-                summary=f"unit of work recorded: {uow.pipeline}.{uow.task} {uow.interval}",
-                uow_id=uow_id,
-                data=identity,
-            )
+        event = event_row(
+            kind="unit-recorded",
+            at=now,
+            recorded_at=now,
+            summary=f"unit of work recorded: {uow.pipeline}.{uow.task} {uow.interval}",
+            uow_id=uow_id,
+            data=identity,
+        )
+        if insert_new_then_event(conn, units, values, event) is not None:
             # what a read would return (times as UTC), without reading it back
             inserted = UNIT({**values, "created_at": now.astimezone(UTC)})
             _known_in_transaction(conn)[uow_id] = inserted
