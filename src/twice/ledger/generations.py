@@ -108,7 +108,6 @@ class GenerationStore:
                 raise LedgerError(f"job id {job_id} is already used by unit of work {clash}")
         event = event_row(
             kind="job-generation",
-            at=now,
             recorded_at=now,
             summary=f"job generation {number}: {job_id}"
             + (" (a deliberate rerun: supersedes the succeeded one)" if supersede else ""),
@@ -147,7 +146,6 @@ class GenerationStore:
                 )
             event = event_row(
                 kind="generation-marked",
-                at=now,
                 recorded_at=now,
                 summary=f"job generation {generation} ({current.job_id}) marked {state}",
                 uow_id=uow_id,

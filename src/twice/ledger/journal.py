@@ -52,13 +52,15 @@ def append_event(
 
 
 def event_row(
-    *, kind: EventKind, at: datetime, recorded_at: datetime, summary: str,
+    *, kind: EventKind, recorded_at: datetime, summary: str, at: datetime | None = None,
     uow_id: str | None = None, attempt: int | None = None,
     data: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The ``twice_events`` row of one journal entry (its ``seq`` is given on insert)."""
-    return {"kind": kind, "uow_id": uow_id, "attempt": attempt, "at": at,
-            "recorded_at": recorded_at, "summary": summary, "data": encode_detail(data)}
+    """The ``twice_events`` row of one journal entry (its ``seq`` is given on insert); the
+    event happened ``at`` (default: when recorded)."""
+    return {"kind": kind, "uow_id": uow_id, "attempt": attempt,
+            "at": recorded_at if at is None else at, "recorded_at": recorded_at,
+            "summary": summary, "data": encode_detail(data)}
 
 
 # -- an event and its detail row in one statement (PostgreSQL) -----------------------------------
@@ -197,7 +199,7 @@ def append_entry(
     """
     recorded_at = values["recorded_at"]
     event = event_row(
-        kind=kind, at=recorded_at if at is None else at, recorded_at=recorded_at,
+        kind=kind, at=at, recorded_at=recorded_at,
         summary=summary, uow_id=values.get("uow_id"), attempt=values.get("attempt"), data=data,
     )
     row = {"seq": insert_after_event(conn, event, table, values), **values}

@@ -42,7 +42,6 @@ class UnitStore:
         }
         event = event_row(
             kind="unit-recorded",
-            at=now,
             recorded_at=now,
             summary=f"unit of work recorded: {uow.pipeline}.{uow.task} {uow.interval}",
             uow_id=uow_id,
