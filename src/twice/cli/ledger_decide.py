@@ -219,6 +219,19 @@ def add_health(ledger: Any, at: Any, rows: list[dict[str, Any]], pipeline: str |
     return scope(evidence.units)
 
 
+def rows_with_health(
+    ledger: LedgerReader, as_of: datetime | None, settings_for: SettingsFor | None = None, *,
+    pipeline: str | None = None, live: bool,
+) -> tuple[datetime, list[dict[str, Any]], Any]:
+    """:func:`unit_rows`, then :func:`add_health`, from one read of the units and their
+    timelines (``twice.reports.gather.read_units``); the instant, the rows and the scope."""
+    from twice.reports.gather import read_units
+
+    read = read_units(ledger, ledger.now() if as_of is None else as_of, pipeline)
+    at, rows = unit_rows(ledger, as_of, settings_for, pipeline=pipeline, read=read)
+    return at, rows, add_health(ledger, at, rows, pipeline, live=live, read=read)
+
+
 def _settled(row: dict[str, Any]) -> bool:
     """A row whose unit needs nothing (verified, asserted, superseded: its health awaits no
     action) though the planner's raw decision names one."""
@@ -280,12 +293,8 @@ def decide_over_ledger(ledger_url: str, as_of: str | None, output_format: str) -
         print(f"twice decide: {exc}", file=sys.stderr)
         return exit_code_for(exc)
     with ledger:
-        from twice.reports.gather import read_units
-
-        read = read_units(ledger, ledger.now() if at is None else at)
-        at, rows = unit_rows(ledger, at, read=read)
-        # a verified unit needs nothing
-        add_health(ledger, at, rows, None, live=as_of is None, read=read)
+        # with the health: a verified unit needs nothing
+        at, rows, _ = rows_with_health(ledger, at, live=as_of is None)
         report = _report(ledger, at, rows)
     if output_format == "table":
         _table(report, sys.stdout)

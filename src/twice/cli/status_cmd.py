@@ -25,7 +25,6 @@ import click
 
 from twice.cli.console import echo
 from twice.cli.exits import exit_on_error
-from twice.cli.ledger_decide import add_health
 from twice.cli.options import (
     json_option,
     ledger_option,
@@ -70,7 +69,7 @@ Examples:
 def status(ledger_url: str | None, pipeline: str | None, pipeline_file: str | None,
            as_of: str | None, as_json: bool) -> None:
     """Table of units of work and what the planner would do now."""
-    from twice.cli.ledger_decide import open_existing_ledger, parse_as_of, unit_rows
+    from twice.cli.ledger_decide import open_existing_ledger, parse_as_of, rows_with_health
 
     settings_for = None
     at = parse_as_of(as_of)
@@ -88,12 +87,9 @@ def status(ledger_url: str | None, pipeline: str | None, pipeline_file: str | No
             from twice.reports.source import describe, require_pipeline
 
             require_pipeline(ledger, pipeline, describe(ledger_url))
-        from twice.reports.gather import read_units
-
-        read = read_units(ledger, ledger.now() if at is None else at, pipeline)
-        at, rows = unit_rows(ledger, at, settings_for, pipeline=pipeline, read=read)
+        at, rows, headline = rows_with_health(ledger, at, settings_for, pipeline=pipeline,
+                                              live=as_of is None)
         label = ledger.url
-        headline = add_health(ledger, at, rows, pipeline, live=as_of is None, read=read)
     if as_json:
         from twice.engine.evidence import iso
 

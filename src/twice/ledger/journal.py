@@ -12,7 +12,7 @@ from datetime import datetime
 from functools import cache
 from typing import Any, TypeVar
 
-from sqlalchemy import Column, Table, bindparam, insert, select, update
+from sqlalchemy import Column, Table, bindparam, insert, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import Connection
 
@@ -26,6 +26,7 @@ from twice.ledger.prepared import (
     rows_where,
     run,
     update_where,
+    updating,
 )
 from twice.ledger.records import EventKind, ObservationRecord
 from twice.ledger.rows import OBSERVATION, RowMapper, encode_detail
@@ -100,12 +101,7 @@ def _update_after_event(table: Table, seq_column: str | None, where: tuple[str, 
     values: dict[str, Any] = {key: bindparam(key, type_=table.c[key].type) for key in keys}
     if seq_column is not None:
         values[seq_column] = select(event.c.seq).scalar_subquery()
-    statement = update(table).where(
-        *(table.c[name] == bindparam(WHERE_PREFIX + name, type_=table.c[name].type)
-          for name in where),
-        *(table.c[name].is_(None) for name in null),
-    ).values(values).add_cte(event)
-    return prepare(statement)
+    return prepare(updating(table, *where, null=null).values(values).add_cte(event))
 
 
 @cache

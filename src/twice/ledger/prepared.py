@@ -9,10 +9,12 @@ parameter per compared column (named after the column), and executed with a para
 Even a cached statement costs SQLAlchemy's execution context (about 25-50 µs: cache key,
 parameter processing, result metadata), several times the driver's own work, and a unit runs
 about 26 of them. :func:`run` executes a statement built here as the SQL string it compiled to
-once per dialect, through ``Connection.exec_driver_sql`` (so the transaction, the engine's
-events and the wrapping of driver errors are SQLAlchemy's as before), converting parameters
-and result values with the column types' own processors (``UTCDateTime`` among them). A
-statement not built here runs through ``Connection.execute`` and reads the same.
+once per dialect, on the transaction's own driver cursor (a driver error is wrapped by the
+connection as ``Connection.execute`` wraps it), converting parameters and result values with
+the column types' own processors (``UTCDateTime`` among them). With statement listeners or
+echo on the engine, or outside a transaction, it goes through ``Connection.exec_driver_sql``
+instead, so they see every statement; a statement not built here runs through
+``Connection.execute``. All read the same.
 """
 
 from __future__ import annotations
