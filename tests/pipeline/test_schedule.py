@@ -414,3 +414,47 @@ def test_forms_python_would_read_as_something_else_are_refused(text: str) -> Non
     only, and nanoseconds were cut without a word."""
     with pytest.raises(ScheduleError, match="is not an ISO date or datetime"):
         Schedule.daily("UTC").parse_interval_arg(text)
+
+
+@settings(max_examples=150, deadline=None)
+@given(schedule=st.sampled_from(SCHEDULES), when=instants, count=st.integers(1, 40))
+def test_every_interval_a_schedule_makes_is_its_own_canonical_spelling(
+    schedule: Schedule, when: datetime, count: int
+) -> None:
+    """``iter_intervals`` remembers each interval it makes as its own canonical answer, so a
+    long plan never searches the grid: the search must give the same spelling."""
+    start = schedule.interval_for(when).start
+    end = schedule.interval_for(when + count * schedule.nominal_duration).end
+    for tile in schedule.iter_intervals(start, end):
+        found = schedule._find_canonical(tile)
+        assert (found.start.isoformat(), found.end.isoformat()) == (
+            tile.start.isoformat(), tile.end.isoformat())
+
+
+def test_a_remembered_interval_still_answers_other_spellings_canonically() -> None:
+    schedule = Schedule.daily(LISBON)
+    made = next(schedule.iter_intervals(date(2026, 7, 1), date(2026, 7, 2)))
+    respelled = Interval(made.start.astimezone(UTC), made.end.astimezone(UTC))
+    assert respelled.start.isoformat() != made.start.isoformat()
+    assert schedule.canonical(respelled).start.isoformat() == "2026-07-01T00:00:00+01:00"
+
+
+FIXED_ZONES = ["UTC", "Etc/UTC", "GMT", "Etc/GMT+5", "Etc/GMT-14", "Zulu"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(kind=st.sampled_from(["daily", "hourly"]), tz=st.sampled_from(FIXED_ZONES),
+       lo=instants, span=st.integers(0, 24 * 90 * 60), tick=st.integers(0, 59))
+def test_fixed_offset_zones_find_the_same_boundaries_by_arithmetic(
+    kind: str, tz: str, lo: datetime, span: int, tick: int
+) -> None:
+    """A zone that never changes its offset gets its grid by arithmetic (fast path); it must
+    be exactly the grid asking the zone about each mark gives."""
+    schedule = Schedule.daily(tz) if kind == "daily" else Schedule.hourly(tz)
+    lo = lo.replace(minute=tick) if tick % 3 else lo.replace(minute=0, second=0, microsecond=0)
+    hi = lo + timedelta(minutes=span)
+    offset = schedule.zone.utcoffset(lo)
+    assert offset is not None
+    fast = list(schedule._fixed_points(lo, hi, offset))
+    slow = list(schedule._calendar_points(lo, hi))
+    assert fast == slow

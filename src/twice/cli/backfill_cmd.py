@@ -321,7 +321,7 @@ def _print_plan_stream(header: dict[str, Any], intervals: int, items: Iterable[P
 
 
 PLAN_COLUMNS = ("interval", "task", "action", "reason")
-_PLAIN_CELL = re.compile(r"[ -Z\\-~]*")  # printable ASCII without "[" (Rich markup)
+_PLAIN_TEXT = re.compile(r"[ -Z\\-~\n]*")  # printable ASCII without "[" (Rich markup), lines
 
 
 def _plain_table(console: Any, columns: Sequence[str], cells: Sequence[Sequence[str]],
@@ -337,8 +337,11 @@ def _plain_table(console: Any, columns: Sequence[str], cells: Sequence[Sequence[
     if console.color_system is not None or not console.soft_wrap:
         return None
     texts = [*columns, *(text for row in cells for text in row), title or ""]
-    if any(_PLAIN_CELL.fullmatch(text) is None or Emoji.replace(text) != text
-           for text in texts):  # ":smile:" is an emoji to Rich
+    # checked as one text: no cell may hold a newline (so the count is exact), and neither
+    # the plain-character class nor an emoji code (":smile:", no whitespace inside) spans one
+    joined = "\n".join(texts)
+    if (joined.count("\n") != len(texts) - 1 or _PLAIN_TEXT.fullmatch(joined) is None
+            or Emoji.replace(joined) != joined):
         return None
     widths = [max([len(column)] if show_header else [0], default=0) for column in columns]
     for texts_ in cells:

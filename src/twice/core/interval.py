@@ -8,8 +8,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, time, timedelta, timezone
+from functools import cached_property
 
 from twice.errors import InputError
+
+_FIXED_ZONES: dict[timedelta, timezone] = {}
+_FIXED_ZONES_KEPT = 512
+
+
+def fixed_zone(offset: timedelta) -> timezone:
+    """``timezone(offset)``, one shared instance per offset: a bound already pinned to it needs
+    no conversion (a schedule makes its intervals' bounds with it)."""
+    zone = _FIXED_ZONES.get(offset)
+    if zone is None:
+        zone = timezone(offset)
+        if len(_FIXED_ZONES) < _FIXED_ZONES_KEPT:  # real offsets are few; odd ones not kept
+            zone = _FIXED_ZONES.setdefault(offset, zone)
+    return zone
 
 
 class IntervalError(InputError):
@@ -39,7 +54,9 @@ class Interval:
             # fall-back hour wrong.
             offset = value.utcoffset()
             assert offset is not None
-            object.__setattr__(self, name, value.astimezone(timezone(offset)))
+            zone = fixed_zone(offset)
+            if value.tzinfo is not zone:
+                object.__setattr__(self, name, value.astimezone(zone))
         if self.end == self.start:
             raise IntervalError(
                 f"zero-width interval at {self.start.isoformat()}: start == end would select "
@@ -59,9 +76,10 @@ class Interval:
         """Half-open membership: start <= instant < end."""
         return self.start <= instant < self.end
 
-    @property
+    @cached_property
     def label(self) -> str:
-        """Stable, human-readable key: ``2026-11-30T00:00:00+00:00/2026-12-01T00:00:00+00:00``."""
+        """Stable, human-readable key: ``2026-11-30T00:00:00+00:00/2026-12-01T00:00:00+00:00``
+        (made once: the bounds are frozen, and plans and ledgers key by it)."""
         return f"{self.start.isoformat()}/{self.end.isoformat()}"
 
     @property

@@ -9,14 +9,22 @@ change is a new input version, hence a new unit of work, never a hidden "equival
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from dataclasses import dataclass
 from functools import cached_property
+from json.encoder import encode_basestring_ascii  # type: ignore[attr-defined]
 
 from twice.core.interval import Interval
 
 _JOB_ID_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+
+
+def identity_json(identity: dict[str, str]) -> str:
+    """``json.dumps(identity, sort_keys=True, separators=(",", ":"))`` of a dict of strings,
+    byte for byte (the same C escaping, ASCII-only), without the encoder's per-call set-up:
+    planning 100,000 units hashes one identity each."""
+    return "{" + ",".join(f"{encode_basestring_ascii(key)}:{encode_basestring_ascii(value)}"
+                          for key, value in sorted(identity.items())) + "}"
 
 
 @dataclass(frozen=True)
@@ -44,12 +52,12 @@ class UnitOfWork:
 
     @cached_property
     def uow_id(self) -> str:
-        """Deterministic id: readable prefix + 12 hex digits of a hash of the identity
-        (computed once per instance: the fields are frozen, and the engine asks often)."""
-        digest = hashlib.sha256(
-            json.dumps(self.identity(), sort_keys=True, separators=(",", ":")).encode()
-        ).hexdigest()[:12]
-        day = self.interval.start.strftime("%Y%m%dT%H%M")
+        """Deterministic id: readable prefix + 12 hex digits of the SHA-256 of the identity
+        as compact JSON with sorted keys (computed once per instance: the fields are frozen,
+        and the engine asks often)."""
+        digest = hashlib.sha256(identity_json(self.identity()).encode()).hexdigest()[:12]
+        start = self.interval.start
+        day = f"{start.year}{start.month:02d}{start.day:02d}T{start.hour:02d}{start.minute:02d}"
         return f"{self.pipeline}.{self.task}.{day}.{digest}"
 
     def job_id(self, generation: int = 1) -> str:

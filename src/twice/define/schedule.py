@@ -24,15 +24,16 @@ mid-interval would silently cover a partial interval, so it is refused with the 
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from datetime import UTC, date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 from functools import lru_cache
 from itertools import pairwise
 from typing import Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from twice.core.interval import Interval
+from twice.core.interval import Interval, fixed_zone
 from twice.errors import InputError
 
 ScheduleKind = Literal["daily", "hourly", "every"]
@@ -353,7 +354,7 @@ class Schedule:
         local = instant.astimezone(self.zone)
         offset = local.utcoffset()
         assert offset is not None
-        return local.replace(tzinfo=timezone(offset), fold=0)
+        return local.replace(tzinfo=fixed_zone(offset), fold=0)
 
     def _wall(self, instant: datetime) -> datetime:
         return instant.astimezone(self.zone).replace(tzinfo=None, fold=0)
@@ -485,8 +486,11 @@ class Schedule:
         return list(self._iter_tiles(lo, hi))
 
     def _iter_tiles(self, lo: datetime, hi: datetime) -> Iterator[Interval]:
+        """The intervals between two grid instants, each remembered as its own canonical
+        spelling (it is: both bounds are ``_local`` grid points, as ``canonical`` writes them)."""
         points = (self._local(point) for point in self._points(lo, hi))
-        return (Interval(a, b) for a, b in pairwise(points))
+        put = _CANONICAL.put
+        return (put(self, tile, tile) for tile in (Interval(a, b) for a, b in pairwise(points)))
 
     def _points(self, lo: datetime, hi: datetime) -> Iterator[datetime]:
         """The grid's boundaries in ``[lo, hi]``, in order, computed a chunk at a time."""
@@ -495,6 +499,32 @@ class Schedule:
             for k in range((hi - lo) // self.step + 1):
                 yield lo + k * self.step
             return
+        offset = _fixed_offsets(self.tz)
+        if offset is not None:
+            yield from self._fixed_points(lo, hi, offset)
+            return
+        yield from self._calendar_points(lo, hi)
+
+    def _fixed_points(self, lo: datetime, hi: datetime, offset: timedelta
+                      ) -> Iterator[datetime]:
+        """:meth:`_calendar_points` of a zone whose offset never changes (UTC, ``Etc/GMT+5``):
+        every local hh:00 (hourly) or midnight (daily), found by arithmetic, not by asking
+        the zone about each mark."""
+        step = self.nominal_duration
+        wall = lo + offset  # the local reading, still an aware UTC datetime
+        first = wall.replace(minute=0, second=0, microsecond=0)
+        if self.kind == "daily":
+            first = first.replace(hour=0)
+        if first < wall:
+            first += step
+        point = first - offset
+        while point <= hi:
+            yield point
+            point += step
+
+    def _calendar_points(self, lo: datetime, hi: datetime) -> Iterator[datetime]:
+        """The daily or hourly grid's boundaries in ``[lo, hi]``, asking the zone about each
+        local mark (DST changes), a chunk at a time."""
         chunk = _CHUNK * self.nominal_duration
         last: datetime | None = None
         a = lo
@@ -561,6 +591,18 @@ class Schedule:
         return [first]
 
 
+#: Zones whose UTC offset never changed (tzdata's ``Etc`` area and its aliases).
+_FIXED_ZONE = re.compile(r"(?:Etc/)?(?:UTC|UCT|GMT|Universal|Zulu|Greenwich|GMT[+-]\d{1,2}|GMT0)")
+
+
+@lru_cache(maxsize=64)
+def _fixed_offsets(tz: str) -> timedelta | None:
+    """The one UTC offset of a zone that never changes it, else None (ask the zone)."""
+    if _FIXED_ZONE.fullmatch(tz) is None:
+        return None
+    return ZoneInfo(tz).utcoffset(datetime(2000, 1, 1))
+
+
 def _marks_between(lo: datetime, hi: datetime) -> int:
     """How many whole hours (hh:00:00) lie in ``[lo, hi)``."""
     first = lo.replace(minute=0, second=0, microsecond=0)
@@ -605,9 +647,35 @@ def _parse_point(text: str, field: str) -> date | datetime:
     return point
 
 
-@lru_cache(maxsize=4096)
+class _CanonicalMemo:
+    """``Schedule.canonical``'s answers, the latest ``kept`` of them: a run asks it of the same
+    interval several times (planning, identifying the unit, running it), equal intervals have
+    one canonical spelling, and an interval the schedule made itself (``iter_intervals``) is
+    its own answer, so a 100,000-interval plan never searches the grid (a refusal is not
+    remembered)."""
+
+    def __init__(self, kept: int) -> None:
+        self._kept = kept
+        self._found: dict[tuple[Schedule, Interval], Interval] = {}
+        self._lock = threading.Lock()
+
+    def get(self, schedule: Schedule, interval: Interval) -> Interval | None:
+        return self._found.get((schedule, interval))
+
+    def put(self, schedule: Schedule, interval: Interval, canonical: Interval) -> Interval:
+        with self._lock:  # the oldest goes first (dicts keep insertion order)
+            if len(self._found) >= self._kept:
+                del self._found[next(iter(self._found))]
+            self._found[(schedule, interval)] = canonical
+        return canonical
+
+
+_CANONICAL = _CanonicalMemo(4096)
+
+
 def _canonical(schedule: Schedule, interval: Interval) -> Interval:
-    """``Schedule.canonical``, remembered: a run asks it of the same interval several times
-    (planning, identifying the unit, running it), and equal intervals have one canonical
-    spelling (a refusal is not remembered)."""
-    return schedule._find_canonical(interval)
+    """:meth:`Schedule.canonical` through the memo."""
+    found = _CANONICAL.get(schedule, interval)
+    if found is None:
+        found = _CANONICAL.put(schedule, interval, schedule._find_canonical(interval))
+    return found

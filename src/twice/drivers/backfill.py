@@ -396,7 +396,7 @@ def _plan_interval(
                else identify_unit(pipeline, ledger, name, interval))
         unknown = unit_ids is not None and uow.uow_id not in unit_ids  # no unit, no attempt
         recorded = [] if unknown else ledger.attempts(uow.uow_id)
-        seen = frozenset(known.get((name, interval.label), ()))
+        seen = frozenset(known.get((name, interval.label), ()) if known else ())
         new_input = _is_new_input(seen, uow.input_version)
         ran_upstream = sorted(set(task.depends_on) & upstream_runs)
         forced = force and (not tasks or name in tasks)
