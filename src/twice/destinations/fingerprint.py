@@ -480,6 +480,11 @@ def arrow_sums_v2(table: pa.Table, columns: Sequence[tuple[str, ColumnType]]
 # by Arrow, SQLite in cursor batches, Parquet/Spark/others as they read) and this code hashes
 # them with numpy, a column at a time, never a Python call per value. See the module docstring
 # for the definition; the constants below are part of it.
+#
+# Speed: each numpy pass over a batch costs about the same whatever it does, so the code counts
+# passes, and it writes them into work arrays kept from batch to batch (``_Scratch``): a fresh
+# ~1 MB temporary per operation cost more in page faults than its arithmetic (glibc gives the
+# freed top of its heap back to the system, and the next batch faults it in again).
 
 _U64 = np.uint64
 _FMIX_1 = _U64(0xFF51AFD7ED558CCD)
@@ -496,25 +501,49 @@ _KIND_SEEDS = {
     "timestamptz": 7, "decimal": 8, "float": 9,
 }
 _BATCH_ROWS = 1 << 17
-_ALL_ONES = _U64(0xFFFFFFFFFFFFFFFF)
-_SHORT_WORDS = 4  # values of up to 32 bytes: the per-word-number loop
+_SHORT_WORDS = 4  # values of up to 32 bytes (or of similar lengths): the per-word-number loop
+# by the number of a word's bytes that belong to its value (0..8): the mask keeping them, and
+# whether the word exists at all (a value of 3 words has no 4th)
+_BYTE_MASKS = np.array([(1 << (8 * used)) - 1 for used in range(9)], _U64)
+_WORD_EXISTS = np.array([0] + [(1 << 64) - 1] * 8, _U64)
 
 
-def _fmix(x: np.ndarray) -> np.ndarray:
-    """MurmurHash3's 64-bit finaliser, in place, mod 2**64 (one scratch array)."""
-    scratch = x >> _SHIFT_33
-    x ^= scratch
+class _Scratch:
+    """Work arrays by name, reused by every batch and column of one :func:`batches_sums` call
+    (see "Speed" above). A name is one array of one dtype: two live results never share one.
+
+    ``known``: by column number, the distinct values of its last dictionary-encoded batch and
+    their value hashes (see :func:`_text_hashes`), or None once a batch held a value outside."""
+
+    __slots__ = ("_arrays", "known")
+
+    def __init__(self) -> None:
+        self._arrays: dict[str, np.ndarray] = {}
+        self.known: dict[int, tuple[pa.Array, np.ndarray] | None] = {}
+
+    def get(self, name: str, n: int, dtype: type[np.generic] = np.uint64) -> np.ndarray:
+        array = self._arrays.get(name)
+        if array is None or len(array) < n:  # grown by half again: sizes vary by batch
+            array = self._arrays[name] = np.empty(n + n // 2, dtype)
+        return array[:n]
+
+
+def _fmix(x: np.ndarray, tmp: np.ndarray | None = None) -> np.ndarray:
+    """MurmurHash3's 64-bit finaliser, in place, mod 2**64; ``tmp``: a work array as long."""
+    tmp = np.empty_like(x) if tmp is None else tmp
+    np.right_shift(x, _SHIFT_33, out=tmp)
+    x ^= tmp
     x *= _FMIX_1
-    np.right_shift(x, _SHIFT_33, out=scratch)
-    x ^= scratch
+    np.right_shift(x, _SHIFT_33, out=tmp)
+    x ^= tmp
     x *= _FMIX_2
-    np.right_shift(x, _SHIFT_33, out=scratch)
-    x ^= scratch
+    np.right_shift(x, _SHIFT_33, out=tmp)
+    x ^= tmp
     return x
 
 
 def _fmix_int(x: int) -> int:
-    """:func:`_fmix` of one Python integer (seeds)."""
+    """:func:`_fmix` of one Python integer (seeds, and a column of one repeated value)."""
     mask = (1 << 64) - 1
     x &= mask
     x ^= x >> 33
@@ -531,20 +560,28 @@ def _seed(ctype: ColumnType) -> int:
 _NULL_HASH = _U64(_fmix_int(_NULL_WORD))
 
 
-def _int_words(array: pa.Array, arrow_type: pa.DataType) -> np.ndarray:
-    """The values of a fixed-width array as uint64 words (nulls as 0, masked later)."""
-    values = pc.fill_null(array.cast(arrow_type), pa.scalar(0, arrow_type))
-    return np.asarray(values.to_numpy(zero_copy_only=False)).astype(np.int64).view(_U64)
+def _int_words(array: pa.Array, dtype: Any, per_value: int = 1) -> np.ndarray:
+    """The values of a fixed-width array as ``per_value`` numpy ``dtype`` words each, read in
+    place (no copy); what lies under a NULL is arbitrary: the caller overwrites those rows."""
+    size = per_value * np.dtype(dtype).itemsize
+    return np.frombuffer(array.buffers()[1], dtype, per_value * len(array), array.offset * size)
 
 
-def _byte_hashes(array: pa.Array) -> np.ndarray:
+def _repeated(*words: np.ndarray) -> bool:
+    """Whether each of ``words`` holds one value in every row: then one hash serves all rows
+    (a partition column is constant in its slice). The ends first: cheap when it is not."""
+    return all(w[0] == w[-1] for w in words) and all(w.min() == w.max() for w in words)
+
+
+def _byte_hashes(array: pa.Array, scratch: _Scratch | None = None) -> np.ndarray:
     """Per value: (sum over its 8-byte little-endian words w_k, zero-padded, of
     fmix(w_k + (k+1) * 0x9E3779B97F4A7C15)) mod 2**64, then fmix(that XOR fmix(byte length)).
-    Vectorised over all words of all values."""
+    Vectorised over all words of all values; the result is ``scratch``'s ``"u"`` array."""
     if pa.types.is_string_view(array.type) or pa.types.is_binary_view(array.type):
         array = array.cast(pa.large_binary())
     if pa.types.is_fixed_size_binary(array.type):
         array = array.cast(pa.binary())
+    scratch = _Scratch() if scratch is None else scratch
     large = pa.types.is_large_string(array.type) or pa.types.is_large_binary(array.type)
     offset_type = np.int64 if large else np.int32
     n = len(array)
@@ -552,129 +589,252 @@ def _byte_hashes(array: pa.Array) -> np.ndarray:
     # numpy's offset is in bytes; a sliced array (every batch after the first one
     # batches_sums cuts) starts ``array.offset`` elements into its offsets buffer
     offsets = np.frombuffer(buffers[1], offset_type, n + 1,
-                            array.offset * np.dtype(offset_type).itemsize).astype(np.int64)
+                            array.offset * np.dtype(offset_type).itemsize)
     base = int(offsets[0])
     size = int(offsets[-1]) - base
-    lengths = offsets[1:] - offsets[:-1]
-    # the bytes, zero-padded, as little-endian 64-bit words: a word at any byte offset is
-    # two aligned words shifted together
-    data = np.zeros(((size + 7) // 8 + 2) * 8, np.uint8)
+    starts = np.subtract(offsets[:-1], base, out=scratch.get("starts", n, np.int64))
+    lengths = np.subtract(offsets[1:], offsets[:-1], out=scratch.get("lengths", n, np.int64))
+    longest = int(lengths.max()) if n else 0
+    most = (longest + 7) >> 3  # words of the longest value
+    fewest = (int(lengths.min()) + 7) >> 3 if n else 0  # ... and of the shortest
+    # the bytes as little-endian 64-bit words (a copy: aligned, and readable past the end); a
+    # word at any byte offset is two aligned words shifted together, masked to its value
+    aligned = scratch.get("data", (size + 7) // 8 + most + 2)
+    raw = aligned.view(np.uint8)
     if size:
-        data[:size] = np.frombuffer(buffers[2], np.uint8, size, base)
-    aligned = data.view("<u8")
-    starts = offsets[:-1] - base
-    words_per_value = (lengths + 7) >> 3
-    total_words = int(words_per_value.sum())
-    sums = np.zeros(n, _U64)
-    most = int(words_per_value.max()) if n else 0
-    if most <= _SHORT_WORDS:  # short values: one pass per word number, no index arrays
+        raw[:size] = np.frombuffer(buffers[2], np.uint8, size, base)
+    raw[size:] = 0
+    sums = scratch.get("u", n)
+    # short values, or none much longer than the mean: one pass per word number over every
+    # value, no index arrays (2-4x faster than indexing each word when few passes are wasted)
+    if most <= _SHORT_WORDS or longest * n <= 4 * size:
+        index = np.right_shift(starts, 3, out=scratch.get("index", n, np.int64))
+        low = np.bitwise_and(starts, 7, out=scratch.get("low", n, np.int64))
+        low <<= 3  # bits to drop from the first aligned word
+        high = np.subtract(64, low, out=scratch.get("high", n, np.int64))  # 64: all of them
+        used = scratch.get("used", n, np.int64)
+        tmp = scratch.get("tmp", n)
+        if not most:
+            sums[:] = 0
         for j in range(most):
-            if j == 0 and total_words and bool((lengths > 0).all()):
-                sums += _words_at(aligned, starts, lengths, 0)
-                continue
-            rows = np.nonzero(words_per_value > j)[0]
-            sums[rows] += _words_at(aligned, starts[rows] + 8 * j, lengths[rows] - 8 * j, j)
-    elif total_words:
+            np.subtract(lengths, 8 * j, out=used)
+            np.clip(used, 0, 8, out=used)
+            word = sums if j == 0 else scratch.get("word", n)
+            _words_at(aligned[j:], index, low, high, used, j, word, tmp)
+            if j >= fewest:  # values shorter than j + 1 words have no word j
+                np.take(_WORD_EXISTS, used, out=tmp, mode="clip")
+                word &= tmp
+            if j:
+                sums += word
+    else:
+        sums[:] = 0
+        words_per_value = (lengths + 7) >> 3
+        total_words = int(words_per_value.sum())
         has = words_per_value > 0
         first = np.cumsum(words_per_value) - words_per_value  # index of each value's 1st word
         owner = np.repeat(np.arange(n), words_per_value)
         k = np.arange(total_words) - first[owner]  # word number inside its value
-        words = _words_at(aligned, starts[owner] + 8 * k, lengths[owner] - 8 * k, k)
+        at = starts[owner] + 8 * k
+        used = np.clip(lengths[owner] - 8 * k, 0, 8)
+        low = (at & 7) << 3
+        words = np.empty(total_words, _U64)
+        _words_at(aligned, at >> 3, low, 64 - low, used, k, words, np.empty_like(words))
         sums[has] = np.add.reduceat(words, first[has])
-    sums ^= _fmix(lengths.astype(_U64))
-    return _fmix(sums)
+    tmp = scratch.get("tmp", n)
+    if longest <= 4 * n:  # fmix of each length from a table of them: 1 pass instead of 9
+        table = _fmix(np.arange(longest + 1, dtype=_U64))
+        np.take(table, lengths, out=tmp, mode="clip")
+    else:
+        tmp[:] = lengths
+        _fmix(tmp, scratch.get("word", n))
+    sums ^= tmp
+    return _fmix(sums, tmp)
 
 
-def _text_hashes(array: pa.Array) -> np.ndarray:
+def _words_at(aligned: np.ndarray, index: np.ndarray, low: np.ndarray, high: np.ndarray,
+              used: np.ndarray, k: np.ndarray | int, out: np.ndarray, tmp: np.ndarray
+              ) -> np.ndarray:
+    """fmix(w + (k+1) * KEY), into ``out``, of the 8-byte little-endian words that start
+    ``low`` bits into aligned word ``index`` (``high`` = 64 - low) and of which ``used`` bytes
+    (0..8) belong to the value; the rest are zeroed. numpy shifts by 64 give 0 (``high`` when
+    ``low`` is 0)."""
+    np.take(aligned, index, out=out, mode="clip")
+    out >>= low.view(_U64)
+    np.take(aligned[1:], index, out=tmp, mode="clip")
+    tmp <<= high.view(_U64)
+    out |= tmp
+    np.take(_BYTE_MASKS, used, out=tmp, mode="clip")
+    out &= tmp
+    if isinstance(k, int):
+        out += _U64(((k + 1) * _WORD_KEY) & (MODULUS - 1))
+    else:
+        out += (k.astype(_U64) + _U64(1)) * _U64(_WORD_KEY)
+    return _fmix(out, tmp)
+
+
+def _text_hashes(array: pa.Array, scratch: _Scratch | None = None, seed: int | None = None,
+                 column: int | None = None) -> np.ndarray:
     """:func:`_byte_hashes` of every value, each distinct value hashed once when values
-    repeat (codes, names, statuses: most text columns): Arrow's dictionary encoding is ~4x
-    cheaper than hashing every value, then a gather. The hashes are the same either way
-    (a value's hash depends on its bytes alone); a column of mostly distinct values, where
-    encoding would cost more than it saves, is hashed directly."""
+    repeat (codes, names, statuses: most text columns): Arrow's dictionary encoding, then a
+    gather, costs as much as hashing values of up to 8 bytes, and less for longer ones. The
+    hashes are the same either way (a value's hash depends on its bytes alone); a column of
+    mostly distinct values, where encoding would cost more than it saves, is hashed
+    directly. With ``seed``, the value
+    hashes ``fmix(h ^ seed)`` (through the dictionary: once per distinct value).
+
+    With ``column`` (its number in the batches), the distinct values are kept in ``scratch``
+    for the column's next batch: when they hold all of its values, looking them up
+    (``pc.index_in``) costs 2/3 of encoding the batch again."""
+    scratch = _Scratch() if scratch is None else scratch
     n = len(array)
+    if column is not None and (known := scratch.known.get(column)) is not None:
+        found = pc.index_in(array, value_set=known[0]) if known[0].type == array.type else None
+        if found is not None and found.null_count == array.null_count:  # all known
+            return np.take(known[1], _int_words(found, np.int32), out=scratch.get("u", n),
+                           mode="clip")
+        scratch.known[column] = None  # new values: they drift, stop looking them up
     if not mostly_repeated(array):
-        return _byte_hashes(array)
+        hashes = _byte_hashes(array, scratch)
+        if seed is not None:
+            _fmix(np.bitwise_xor(hashes, _U64(seed), out=hashes), scratch.get("tmp", n))
+        return hashes
     encoded = pc.dictionary_encode(array)
     if len(encoded.dictionary) == 0:  # all null: masked by the caller
         return np.zeros(n, _U64)
     hashes = _byte_hashes(encoded.dictionary)
-    indices = pc.fill_null(encoded.indices, 0).to_numpy(zero_copy_only=False)
-    return hashes[np.asarray(indices, np.intp)]
+    if seed is not None:
+        _fmix(np.bitwise_xor(hashes, _U64(seed), out=hashes))
+    if column is not None and column not in scratch.known:
+        scratch.known[column] = (encoded.dictionary, hashes)
+    indices = _int_words(encoded.indices, np.int32)  # any index under a NULL: masked
+    return np.take(hashes, indices, out=scratch.get("u", n), mode="clip")
 
 
-def _words_at(aligned: np.ndarray, at: np.ndarray, left: np.ndarray, k: np.ndarray | int
-              ) -> np.ndarray:
-    """fmix(w + (k+1) * KEY) of the 8-byte little-endian words starting at byte ``at`` of the
-    data (``aligned``: its words), of which ``left`` bytes (more than 8: all) belong to the
-    value; the rest are zeroed."""
-    index = at >> 3
-    shift = ((at & 7) << 3).astype(_U64)
-    words = aligned[index] >> shift
-    words |= (aligned[index + 1] << (_U64(63) - shift)) << _U64(1)  # shift 0: nothing
-    used = np.minimum(left, 8).astype(_U64)
-    words &= _ALL_ONES >> ((_U64(8) - used) * _U64(8))
-    if isinstance(k, int):
-        words += _U64(((k + 1) * _WORD_KEY) & (MODULUS - 1))
-    else:
-        words += (k.astype(_U64) + _U64(1)) * _U64(_WORD_KEY)
-    return _fmix(words)
-
-
-def _value_hashes(array: pa.Array, ctype: ColumnType) -> np.ndarray:
+def _value_hashes(array: pa.Array | pa.ChunkedArray, ctype: ColumnType,
+                  scratch: _Scratch | None = None) -> np.ndarray:
     """``u`` of every value of one column: fmix of its canonical value's words XOR the kind's
-    seed; nulls get the null constant."""
+    seed; nulls get the null constant (in a ``scratch`` array, or a new one without)."""
+    u = _column_hashes(array, ctype, _Scratch() if scratch is None else scratch)
+    return u if isinstance(u, np.ndarray) else np.full(len(array), u, _U64)
+
+
+def _column_hashes(array: pa.Array | pa.ChunkedArray, ctype: ColumnType, scratch: _Scratch,
+                   column: int | None = None) -> np.ndarray | np.uint64:
+    """:func:`_value_hashes`, or the one hash of every row when it is the same for all (every
+    row NULL, or one value in every row: no per-row work)."""
     if isinstance(array, pa.ChunkedArray):
-        array = array.combine_chunks()
+        array = array.chunk(0) if array.num_chunks == 1 else array.combine_chunks()
     if pa.types.is_dictionary(array.type):
-        array = array.dictionary_decode()
+        return _dictionary_hashes(array, ctype, scratch)
     kind = ctype.kind
-    seed = _U64(_seed(ctype))
+    if kind not in _KIND_SEEDS:
+        raise DestinationError(f"{ctype} values have no {ALGORITHM} encoding")
+    seed = _seed(ctype)
+    n = len(array)
     if kind in ("string", "binary"):
         if pa.types.is_null(array.type):
             array = array.cast(pa.string())
-        u = _text_hashes(array) ^ seed
-    elif kind == "decimal":
-        target = pa.decimal128(ctype.precision or 38, ctype.scale or 0)
-        values = pc.fill_null(array.cast(target), pa.scalar(0, target))
-        words = np.frombuffer(values.buffers()[1], _U64, 2 * len(values), 16 * values.offset)
-        u = _fmix(words[0::2] ^ seed) ^ words[1::2]
-    elif kind == "float":
-        values = pc.fill_null(array.cast(pa.float64()), 0.0)
-        floats = np.asarray(values.to_numpy(zero_copy_only=False), np.float64)
-        u = (floats + 0.0).view(_U64).copy()  # + 0.0 turns -0.0 into 0.0
-        u[np.isnan(floats)] = _U64(_CANONICAL_NAN)
-        u ^= seed
-    elif kind == "integer":
-        u = _int_words(array, pa.int64()) ^ seed
-    elif kind == "boolean":
-        u = _int_words(array.cast(pa.bool_()).cast(pa.int8()), pa.int64()) ^ seed
-    elif kind == "date":
-        u = _int_words(array.cast(pa.date32()).cast(pa.int32()), pa.int64()) ^ seed
-    elif kind in ("timestamp", "timestamptz"):
-        tz = array.type.tz if pa.types.is_timestamp(array.type) else None
-        us = array.cast(pa.timestamp("us", tz=tz))  # microseconds since the epoch, UTC
-        u = _int_words(us.cast(pa.int64()), pa.int64()) ^ seed
+        if array.null_count == n:
+            return _NULL_HASH
+        u = _text_hashes(array, scratch, seed, column)
     else:
-        raise DestinationError(f"{ctype} values have no {ALGORITHM} encoding")
-    u = _fmix(u)
+        array = _fixed_width(array, ctype)
+        if array.null_count == n:
+            return _NULL_HASH
+        hashes = _fixed_hashes(array, kind, seed, scratch)
+        if not isinstance(hashes, np.ndarray):
+            return hashes
+        u = hashes
     if array.null_count:
         u[np.asarray(array.is_null().to_numpy(zero_copy_only=False), bool)] = _NULL_HASH
     return u
 
 
-def hash_arrays(arrays: Sequence[pa.Array], types: Sequence[ColumnType]) -> tuple[int, int]:
+def _fixed_width(array: pa.Array, ctype: ColumnType) -> pa.Array:
+    """``array`` cast to the Arrow type whose values are the canonical values' words."""
+    kind = ctype.kind
+    if kind == "decimal":
+        return array.cast(pa.decimal128(ctype.precision or 38, ctype.scale or 0))
+    if kind == "float":
+        return array.cast(pa.float64())
+    if kind == "integer":
+        return array.cast(pa.int64())
+    if kind == "boolean":
+        return array.cast(pa.bool_()).cast(pa.int8())
+    if kind == "date":
+        return array.cast(pa.date32()).cast(pa.int32())
+    tz = array.type.tz if pa.types.is_timestamp(array.type) else None
+    us = array.cast(pa.timestamp("us", tz=tz))  # microseconds since the epoch, UTC
+    return us.cast(pa.int64())
+
+
+def _fixed_hashes(array: pa.Array, kind: str, seed: int, scratch: _Scratch
+                  ) -> np.ndarray | np.uint64:
+    """The value hashes of a :func:`_fixed_width` array (NULL rows: not yet the constant), or
+    the one hash of a column without NULLs holding one value in every row."""
+    n = len(array)
+    u, tmp = scratch.get("u", n), scratch.get("tmp", n)
+    whole = not array.null_count
+    if kind == "decimal":  # fmix(fmix(lo ^ seed) ^ hi)
+        words = _int_words(array, np.uint64, 2)
+        lo, hi = words[0::2], words[1::2]
+        if whole and _repeated(lo, hi):
+            return _U64(_fmix_int(_fmix_int(int(lo[0]) ^ seed) ^ int(hi[0])))
+        _fmix(np.bitwise_xor(lo, _U64(seed), out=u), tmp)
+        u ^= hi
+    elif kind == "float":  # the bits, one NaN, no -0.0
+        floats = _int_words(array, np.float64)
+        with np.errstate(invalid="ignore"):  # a signalling NaN: replaced just below
+            np.add(floats, 0.0, out=u.view(np.float64))  # + 0.0 turns -0.0 into 0.0
+        np.putmask(u, np.isnan(floats, out=scratch.get("nan", n, np.bool_)),
+                   _U64(_CANONICAL_NAN))
+        u ^= _U64(seed)
+    else:  # an integer: widened to 64 bits (sign-extended) and XORed with the seed in one pass
+        values = _int_words(array, array.type.to_pandas_dtype())
+        if whole and _repeated(values):
+            return _U64(_fmix_int(int(values[0]) ^ seed))
+        np.bitwise_xor(values, np.int64(seed - MODULUS if seed >> 63 else seed),
+                       out=u.view(np.int64))
+    return _fmix(u, tmp)
+
+
+def _dictionary_hashes(array: pa.DictionaryArray, ctype: ColumnType, scratch: _Scratch
+                       ) -> np.ndarray | np.uint64:
+    """:func:`_column_hashes` of a dictionary array: the dictionary's values hashed once (a
+    NULL among them gets the null constant), then gathered by index."""
+    try:
+        hashes = _value_hashes(array.dictionary, ctype)
+    except pa.ArrowInvalid:  # a value no row refers to may fail its cast: the rows' values
+        return _column_hashes(array.dictionary_decode(), ctype, scratch)
+    n = len(array)
+    if array.null_count == n:
+        return _NULL_HASH
+    indices = _int_words(array.indices.cast(pa.int64()), np.int64)  # under a NULL: masked
+    u = np.take(hashes, indices, out=scratch.get("u", n), mode="clip")
+    if array.null_count:
+        u[np.asarray(array.is_null().to_numpy(zero_copy_only=False), bool)] = _NULL_HASH
+    return u
+
+
+def hash_arrays(arrays: Sequence[pa.Array | pa.ChunkedArray], types: Sequence[ColumnType],
+                scratch: _Scratch | None = None) -> tuple[int, int]:
     """(rows, sum of row hashes mod 2**64) of equally long arrays, one per fingerprint column
-    in sorted-name order (``twice-fp-v3``)."""
+    in sorted-name order (``twice-fp-v3``); ``scratch``: work arrays kept between calls."""
     if not arrays:
         return 0, 0
     n = len(arrays[0])
     if n == 0:
         return 0, 0
-    acc = np.zeros(n, _U64)
-    for array, ctype in zip(arrays, types, strict=True):
-        acc ^= _value_hashes(array, ctype)
-        acc *= _ROW_PRIME
-    _fmix(acc)
+    scratch = _Scratch() if scratch is None else scratch
+    acc = scratch.get("acc", n)
+    for i, (array, ctype) in enumerate(zip(arrays, types, strict=True)):
+        u = _column_hashes(array, ctype, scratch, i)
+        if i:
+            acc ^= u
+            acc *= _ROW_PRIME
+        else:  # acc starts at 0: (0 ^ u) * prime
+            np.multiply(u, _ROW_PRIME, out=acc)
+    _fmix(acc, scratch.get("tmp", n))
     return n, int(np.add.reduce(acc, dtype=_U64))
 
 
@@ -683,11 +843,13 @@ def batches_sums(batches: Iterable[pa.RecordBatch | pa.Table],
     """``twice-fp-v3`` (count, high sum, low sum) over record batches (or tables) holding
     ``columns`` (sorted by name) in that order.
 
-    Slices of at most ``_BATCH_ROWS`` rows are hashed one after another, so memory stays
-    bounded whatever the partition's size. (Hashing slices on threads was measured: no gain on
-    the 2-CPU machine the engines share.)"""
+    Slices of at most ``_BATCH_ROWS`` rows are hashed one after another, in the same work
+    arrays, so memory stays bounded whatever the partition's size. (Hashing slices, or only the
+    text columns, on a second thread was measured: no gain on the 2-CPU machine the engines
+    share, the engine's own threads already use it.)"""
     types = [t for _, t in columns]
     count = total = 0
+    scratch = _Scratch()
 
     def slices() -> Iterator[list[Any]]:
         for batch in batches:
@@ -696,7 +858,7 @@ def batches_sums(batches: Iterable[pa.RecordBatch | pa.Table],
                 yield [part.column(i) for i in range(len(types))]
 
     for arrays in slices():
-        n, s = hash_arrays(arrays, types)
+        n, s = hash_arrays(arrays, types, scratch)
         count, total = count + n, (total + s) % MODULUS
     return count, total >> LOW_BITS, total & LOW_MASK
 
@@ -751,7 +913,9 @@ def v3_batch_sums(types: Sequence[ColumnType], batches: Iterable[pa.RecordBatch]
     """Spark ``mapInArrow`` body: one (n, high, low) row per batch of the fingerprint columns
     (sorted by name), ``twice-fp-v3``."""
     schema = pa.schema([("n", pa.int64()), ("high", pa.int64()), ("low", pa.int64())])
+    scratch = _Scratch()
     for batch in batches:
-        n, total = hash_arrays([batch.column(i) for i in range(batch.num_columns)], types)
+        n, total = hash_arrays([batch.column(i) for i in range(batch.num_columns)], types,
+                               scratch)
         yield pa.RecordBatch.from_pydict(
             {"n": [n], "high": [total >> LOW_BITS], "low": [total & LOW_MASK]}, schema=schema)
