@@ -29,7 +29,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from functools import lru_cache
-from itertools import pairwise
+from itertools import pairwise, starmap
 from typing import Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -490,7 +490,7 @@ class Schedule:
         spelling (it is: both bounds are ``_local`` grid points, as ``canonical`` writes them)."""
         points = (self._local(point) for point in self._points(lo, hi))
         put = _CANONICAL.put
-        return (put(self, tile, tile) for tile in (Interval(a, b) for a, b in pairwise(points)))
+        return (put(self, tile, tile) for tile in starmap(Interval, pairwise(points)))
 
     def _points(self, lo: datetime, hi: datetime) -> Iterator[datetime]:
         """The grid's boundaries in ``[lo, hi]``, in order, computed a chunk at a time."""
@@ -499,7 +499,7 @@ class Schedule:
             for k in range((hi - lo) // self.step + 1):
                 yield lo + k * self.step
             return
-        offset = _fixed_offsets(self.tz)
+        offset = _fixed_offset(self.tz)
         if offset is not None:
             yield from self._fixed_points(lo, hi, offset)
             return
@@ -511,13 +511,8 @@ class Schedule:
         every local hh:00 (hourly) or midnight (daily), found by arithmetic, not by asking
         the zone about each mark."""
         step = self.nominal_duration
-        wall = lo + offset  # the local reading, still an aware UTC datetime
-        first = wall.replace(minute=0, second=0, microsecond=0)
-        if self.kind == "daily":
-            first = first.replace(hour=0)
-        if first < wall:
-            first += step
-        point = first - offset
+        # the local reading of ``lo`` (still an aware UTC datetime), its first mark, back to UTC
+        point = _first_mark(lo + offset, step) - offset
         while point <= hi:
             yield point
             point += step
@@ -592,22 +587,30 @@ class Schedule:
 
 
 #: Zones whose UTC offset never changed (tzdata's ``Etc`` area and its aliases).
-_FIXED_ZONE = re.compile(r"(?:Etc/)?(?:UTC|UCT|GMT|Universal|Zulu|Greenwich|GMT[+-]\d{1,2}|GMT0)")
+_FIXED_OFFSET_ZONE = re.compile(
+    r"(?:Etc/)?(?:UTC|UCT|GMT|Universal|Zulu|Greenwich|GMT[+-]\d{1,2}|GMT0)")
 
 
 @lru_cache(maxsize=64)
-def _fixed_offsets(tz: str) -> timedelta | None:
+def _fixed_offset(tz: str) -> timedelta | None:
     """The one UTC offset of a zone that never changes it, else None (ask the zone)."""
-    if _FIXED_ZONE.fullmatch(tz) is None:
+    if _FIXED_OFFSET_ZONE.fullmatch(tz) is None:
         return None
     return ZoneInfo(tz).utcoffset(datetime(2000, 1, 1))
 
 
+def _first_mark(wall: datetime, step: timedelta) -> datetime:
+    """The first mark at or after the wall-clock reading ``wall``: hh:00:00, or midnight when
+    ``step`` is a day."""
+    first = wall.replace(minute=0, second=0, microsecond=0)
+    if step == _DAY:
+        first = first.replace(hour=0)
+    return first if first >= wall else first + step
+
+
 def _marks_between(lo: datetime, hi: datetime) -> int:
     """How many whole hours (hh:00:00) lie in ``[lo, hi)``."""
-    first = lo.replace(minute=0, second=0, microsecond=0)
-    if first < lo:
-        first += _HOUR
+    first = _first_mark(lo, _HOUR)
     return 0 if first >= hi else -((first - hi) // _HOUR)
 
 

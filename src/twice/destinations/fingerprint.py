@@ -679,8 +679,8 @@ def _text_hashes(array: pa.Array, scratch: _Scratch | None = None, seed: int | N
     gather, costs as much as hashing values of up to 8 bytes, and less for longer ones. The
     hashes are the same either way (a value's hash depends on its bytes alone); a column of
     mostly distinct values, where encoding would cost more than it saves, is hashed
-    directly. With ``seed``, the value
-    hashes ``fmix(h ^ seed)`` (through the dictionary: once per distinct value).
+    directly. With ``seed``, the value hashes ``fmix(h ^ seed)`` (through the dictionary:
+    once per distinct value).
 
     With ``column`` (its number in the batches), the distinct values are kept in ``scratch``
     for the column's next batch: when they hold all of its values, looking them up
@@ -694,20 +694,22 @@ def _text_hashes(array: pa.Array, scratch: _Scratch | None = None, seed: int | N
                            mode="clip")
         scratch.known[column] = None  # new values: they drift, stop looking them up
     if not mostly_repeated(array):
-        hashes = _byte_hashes(array, scratch)
-        if seed is not None:
-            _fmix(np.bitwise_xor(hashes, _U64(seed), out=hashes), scratch.get("tmp", n))
-        return hashes
+        return _seeded(_byte_hashes(array, scratch), seed, scratch.get("tmp", n))
     encoded = pc.dictionary_encode(array)
     if len(encoded.dictionary) == 0:  # all null: masked by the caller
         return np.zeros(n, _U64)
-    hashes = _byte_hashes(encoded.dictionary)
-    if seed is not None:
-        _fmix(np.bitwise_xor(hashes, _U64(seed), out=hashes))
+    hashes = _seeded(_byte_hashes(encoded.dictionary), seed)
     if column is not None and column not in scratch.known:
         scratch.known[column] = (encoded.dictionary, hashes)
     indices = _int_words(encoded.indices, np.int32)  # any index under a NULL: masked
     return np.take(hashes, indices, out=scratch.get("u", n), mode="clip")
+
+
+def _seeded(hashes: np.ndarray, seed: int | None, tmp: np.ndarray | None = None) -> np.ndarray:
+    """``fmix(h ^ seed)`` of each hash, in place (none without a seed); ``tmp``: see _fmix."""
+    if seed is None:
+        return hashes
+    return _fmix(np.bitwise_xor(hashes, _U64(seed), out=hashes), tmp)
 
 
 def _value_hashes(array: pa.Array | pa.ChunkedArray, ctype: ColumnType,
