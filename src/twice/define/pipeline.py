@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, fields, replace
 from datetime import datetime, time, timedelta
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Literal, TypeVar, overload
+from typing import Any, Final, Literal, TypeVar, overload
 
 from twice.core.interval import Interval
 from twice.core.outcomes import RemoteState
@@ -51,6 +51,11 @@ TaskFunction = Callable[["TaskContext"], Any]
 # How twice lands a returned output in the task's destination (see Task).
 WriteMode = Literal["replace", "upsert", "append"]
 WRITE_MODES: tuple[str, ...] = ("replace", "upsert", "append")
+#: ``safe_repeat="same-job-id"``: the receiver deduplicates by ``ctx.job_id`` (an API with an
+#: Idempotency-Key, BigQuery with a client-chosen job id), so sending again under the SAME job
+#: id is safe; a new job id (a deliberate rerun) is not asserted safe.
+SAME_JOB_ID: Final = "same-job-id"
+SafeRepeat = bool | Literal["same-job-id"]
 F = TypeVar("F", bound=Callable[..., Any])
 # Seconds as a number, or a timedelta.
 Duration = float | int | timedelta
@@ -164,7 +169,10 @@ class Task:
     - ``safe_repeat``: the author's *assertion* that running the task again for the same interval
       has no extra effect beyond what twice's own replace/upsert destination write undoes (no
       emails sent twice, no remote jobs submitted without a client-chosen id). Reports show it as
-      "assumed by the caller", never as proven. Default False.
+      "assumed by the caller", never as proven. Default False. ``"same-job-id"`` asserts
+      less: the task's receiver deduplicates by ``ctx.job_id``, so an unknown or failed
+      attempt is settled by sending again under the same job id, with no operator, while a
+      deliberate rerun (a new generation, a new job id) is held like ``False`` unless named.
     """
 
     name: str
@@ -181,7 +189,7 @@ class Task:
     validation_duration: float = 0.0
     reconcile: Reconciler | None = None
     acceptance: Any = None
-    safe_repeat: bool = False
+    safe_repeat: SafeRepeat = False
     timeout_is_failure: bool = False
     write: WriteMode | None = None
     maximum_bytes_billed: int | None = None
@@ -231,8 +239,11 @@ class Task:
         val = _seconds(self.validation_duration, f"{where}: validation_duration", positive=False)
         object.__setattr__(self, "estimated_duration", est)
         object.__setattr__(self, "validation_duration", val)
-        if not isinstance(self.safe_repeat, bool):
-            raise PipelineError(f"{where}: safe_repeat must be True or False")
+        if not isinstance(self.safe_repeat, bool) and self.safe_repeat != SAME_JOB_ID:
+            raise PipelineError(
+                f"{where}: safe_repeat must be True, False or {SAME_JOB_ID!r}, got "
+                f"{self.safe_repeat!r}"
+            )
         if not isinstance(self.timeout_is_failure, bool):
             raise PipelineError(f"{where}: timeout_is_failure must be True or False")
         if self.write is not None:
@@ -338,9 +349,27 @@ class Task:
     @property
     def effects_unseen(self) -> bool:
         """twice cannot see this task's effects: no owned destination to read a commit record
-        from, no ``reconcile=`` to ask. Such a task's unknown outcome waits for an operator,
-        and a failed attempt of it is not repeated by a later run unless named."""
-        return not (self.owns_output or self.reconcile is not None)
+        from, no ``reconcile=`` to ask, no receiver that deduplicates by job id. Such a task's
+        unknown outcome waits for an operator, and a failed attempt of it is not repeated by a
+        later run unless named."""
+        return not (self.owns_output or self.reconcile is not None or self.repeats_under_job_id)
+
+    @property
+    def repeats_under_job_id(self) -> bool:
+        """``safe_repeat="same-job-id"``: sending again under the same job id is safe."""
+        return self.safe_repeat == SAME_JOB_ID
+
+    @property
+    def retries_safely(self) -> bool:
+        """A retry of this generation (the same job id) is asserted safe: what the planner's
+        ``safeRepeat`` means."""
+        return self.safe_repeat is True or self.repeats_under_job_id
+
+    @property
+    def reruns_safely(self) -> bool:
+        """A deliberate rerun (a new generation, a new job id) may execute again without the
+        operator naming the task (``--repeat``)."""
+        return self.safe_repeat is True
 
     def partition_for(self, interval: Interval) -> str:
         """The input partition read for ``interval`` ("" if the task declares none)."""
@@ -648,7 +677,7 @@ class Pipeline:
         validation_duration: Duration = ...,
         reconcile: Reconciler | None = ...,
         acceptance: Any = ...,
-        safe_repeat: bool = ...,
+        safe_repeat: SafeRepeat = ...,
         timeout_is_failure: bool = ...,
         write: WriteMode | None = ...,
         maximum_bytes_billed: int | None = ...,
@@ -825,7 +854,7 @@ class Pipeline:
             "backfill of an interval (a new job generation) appends its rows again next to "
             "the earlier ones; leave safe_repeat off to have such reruns held, or write "
             "'replace' or 'upsert' to restate the interval"
-            for task in self._tasks.values() if task.write == "append" and task.safe_repeat
+            for task in self._tasks.values() if task.write == "append" and task.reruns_safely
         )
         return found
 

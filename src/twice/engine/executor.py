@@ -94,7 +94,8 @@ from twice.engine.pool import (
     PoolTimeout,
     SlotPool,
 )
-from twice.engine.reconcile import reconcile_attempt
+from twice.engine.reconcile import ReconcileReport, reconcile_attempt
+from twice.engine.settle import Commit, Known, Proof, Settlement, Verdict, settle
 from twice.engine.timeouts import Deadline, WorkflowTimeout, outliving, still_running
 from twice.engine.verification import (
     MeasuredPartition,
@@ -1143,6 +1144,26 @@ class _Begun:
     timeout: float | None  # the attempt's timeout, capped by the workflow deadline
 
 
+@dataclass(frozen=True)
+class _CommitRead:
+    """What the destination said of an unknown attempt's owned write (``_read_commit``)."""
+
+    state: Commit
+    commit: CommitRecord | None = None  # its record (None with PRESENT: only the marker)
+    later: CommitRecord | None = None  # a later write that replaced its rows since
+    sealed: bool = False  # the slice was sealed against it before concluding ABSENT
+    acting: str | None = None  # MAY_COMMIT: why it may still commit
+    error: str | None = None  # UNREADABLE: why
+
+
+def _sealing(sealed: bool) -> str:
+    """Why an absent commit record stays absent."""
+    return ("the slice is sealed against it, so it never will" if sealed else
+            "the slice could not be sealed (Spark; a table format before its table exists): "
+            "should its process be paused rather than gone, a write it makes is refused once "
+            "this unit's next write commits")
+
+
 class _UnitRun:
     """One run of one unit of work under our lease: the decide/attempt/reconcile loop."""
 
@@ -1244,7 +1265,7 @@ class _UnitRun:
                 f"attempt {prior.number} had succeeded; asked to run again: its next attempt "
                 "takes a new job generation, so a remote job is really executed again"
             )
-        elif prior is None and not (self.task.safe_repeat or self.task.name in self.x.repeat):
+        elif prior is None and not (self.task.reruns_safely or self.task.name in self.x.repeat):
             earlier = self._slot_success()
             if earlier is not None and self._held(opening, earlier):
                 return opening
@@ -1393,7 +1414,7 @@ class _UnitRun:
         """A task not asserted ``safe_repeat`` that already succeeded is not executed again
         unless the operator named it (``repeat``): its effects (an email, an API call) would
         happen twice. Records the refusal in ``opening`` (True), or False when it may run."""
-        if self.task.safe_repeat or self.task.name in self.x.repeat:
+        if self.task.reruns_safely or self.task.name in self.x.repeat:
             return False
         reason = (
             f"held: {why}, and task {self.task.name!r} is not safe_repeat (running it again "
@@ -2172,89 +2193,140 @@ class _UnitRun:
     def _resolve_unknown(
         self, attempt: AttemptRecord, decision: DecisionResult, evidence: UnitEvidence
     ) -> UnitResult | None:
-        """Settle an unknown/running attempt; a UnitResult if we must stop.
-
-        In order: the destination's commit record for this attempt (present: it succeeded,
-        with that fingerprint; absent and no other effects declared: nothing was written, so a
-        retry is safe), then the task's ``reconcile`` by the attempt's own job id (effects twice
-        cannot see); otherwise an operator must record what happened (``twice resolve``).
-        ``safe_repeat`` never settles an unknown outcome: the lab reconciles first.
-        """
+        """Settle an unknown/running attempt by the settlement rule (``twice.engine.settle``):
+        gather the evidence it asks for, then carry out its verdict; a UnitResult if we must
+        stop. ``safe_repeat=True`` never settles an unknown outcome (the lab reconciles
+        first); ``safe_repeat="same-job-id"`` does, by sending again under the same id."""
         self._record(decision, evidence, job_id=attempt.job_id)
-        if self.task.owns_output:
-            settled, stop = self._settle_from_commit_record(attempt)
-            if settled:
-                return stop
-        if self.task.reconcile is None or attempt.job_id is None:
-            # safe_repeat does not settle an unknown outcome (the lab: reconcile first)
-            what = f"job {attempt.job_id}" if attempt.job_id else "its effects"
-            reason = (
-                f"attempt {attempt.number} outcome unknown and twice cannot see the task's "
-                f"effects (no owned write, no reconcile function): inspect {what}, then record "
-                f"it with `twice resolve {self.uow_id} --as succeeded|failed --note ...`; not "
-                "retried"
-            )
-            return self._result("unknown-needs-reconcile", reason, decision)
-        self._wait_for_thread(attempt.number)  # before the service is asked: _still_acting
-        ctx = self._context(attempt, attempt.generation)
-        polls = max(1, int(self.x.observe_timeout / self.x.poll_interval))
-        report = reconcile_attempt(
-            self.task, attempt.job_id, ctx, ledger=self.ledger, attempt=attempt.number,
-            poll_interval=self.x.poll_interval, max_polls=polls, sleep=self.x.sleep,
-            deadline=self.deadline,
-        )
-        number, generation = attempt.number, attempt.generation
-        if report.state is RemoteState.SUCCEEDED:
-            if generation is not None:
-                self.ledger.mark_generation(self.uow_id, generation, "succeeded")
-            self.notes.append(
-                f"reconcile found job {attempt.job_id} succeeded: not resubmitted"
-            )
-            self._reconciled(attempt, "succeeded", f"reconcile({attempt.job_id})")
-            detail: dict[str, Any] = {"job_id": attempt.job_id, "generation": generation,
+        read = self._read_commit(attempt) if self.task.owns_output else _CommitRead(
+            Commit.NOT_OWNED)
+        asked: list[ReconcileReport] = []
+
+        def ask_remote() -> RemoteState:
+            assert attempt.job_id is not None
+            self._wait_for_thread(attempt.number)  # before the service is asked: _still_acting
+            polls = max(1, int(self.x.observe_timeout / self.x.poll_interval))
+            asked.append(reconcile_attempt(
+                self.task, attempt.job_id, self._context(attempt, attempt.generation),
+                ledger=self.ledger, attempt=attempt.number, poll_interval=self.x.poll_interval,
+                max_polls=polls, sleep=self.x.sleep, deadline=self.deadline,
+            ))
+            return asked[-1].state
+
+        known = Known(commit=read.state,
+                      can_reconcile=self.task.reconcile is not None and attempt.job_id is not None,
+                      same_job_id=self.task.repeats_under_job_id)
+        settlement = settle(known, ask_remote=ask_remote,
+                            still_acting=lambda: self._still_acting(attempt))
+        return self._carry_out(settlement, attempt, read, asked[-1] if asked else None, decision)
+
+    def _carry_out(self, settlement: Settlement, attempt: AttemptRecord, read: _CommitRead,
+                   report: ReconcileReport | None, decision: DecisionResult
+                   ) -> UnitResult | None:
+        """Record the settlement's verdict on ``attempt`` (None: the loop plans again)."""
+        number, job_id, verdict = attempt.number, attempt.job_id, settlement.verdict
+        if verdict is Verdict.WRITTEN:
+            self._settle_written(attempt, read)
+            return None
+        if verdict is Verdict.LEAVE_UNKNOWN:
+            return self._result("unknown-needs-reconcile",
+                                self._why_unknown(attempt, settlement, read, report))
+        if verdict is Verdict.ASK_OPERATOR:
+            what = f"job {job_id}" if job_id else "its effects"
+            return self._result("unknown-needs-reconcile", (
+                f"attempt {number} outcome unknown and twice cannot see the task's effects (no "
+                f"owned write, no reconcile function, not safe_repeat='same-job-id'): inspect "
+                f"{what}, then record it with `twice resolve {self.uow_id} --as "
+                "succeeded|failed --note ...`; not retried"), decision)
+        if verdict is Verdict.REMOTE_SUCCEEDED:
+            if attempt.generation is not None:
+                self.ledger.mark_generation(self.uow_id, attempt.generation, "succeeded")
+            self.notes.append(f"reconcile found job {job_id} succeeded: not resubmitted")
+            self._reconciled(attempt, "succeeded", f"reconcile({job_id})")
+            detail: dict[str, Any] = {"job_id": job_id, "generation": attempt.generation,
                                       "reconcile": True}
             with self._guard():
-                rejected = self._verify_now(number, detail, generation=generation)
+                rejected = self._verify_now(number, detail, generation=attempt.generation)
             self._close_verified(attempt, rejected, detail, "output check after reconcile")
             return None
-        acting = self._still_acting(attempt) if report.state is RemoteState.NOT_FOUND else None
-        if acting is not None:  # "not yet", not "never": the request may still be sent
-            reason = (
-                f"job {attempt.job_id} not found, but attempt {attempt.number} may still send "
-                f"it: {acting}; outcome left unknown, nothing resubmitted (the service is asked "
-                "again on the next run)"
-            )
-            self.ledger.record_observation(
-                self.uow_id, "unknown", source=EXECUTOR_SOURCE, attempt=attempt.number,
-                detail={"job_id": attempt.job_id, "reconcile": "not-found", "why": reason},
-            )
-            return self._result("unknown-needs-reconcile", reason)
-        if report.state in (RemoteState.FAILED, RemoteState.NOT_FOUND):
-            self._reconciled(attempt, report.state.value, f"reconcile({attempt.job_id})")
-        if report.state is RemoteState.FAILED:
+        if read.state is Commit.ABSENT:
+            self._record_not_written(attempt, read)
+        if verdict is Verdict.RETRY_NEW_GENERATION:
+            self._reconciled(attempt, "failed", f"reconcile({job_id})")
             self._close_reconciled(
-                number, attempt.job_id, "twice.engine.reconcile.RemoteJobFailed",
-                f"reconcile found job {attempt.job_id} finished with an error",
+                number, job_id, "twice.engine.reconcile.RemoteJobFailed",
+                f"reconcile found job {job_id} finished with an error",
                 "confirmed failed: a new generation may be taken",
             )
-            if generation is not None:
-                self.ledger.mark_generation(self.uow_id, generation, "confirmed-failed")
+            if attempt.generation is not None:
+                self.ledger.mark_generation(self.uow_id, attempt.generation, "confirmed-failed")
             return None
-        if report.state is RemoteState.NOT_FOUND:
-            self._close_reconciled(
-                number, attempt.job_id, "twice.engine.reconcile.RequestNeverArrived",
-                f"no job {attempt.job_id}: the request never reached the service",
-                "the same job id may be resubmitted (same generation)",
+        assert verdict is Verdict.RETRY_SAME_JOB_ID
+        error_class, message, basis = self._not_done(attempt, settlement, read)
+        if settlement.proof is Proof.REMOTE_JOB:
+            self._reconciled(attempt, str(settlement.remote), f"reconcile({job_id})")
+        else:
+            self._reconciled(attempt, "not-found", basis)
+        self._close_reconciled(number, job_id, error_class, message, basis)
+        return None
+
+    def _not_done(self, attempt: AttemptRecord, settlement: Settlement, read: _CommitRead
+                  ) -> tuple[str, str, str]:
+        """(error class, message, basis) of an unknown attempt closed as not done, to be
+        retried under the same job id."""
+        number, job_id = attempt.number, attempt.job_id
+        if settlement.proof is Proof.SAME_JOB_ID:
+            return ("twice.engine.reconcile.SentAgainUnderSameJobId",
+                    f"attempt {number}'s effect is sent again under the same job id {job_id}: "
+                    "its receiver deduplicates by that id (safe_repeat='same-job-id')",
+                    "same job id: the receiver accepts it once")
+        if settlement.remote is RemoteState.SUCCEEDED:
+            return ("twice.engine.reconcile.OutputNotWritten",
+                    f"reconcile found job {job_id} succeeded, but no commit record of attempt "
+                    f"{number} is in {self.task.destination}: its output was never written; "
+                    "the retry adopts the job by its id (not resubmitted) and writes it",
+                    "job adopted by its id; commit record absent: the output is written again")
+        if settlement.remote is RemoteState.NOT_FOUND:
+            return ("twice.engine.reconcile.RequestNeverArrived",
+                    f"no job {job_id}: the request never reached the service",
+                    "the same job id may be resubmitted (same generation)")
+        return ("twice.engine.reconcile.NoCommitRecord",
+                f"no commit record of attempt {number} in {self.task.destination}: its write "
+                f"never committed ({_sealing(read.sealed)})",
+                "commit record absent: safe to retry")
+
+    def _why_unknown(self, attempt: AttemptRecord, settlement: Settlement, read: _CommitRead,
+                     report: ReconcileReport | None) -> str:
+        """Why an attempt is left unknown (the result's reason; an observation too where the
+        service was asked)."""
+        number, job_id = attempt.number, attempt.job_id
+        if read.state is Commit.UNREADABLE:
+            return (f"attempt {number} outcome unknown and its destination cannot be read to "
+                    f"find its commit record ({read.error}); not retried")
+        if read.state is Commit.MAY_COMMIT:
+            return (f"no commit record of attempt {number} yet, but it may still write: "
+                    f"{read.acting}, and this destination cannot be sealed against it; outcome "
+                    "left unknown, nothing rewritten (settled on the next run)")
+        assert report is not None
+        if settlement.acting is not None:
+            reason = (
+                f"job {job_id} not found, but attempt {number} may still send it: "
+                f"{settlement.acting}; outcome left unknown, nothing resubmitted (the service "
+                "is asked again on the next run)"
             )
-            return None
+            self.ledger.record_observation(
+                self.uow_id, "unknown", source=EXECUTOR_SOURCE, attempt=number,
+                detail={"job_id": job_id, "reconcile": "not-found", "why": reason},
+            )
+            return reason
         waited = format_duration(round(report.polls * self.x.poll_interval * 1_000_000))
         reason = (
-            f"job {attempt.job_id} still {report.state.value} after {report.polls} look(s) "
+            f"job {job_id} still {report.state.value} after {report.polls} look(s) "
             f"over about {waited}: observe it; nothing resubmitted"
         )
         if report.error:
             reason += f" (last reconcile error: {report.error})"
-        return self._result("unknown-needs-reconcile", reason)
+        return reason
 
     def _attempt_key(self, number: int) -> str:
         """Attempt ``number`` of this unit, as this process remembers its timed-out thread."""
@@ -2292,85 +2364,73 @@ class _UnitRun:
             )
         return None
 
-    def _settle_from_commit_record(
-        self, attempt: AttemptRecord
-    ) -> tuple[bool, UnitResult | None]:
-        """Reconcile from the destination: ``(True, None)`` when settled here (succeeded, or
-        closed as safe to retry), ``(True, result)`` to stop, ``(False, None)`` to go on to the
-        task's ``reconcile`` (a remote effect may still land)."""
+    def _read_commit(self, attempt: AttemptRecord) -> _CommitRead:
+        """What the destination says of ``attempt``'s owned write. Before concluding that it
+        never committed, the slice is sealed (``_seal``): its writer may be paused, not dead,
+        and would otherwise commit after that conclusion. Only twice writes an owned slice
+        (a task's remote job never does), so the seal is always right."""
         number = attempt.number
         try:
             commit = self._commit_record(number, attempt.generation)
             marked = commit is None and self._marked(attempt)
-            # sealed only when twice itself is about to conclude "never committed": a task's
-            # reconcile= is asked first, and its remote job may still legitimately write
-            concluding = self.task.reconcile is None or attempt.job_id is None
-            sealed = commit is None and not marked and concluding and self._seal(attempt)
+            sealed = commit is None and not marked and self._seal(attempt)
             if sealed:  # the attempt can no longer commit: its record (or none) is final
                 commit = self._commit_record(number, attempt.generation)
                 marked = commit is None and self._marked(attempt)
             later = None if commit is None else self._rewritten_after(commit)
         except Exception as exc:  # the destination cannot be read now: no evidence either way
-            reason = (
-                f"attempt {number} outcome unknown and its destination cannot be read to find "
-                f"its commit record ({type(exc).__name__}: {_first_line(exc)}); not retried"
-            )
-            return True, self._result("unknown-needs-reconcile", reason)
-        source = f"destination:{self.task.destination.partition(':')[0]}"
+            return _CommitRead(Commit.UNREADABLE, error=f"{type(exc).__name__}: "
+                               f"{_first_line(exc)}")
         if commit is not None or marked:
-            basis = "commit record found" if commit is not None else (
-                "commit record pruned with the table's history (snapshot expiry, log "
-                "retention); the unit's marker in the table's metadata names this attempt")
-            found: dict[str, Any] = {"basis": basis}
-            if commit is not None:
-                found["commit"] = commit.to_dict()
-                if later is not None:
-                    self._settle_replaced(attempt, commit, later, found, source)
-                    return True, None
-            self.ledger.record_observation(
-                self.uow_id, "succeeded", source=source, attempt=number, detail=found)
-            self._reconciled(attempt, "succeeded", f"{basis} in the destination"
-                             if commit is not None else basis)
-            if attempt.generation is not None:
-                self.ledger.mark_generation(self.uow_id, attempt.generation, "succeeded")
-            self.notes.append(
-                f"attempt {number}'s write is in the destination ({basis}): it succeeded; "
-                "nothing rewritten"
-            )
-            detail: dict[str, Any] = {"job_id": attempt.job_id, "generation": attempt.generation,
-                                      "reconcile": True, **found}
-            with self._guard():
-                rejected = self._verify_now(number, detail, commit=commit,
-                                            generation=attempt.generation)
-            self._close_verified(attempt, rejected, detail, "output check after reconcile")
-            return True, None
-        if self.task.reconcile is not None and attempt.job_id is not None:
-            return False, None  # effects twice cannot see (a remote job) may still land: ask
+            return _CommitRead(Commit.PRESENT, commit=commit, later=later)
         acting = None if sealed else self._still_acting(attempt)
         if acting is not None:
-            return True, self._result("unknown-needs-reconcile", (
-                f"no commit record of attempt {number} yet, but it may still write: {acting}, "
-                "and this destination cannot be sealed against it; outcome left unknown, "
-                "nothing rewritten (settled on the next run)"))
-        sealing = (
-            "the slice is sealed against it, so it never will" if sealed else
-            "the slice could not be sealed (Spark; a table format before its table exists): "
-            "should its process be paused rather than gone, a write it makes is refused once "
-            "this unit's next write commits"
-        )
+            return _CommitRead(Commit.MAY_COMMIT, acting=acting)
+        return _CommitRead(Commit.ABSENT, sealed=sealed)
+
+    def _record_not_written(self, attempt: AttemptRecord, read: _CommitRead) -> None:
+        """The destination's evidence that ``attempt`` wrote nothing twice owns."""
         self.ledger.record_observation(
-            self.uow_id, "not-found", source=source, attempt=number,
+            self.uow_id, "not-found", source=self._destination_source, attempt=attempt.number,
             detail={"basis": "no commit record for this attempt: nothing twice owns was "
-                             "written", "job_id": attempt.job_id, "sealed": sealed},
+                             "written", "job_id": attempt.job_id, "sealed": read.sealed},
         )
-        self._close_reconciled(
-            number, attempt.job_id, "twice.engine.reconcile.NoCommitRecord",
-            f"no commit record of attempt {number} in {self.task.destination}: its write never "
-            f"committed ({sealing})",
-            "commit record absent: safe to retry",
+
+    @property
+    def _destination_source(self) -> str:
+        return f"destination:{self.task.destination.partition(':')[0]}"
+
+    def _settle_written(self, attempt: AttemptRecord, read: _CommitRead) -> None:
+        """The attempt's commit record (or the unit's marker) is in the destination: it
+        succeeded. Verified from the record, or, when a later write has replaced its rows
+        since, closed succeeded and run again (``_settle_replaced``)."""
+        number, commit = attempt.number, read.commit
+        source = self._destination_source
+        basis = "commit record found" if commit is not None else (
+            "commit record pruned with the table's history (snapshot expiry, log "
+            "retention); the unit's marker in the table's metadata names this attempt")
+        found: dict[str, Any] = {"basis": basis}
+        if commit is not None:
+            found["commit"] = commit.to_dict()
+            if read.later is not None:
+                self._settle_replaced(attempt, commit, read.later, found, source)
+                return
+        self.ledger.record_observation(
+            self.uow_id, "succeeded", source=source, attempt=number, detail=found)
+        self._reconciled(attempt, "succeeded", f"{basis} in the destination"
+                         if commit is not None else basis)
+        if attempt.generation is not None:
+            self.ledger.mark_generation(self.uow_id, attempt.generation, "succeeded")
+        self.notes.append(
+            f"attempt {number}'s write is in the destination ({basis}): it succeeded; "
+            "nothing rewritten"
         )
-        self._reconciled(attempt, "not-found", "commit record absent in the destination")
-        return True, None
+        detail: dict[str, Any] = {"job_id": attempt.job_id, "generation": attempt.generation,
+                                  "reconcile": True, **found}
+        with self._guard():
+            rejected = self._verify_now(number, detail, commit=commit,
+                                        generation=attempt.generation)
+        self._close_verified(attempt, rejected, detail, "output check after reconcile")
 
     def _seal(self, attempt: AttemptRecord) -> bool:
         """Seal the slice under a fresh token before concluding that ``attempt`` never

@@ -433,7 +433,12 @@ def _pipeline_assumptions(pipeline: Pipeline | None) -> list[Assumption]:
     found = []
     for name, task in pipeline.tasks.items():
         subject = f"{pipeline.name}.{name}"
-        if task.safe_repeat:
+        if task.repeats_under_job_id:
+            found.append(Assumption(subject, "safe_repeat='same-job-id' is the pipeline "
+                                    "author's assertion (assumed by the caller) that the "
+                                    "task's receiver deduplicates by its job id; not proven",
+                                    "pipeline file"))
+        elif task.safe_repeat:
             found.append(Assumption(subject, "safe_repeat=True is the pipeline author's "
                                     "assertion (assumed by the caller) that a repeat has no "
                                     "extra effect; not proven", "pipeline file"))
