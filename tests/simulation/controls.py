@@ -1,0 +1,56 @@
+"""Rules the simulation can switch off, one function each, to show it catches their absence.
+
+``switched_off(name)`` monkeypatches the one function that implements rule ``name`` for the
+duration of the block. A control test runs seeds with a rule off and expects an invariant
+violation within a stated number of seeds. Issue 36's fixes add rules here (acceptance before
+landing, ledger identity, operator resolution) with their own one-function switch.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+
+def _no_fencing() -> list[tuple[Any, str, Any]]:
+    """Fencing: ``twice.destinations.commits.check_fence`` accepts every token."""
+    from twice.destinations import commits
+
+    original = commits.check_fence
+    patched = []
+    for module in list(sys.modules.values()):
+        name = getattr(module, "__name__", "")
+        if name.startswith("twice.") and getattr(module, "check_fence", None) is original:
+            patched.append((module, "check_fence", original))
+            module.check_fence = lambda *args, **kwargs: None  # type: ignore[attr-defined]
+    return patched
+
+
+def _no_commit_record_precedence() -> list[tuple[Any, str, Any]]:
+    """Commit-record precedence: the executor no longer settles an unknown owned write from
+    the destination's commit record (``_UnitRun._settle_from_commit_record`` finds nothing)."""
+    from twice.engine import executor
+
+    cls = executor._UnitRun
+    original = cls.__dict__["_settle_from_commit_record"]
+    cls._settle_from_commit_record = lambda self, attempt: (False, None)
+    return [(cls, "_settle_from_commit_record", original)]
+
+
+#: rule -> (what switching it off does, the switch)
+RULES: dict[str, Callable[[], list[tuple[Any, str, Any]]]] = {
+    "fencing": _no_fencing,
+    "commit_record_precedence": _no_commit_record_precedence,
+}
+
+
+@contextmanager
+def switched_off(rule: str) -> Iterator[None]:
+    patched = RULES[rule]()
+    try:
+        yield
+    finally:
+        for owner, attribute, original in patched:
+            setattr(owner, attribute, original)
