@@ -29,14 +29,26 @@ def _no_fencing() -> list[tuple[Any, str, Any]]:
 
 
 def _no_commit_record_precedence() -> list[tuple[Any, str, Any]]:
-    """Commit-record precedence: the executor no longer settles an unknown owned write from
-    the destination's commit record (``_UnitRun._settle_from_commit_record`` finds nothing)."""
+    """Commit-record precedence: a reconciler's "succeeded" stands in for a missing commit
+    record (the settlement rule, ``twice.engine.settle.settle``, as the executor calls it, asks
+    the service first and takes its success as the owned write's)."""
+    from twice.core.outcomes import RemoteState
     from twice.engine import executor
+    from twice.engine import settle as rule
 
-    cls = executor._UnitRun
-    original = cls.__dict__["_settle_from_commit_record"]
-    cls._settle_from_commit_record = lambda self, attempt: (False, None)
-    return [(cls, "_settle_from_commit_record", original)]
+    original = executor.settle
+
+    def reconcile_first(known: Any, *, ask_remote: Any, still_acting: Any) -> Any:
+        if known.can_reconcile and known.commit is rule.Commit.ABSENT:
+            state = ask_remote()
+            if state is RemoteState.SUCCEEDED:
+                return rule.Settlement(rule.Verdict.REMOTE_SUCCEEDED, rule.Proof.REMOTE_JOB,
+                                       state)
+            return original(known, ask_remote=lambda: state, still_acting=still_acting)
+        return original(known, ask_remote=ask_remote, still_acting=still_acting)
+
+    executor.settle = reconcile_first  # type: ignore[assignment]
+    return [(executor, "settle", original)]
 
 
 #: rule -> (what switching it off does, the switch)

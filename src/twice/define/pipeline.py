@@ -53,7 +53,7 @@ WriteMode = Literal["replace", "upsert", "append"]
 WRITE_MODES: tuple[str, ...] = ("replace", "upsert", "append")
 #: ``safe_repeat="same-job-id"``: the receiver deduplicates by ``ctx.job_id`` (an API with an
 #: Idempotency-Key, BigQuery with a client-chosen job id), so sending again under the SAME job
-#: id is safe; a new job id (a deliberate rerun) is not asserted safe.
+#: id is safe, and an unknown outcome is settled that way (twice.engine.settle).
 SAME_JOB_ID: Final = "same-job-id"
 SafeRepeat = bool | Literal["same-job-id"]
 F = TypeVar("F", bound=Callable[..., Any])
@@ -170,9 +170,9 @@ class Task:
       has no extra effect beyond what twice's own replace/upsert destination write undoes (no
       emails sent twice, no remote jobs submitted without a client-chosen id). Reports show it as
       "assumed by the caller", never as proven. Default False. ``"same-job-id"`` asserts
-      less: the task's receiver deduplicates by ``ctx.job_id``, so an unknown or failed
-      attempt is settled by sending again under the same job id, with no operator, while a
-      deliberate rerun (a new generation, a new job id) is held like ``False`` unless named.
+      more: the task's receiver deduplicates by ``ctx.job_id``, so an unknown outcome is
+      also settled by sending again under the same job id, with no operator (``True`` leaves
+      it to reconcile or an operator); a deliberate rerun takes a new generation, a new id.
     """
 
     name: str
@@ -360,16 +360,10 @@ class Task:
         return self.safe_repeat == SAME_JOB_ID
 
     @property
-    def retries_safely(self) -> bool:
-        """A retry of this generation (the same job id) is asserted safe: what the planner's
-        ``safeRepeat`` means."""
-        return self.safe_repeat is True or self.repeats_under_job_id
-
-    @property
-    def reruns_safely(self) -> bool:
-        """A deliberate rerun (a new generation, a new job id) may execute again without the
-        operator naming the task (``--repeat``)."""
-        return self.safe_repeat is True
+    def repeat_is_safe(self) -> bool:
+        """Running the task again is asserted safe (``safe_repeat`` True or "same-job-id"):
+        what the planner's ``safeRepeat`` means, and why a deliberate rerun is not held."""
+        return self.safe_repeat is not False
 
     def partition_for(self, interval: Interval) -> str:
         """The input partition read for ``interval`` ("" if the task declares none)."""
@@ -854,7 +848,7 @@ class Pipeline:
             "backfill of an interval (a new job generation) appends its rows again next to "
             "the earlier ones; leave safe_repeat off to have such reruns held, or write "
             "'replace' or 'upsert' to restate the interval"
-            for task in self._tasks.values() if task.write == "append" and task.reruns_safely
+            for task in self._tasks.values() if task.write == "append" and task.repeat_is_safe
         )
         return found
 

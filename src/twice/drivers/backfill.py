@@ -460,7 +460,7 @@ def _expected(
         if seen is not None:
             return "blocked", (f"blocked: dependency {dep} is not selected and the ledger "
                                f"shows {seen}")
-    if task.reruns_safely or task.name in repeat:
+    if task.repeat_is_safe or task.name in repeat:
         return None, ""
     if recorded and recorded[-1].outcome == "succeeded":
         why = f"attempt {recorded[-1].number} of this unit succeeded"

@@ -120,7 +120,7 @@ class PlanSettings:
             policy=task.retry,
             duration=task.estimated_duration,
             validation=task.validation_duration or 0.0,
-            safe_repeat=task.retries_safely,
+            safe_repeat=task.repeat_is_safe,
             deadline=pipeline.deadline_for(interval),
             workflow_deadline=workflow_deadline,
             max_observation_age=max_observation_age,

@@ -1265,7 +1265,7 @@ class _UnitRun:
                 f"attempt {prior.number} had succeeded; asked to run again: its next attempt "
                 "takes a new job generation, so a remote job is really executed again"
             )
-        elif prior is None and not (self.task.reruns_safely or self.task.name in self.x.repeat):
+        elif prior is None and not (self.task.repeat_is_safe or self.task.name in self.x.repeat):
             earlier = self._slot_success()
             if earlier is not None and self._held(opening, earlier):
                 return opening
@@ -1414,7 +1414,7 @@ class _UnitRun:
         """A task not asserted ``safe_repeat`` that already succeeded is not executed again
         unless the operator named it (``repeat``): its effects (an email, an API call) would
         happen twice. Records the refusal in ``opening`` (True), or False when it may run."""
-        if self.task.reruns_safely or self.task.name in self.x.repeat:
+        if self.task.repeat_is_safe or self.task.name in self.x.repeat:
             return False
         reason = (
             f"held: {why}, and task {self.task.name!r} is not safe_repeat (running it again "

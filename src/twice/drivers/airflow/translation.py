@@ -143,7 +143,7 @@ def _inside_task(pipeline: Pipeline, task: Task) -> list[str]:
         "a non-transient error fails the Airflow task with AirflowFailException, so Airflow does "
         "not retry it; a transient one fails the try normally and Airflow retries it",
     ]
-    if policy.max_attempts > 1 and not task.retries_safely:
+    if policy.max_attempts > 1 and not task.repeat_is_safe:
         notes.append(
             "safe_repeat is not asserted: after a failed attempt twice's planner answers "
             "reconcile-effects and the Airflow task fails (AirflowFailException) instead of "
