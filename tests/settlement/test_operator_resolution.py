@@ -60,18 +60,20 @@ def notify(ctx: TaskContext) -> None:
 '''
 
 
-def twice(root: Path, *args: str, fault: str = "") -> subprocess.CompletedProcess[str]:
+def twice(root: Path, *args: str, fault: str = "", columns: int = 200
+          ) -> subprocess.CompletedProcess[str]:
     """``twice ARGS`` through the real CLI in ``root``, the ledger there."""
     return subprocess.run(
         [sys.executable, "-m", "twice", *args, "--ledger", str(root / "ledger.db")],
-        cwd=root, env=_env(fault), capture_output=True, text=True, timeout=120, check=False,
+        cwd=root, env=_env(fault, columns), capture_output=True, text=True, timeout=120,
+        check=False,
     )
 
 
-def _env(fault: str) -> dict[str, str]:
+def _env(fault: str, columns: int = 200) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TWICE_", "NOTIFY_"))}
     env["PYTHONPATH"] = f"{REPO / 'src'}{os.pathsep}{env.get('PYTHONPATH', '')}"
-    env["COLUMNS"] = "200"
+    env["COLUMNS"] = str(columns)
     if fault:
         env["NOTIFY_FAULT"] = fault
     return env
@@ -214,3 +216,38 @@ def test_an_invalid_resolution_names_the_field_and_exits_2(root: Path) -> None:
     assert "--as" in done.stderr and "failed-after-acting" in done.stderr
     assert "Traceback" not in done.stderr
     assert unit_outcome(root)[1] == "unknown"  # nothing recorded
+
+
+@pytest.mark.parametrize(("asserted", "health"), [("failed", "waiting"),
+                                                   ("failed-after-acting", "held")])
+def test_reports_show_which_resolution_was_asserted(
+    root: Path, asserted: str, health: str
+) -> None:
+    """Both failures close the attempt failed-transient; only the operator's words say whether
+    the next run executes it, so every report shows them, as asserted, never as verified."""
+    uow = cut_off(root, "exit")
+    note = "checked the receiver log"
+    said = f"asserted by an operator ({OPERATOR}), --as {asserted} ("
+    done = resolve(root, uow, asserted, note)
+    assert said in done.stdout
+    expected_next = {"failed": "Next run: executed, no --repeat needed.",
+                     "failed-after-acting": "Next run: held until --repeat names the task."}
+    assert expected_next[asserted] in done.stdout
+
+    status = twice(root, "status", "--json")
+    (unit,) = json.loads(status.stdout)["units"]
+    assert (unit["asserted"], unit["assertedBy"], unit["health"]) == (asserted, OPERATOR, health)
+    assert unit["healthBasis"] == "asserted" and said in unit["healthReason"]
+    assert said in twice(root, "status", columns=500).stdout
+
+    explain = twice(root, "explain", uow).stdout
+    assert f"[asserted] resolved-{asserted} (attempt 1)" in explain
+    assert f"[asserted] attempt 1 resolved as failed-transient (--as {asserted}:" in explain
+
+    handover = twice(root, "handover").stdout
+    assert f"| 1 | {asserted} | asserted by an operator ({OPERATOR}) | {note} |" in handover
+
+    update = twice(root, "update").stdout
+    assert said in update
+    for text in (explain, handover, update):
+        assert "verified" not in " ".join(line for line in text.splitlines() if said in line)

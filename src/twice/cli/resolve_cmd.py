@@ -24,7 +24,7 @@ import click
 from twice.cli.console import echo
 from twice.cli.exits import exit_on_error
 from twice.cli.options import json_option, ledger_option
-from twice.core.resolution import RESOLUTION_OUTCOMES
+from twice.core.resolution import NEXT_RUN_DOES, RESOLUTION_OUTCOMES, next_run_after
 from twice.errors import InputError
 
 if TYPE_CHECKING:
@@ -133,9 +133,11 @@ def resolve(uow_id: str, outcome: str, note: str | None, attempt: int | None,
              f"{record.outcome} at {wording.instant(record.resolved_at)}; nothing new "
              "recorded.")
         return
+    said = wording.resolution_said(record.outcome, record.attempt.outcome)
     echo(
         f"Resolved attempt {record.attempt.number} of {record.uow_id}: {previous} -> "
-        f"{record.attempt.outcome}, {wording.asserted_by(record.operator, record.note)}.\n"
+        f"{record.attempt.outcome}, {wording.asserted_by(record.operator, record.note, said)}.\n"
         f"Recorded as observation {observation.state} from {observation.source} "
-        f"(seq {observation.seq}). Reports show it as asserted by an operator, not verified."
+        f"(seq {observation.seq}). Reports show it as asserted by an operator, not verified.\n"
+        f"Next run: {NEXT_RUN_DOES[next_run_after(record.outcome)]}."
     )

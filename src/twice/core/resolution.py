@@ -40,11 +40,18 @@ _NEXT_RUN: dict[ResolutionOutcome, NextRun] = {
     "failed-after-acting": NextRun.HOLD,
 }
 
+#: What the next run does, for people (reports).
+NEXT_RUN_DOES: dict[NextRun, str] = {
+    NextRun.SETTLED: "not executed again (unless --force, and --repeat)",
+    NextRun.EXECUTE: "executed, no --repeat needed",
+    NextRun.HOLD: "held until --repeat names the task",
+}
+
 #: What each assertion says happened, for people (help, reports).
 CLAIMS: dict[ResolutionOutcome, str] = {
     "succeeded": "its effect happened",
     "failed": "its effect did not happen",
-    "failed-after-acting": "it acted, then failed (a partial effect)",
+    "failed-after-acting": "a partial effect: it acted, then failed",
 }
 
 
