@@ -23,6 +23,7 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import date
 from pathlib import Path
 
 import pytest
@@ -36,6 +37,7 @@ PIPELINE = '''\
 import os
 import sys
 import time
+from datetime import date
 from pathlib import Path
 
 from twice import Pipeline, Schedule, TaskContext
@@ -251,3 +253,51 @@ def test_reports_show_which_resolution_was_asserted(
     assert said in update
     for text in (explain, handover, update):
         assert "verified" not in " ".join(line for line in text.splitlines() if said in line)
+
+
+def test_an_airflow_try_after_the_task_is_cleared_executes_it(root: Path) -> None:
+    """The Airflow runner (no Airflow needed: it only maps a unit's result to a verdict) claims
+    through the same executor. A notify cut off in its try fails the try (not retried by
+    Airflow); the operator resolves it ``--as failed`` and clears the task, which opens a new
+    retry budget, and that try executes the notification."""
+    from twice.define.load import load_pipeline
+    from twice.define.schedule import Schedule
+    from twice.drivers.airflow.runner import first_try_of_budget, run_try
+    from twice.ledger import Ledger
+
+    pipeline = load_pipeline(root / "notify.py")
+    interval = Schedule.daily("UTC").interval_for(date.fromisoformat(DAY))
+    with Ledger.open(root / "ledger.db") as ledger, pytest.MonkeyPatch.context() as env:
+        env.setenv("NOTIFY_FAULT", "exit")
+        first = run_try(pipeline, "notify", ledger, interval, holder="airflow-try-1",
+                        continue_run=not first_try_of_budget(1, 1, 0))
+        assert (first.verdict, first.unit.outcome) == ("fail", "unknown-needs-reconcile")
+        env.delenv("NOTIFY_FAULT")
+        ledger.record_resolution(first.unit.uow_id, outcome="failed", operator=OPERATOR,
+                                 note="receiver log has no notification for that job id")
+        # cleared: try 2 of max_tries 2 (1 + retries 0 raised by the clear) opens a budget
+        cleared = run_try(pipeline, "notify", ledger, interval, holder="airflow-try-2",
+                          continue_run=not first_try_of_budget(2, 2, 0))
+    assert cleared.verdict == "succeeded", cleared.message
+    assert len(sent(root)) == 1
+
+
+def test_switching_the_rule_off_brings_the_second_step_back(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The control for a simulation: the engine asks ``twice.core.resolution.next_run_after``
+    and nothing else, so replacing it with "always hold" brings today's failure back."""
+    from twice.core import resolution
+    from twice.define.load import load_pipeline
+    from twice.define.schedule import Schedule
+    from twice.engine.executor import Executor
+    from twice.ledger import Ledger
+
+    uow = cut_off(root, "exit")
+    resolve(root, uow, "failed", "receiver log has no notification for that job id")
+    monkeypatch.setattr(resolution, "next_run_after", lambda _: resolution.NextRun.HOLD)
+    interval = Schedule.daily("UTC").interval_for(date.fromisoformat(DAY))
+    with Ledger.open(root / "ledger.db") as ledger:
+        unit = Executor(load_pipeline(root / "notify.py"), ledger).run(interval).unit("notify")
+    assert unit.outcome == "held" and "resolved by operator alice as failed" in unit.reason
+    assert sent(root) == []
