@@ -145,6 +145,8 @@ def unit_rows(
             "basis": None if asserted is None else "asserted",
             "assertedBy": None if asserted is None else asserted.operator,
             "assertion": None if asserted is None else asserted.note,
+            # what the operator asserted (--as): succeeded, failed or failed-after-acting
+            "asserted": None if asserted is None else asserted.outcome,
             "note": None,
             "decision": None,
             "reason": ("no policy recorded for this unit (it never ran): `twice status "

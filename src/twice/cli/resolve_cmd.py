@@ -1,13 +1,16 @@
-"""``twice resolve UOW_ID --as succeeded|failed --note TEXT``: an operator settles an outcome.
+"""``twice resolve UOW_ID --as succeeded|failed|failed-after-acting --note TEXT``: an operator
+settles an outcome.
 
-When twice cannot see a task's effects (no destination to fingerprint, no ``reconcile=``, not
+When twice cannot see a task's effects (no owned destination, no ``reconcile=``, not
 ``safe_repeat``), an attempt cut off by a crash or a timeout stays ``unknown`` until a person
 checks by hand. This command records what they found, in one ledger transaction: the attempt
 (default: the latest, which must be ``unknown`` or ``running``) is closed as ``succeeded``, or
-as ``failed-transient`` for ``--as failed`` (its effect did not happen, so a later run may try
-again), and an observation ``resolved-succeeded`` / ``resolved-failed`` from
-``operator:<name>`` keeps the note. Every report shows it as "asserted by an operator", with the
-name and the note, never as verified.
+as ``failed-transient`` for either failure, and an observation ``resolved-<as>`` from
+``operator:<name>`` keeps the assertion and the note. What the assertion means for the next
+run is one rule (``twice.core.resolution``): ``succeeded`` is done, ``failed`` (the effect did
+not happen) is executed by the next run with no other step, ``failed-after-acting`` (a partial
+effect) is held until ``--repeat``. Every report shows it as "asserted by an operator", with
+the name and the note, never as verified.
 """
 
 from __future__ import annotations
@@ -21,17 +24,29 @@ import click
 from twice.cli.console import echo
 from twice.cli.exits import exit_on_error
 from twice.cli.options import json_option, ledger_option
+from twice.core.resolution import NEXT_RUN_DOES, RESOLUTION_OUTCOMES, next_run_after
 from twice.errors import InputError
 
 if TYPE_CHECKING:
     from twice.ledger import ResolutionOutcome
 
 EPILOG = """\b
+What the next run does:
+  --as succeeded            the effect happened: not run again (unless --force, and
+                            --repeat for a task that is not safe_repeat)
+  --as failed               the effect did not happen: the next run executes it, no
+                            --repeat or other step needed
+  --as failed-after-acting  it acted, then failed (e.g. half the mails went out): the
+                            next run holds it until you name it with --repeat TASK
+
+\b
 Examples:
   twice resolve funds.load.20261201T0000.3c6a --as succeeded \\
       --note "checked warehouse.positions: 2026-12-01 has the expected 18,204 rows"
   twice resolve funds.load.20261201T0000.3c6a --as failed --attempt 2 \\
       --note "no load job in the BigQuery history for that id" --operator alice
+  twice resolve desk.notify.20261201T0000.9f2e --as failed-after-acting \\
+      --note "gateway log: 40 of 90 mails sent, then 503s" --operator alice
 """
 
 
@@ -47,8 +62,10 @@ def _operator(given: str | None) -> str:
 
 @click.command("resolve", epilog=EPILOG)
 @click.argument("uow_id")
-@click.option("--as", "outcome", required=True, type=click.Choice(["succeeded", "failed"]),
-              help="What you found: the attempt's effect happened (succeeded) or not (failed).")
+@click.option("--as", "outcome", required=True, type=click.Choice(RESOLUTION_OUTCOMES),
+              help="What you found: the attempt's effect happened (succeeded), did not happen "
+                   "(failed: the next run executes it), or happened in part before it failed "
+                   "(failed-after-acting: the next run holds it until --repeat).")
 @click.option("--note", default=None, metavar="TEXT",
               help="What you checked and what it showed (required; kept with the resolution).")
 @click.option("--attempt", type=int, default=None, metavar="N",
@@ -116,9 +133,11 @@ def resolve(uow_id: str, outcome: str, note: str | None, attempt: int | None,
              f"{record.outcome} at {wording.instant(record.resolved_at)}; nothing new "
              "recorded.")
         return
+    said = wording.resolution_said(record.outcome, record.attempt.outcome)
     echo(
         f"Resolved attempt {record.attempt.number} of {record.uow_id}: {previous} -> "
-        f"{record.attempt.outcome}, {wording.asserted_by(record.operator, record.note)}.\n"
+        f"{record.attempt.outcome}, {wording.asserted_by(record.operator, record.note, said)}.\n"
         f"Recorded as observation {observation.state} from {observation.source} "
-        f"(seq {observation.seq}). Reports show it as asserted by an operator, not verified."
+        f"(seq {observation.seq}). Reports show it as asserted by an operator, not verified.\n"
+        f"Next run: {NEXT_RUN_DOES[next_run_after(record.outcome)]}."
     )

@@ -120,7 +120,9 @@ def _print(label: str, at: Any, rows: list[dict[str, Any]], headline: str) -> No
     for row in rows:
         attempt = "-" if row["attempt"] is None else f"#{row['attempt']} {row['outcome']}"
         if row["basis"] == "asserted":
-            attempt += "\n" + shown(wording.asserted_by(row["assertedBy"], row["assertion"]))
+            said = wording.resolution_said(row["asserted"], row["outcome"])
+            attempt += "\n" + shown(wording.asserted_by(row["assertedBy"], row["assertion"],
+                                                       said))
         source = row["source"]
         if source is not None and source.startswith(OPERATOR_SOURCE_PREFIX):
             source = wording.asserted_by(source[len(OPERATOR_SOURCE_PREFIX):])

@@ -48,6 +48,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
+from twice.core import resolution
 from twice.core.backoff import jittered_delay
 from twice.core.decision import Decision, DecisionResult
 from twice.core.interval import Interval
@@ -116,6 +117,7 @@ if TYPE_CHECKING:
         JobGenerationRecord,
         LeaseResult,
         Ledger,
+        ResolutionRecord,
         UnitRecord,
     )
     from twice.ledger.records import DecisionName
@@ -1272,8 +1274,7 @@ class _UnitRun:
         elif (prior is not None and prior.outcome.startswith("failed-")
               and self.task.effects_unseen
               and not (self.x.continue_run and self._has_run())
-              and self._held(opening, f"attempt {prior.number} failed after it may have acted "
-                             "(twice cannot see this task's effects)")):
+              and self._held_after_failure(opening, prior)):
             # a new run does not reset what the planner said of it: reconcile the effects
             # first (README: a failed attempt is retried only if transient and safe_repeat)
             return opening
@@ -1427,13 +1428,37 @@ class _UnitRun:
         opening.stop = ("held", reason)
         return True
 
+    def _held_after_failure(self, opening: _Opening, prior: AttemptRecord) -> bool:
+        """A failed attempt of a task whose effects twice cannot see may have acted first, so
+        it is held (``_held``) unless an operator resolved it and the rule for resolutions
+        (``twice.core.resolution.next_run_after``, read from the resolution's typed outcome)
+        lets the next run execute it: ``--as failed``, the effect did not happen."""
+        resolved = self._resolution_of(prior.number)
+        if resolved is None:
+            return self._held(opening, f"attempt {prior.number} failed after it may have acted "
+                              "(twice cannot see this task's effects)")
+        said = (f"attempt {prior.number} was resolved by operator {resolved.operator} as "
+                f"{resolved.outcome} ({resolution.CLAIMS[resolved.outcome]}; asserted with "
+                "twice resolve, not observed by twice)")
+        if resolution.next_run_after(resolved.outcome) is resolution.NextRun.EXECUTE:
+            opening.notes.append(f"{said}: executed again, nothing to repeat")
+            return False
+        return self._held(opening, said)
+
+    def _resolution_of(self, number: int) -> ResolutionRecord | None:
+        """The operator's resolution of attempt ``number`` (``twice resolve``), if any."""
+        for record in reversed(self.ledger.resolutions(self.uow_id)):
+            if record.attempt.number == number:
+                return record
+        return None
+
     def _asserted_by(self, number: int) -> str:
         """`` (asserted by operator X ...)`` when attempt ``number``'s success is an
         operator's resolution (``twice resolve``), not something twice observed; else ""."""
-        for record in reversed(self.ledger.resolutions(self.uow_id)):
-            if record.attempt.number == number and record.outcome == "succeeded":
-                return (f" (asserted by operator {record.operator} with twice resolve, not "
-                        "observed by twice)")
+        record = self._resolution_of(number)
+        if record is not None and record.outcome == "succeeded":
+            return (f" (asserted by operator {record.operator} with twice resolve, not "
+                    "observed by twice)")
         return ""
 
     def _slot_overwritten(self) -> str | None:

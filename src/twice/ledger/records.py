@@ -21,6 +21,8 @@ from twice.core.outcomes import (
     AttemptOutcome,
     ErrorClassification,
 )
+from twice.core.resolution import RESOLUTION_OUTCOMES as RESOLUTION_OUTCOMES  # re-exported
+from twice.core.resolution import ResolutionOutcome
 from twice.core.unit import UnitOfWork
 
 GenerationState = Literal["active", "confirmed-failed", "succeeded"]
@@ -72,22 +74,23 @@ LEASE_SOURCE = "twice.ledger.lease"
 #: ``state`` of that observation: the previous holder's attempt outcome is now unknown.
 LEASE_TAKEOVER_STATE = "lease-taken-over"
 
-#: What an operator may assert about an attempt whose outcome twice could not see
-#: (``twice resolve``): its effect happened, or it did not.
-ResolutionOutcome = Literal["succeeded", "failed"]
-RESOLUTION_OUTCOMES: tuple[ResolutionOutcome, ...] = get_args(ResolutionOutcome)
-#: The attempt outcome each resolution records: "failed" means the effect did not happen, so
-#: the failure is transient (a later run may try again).
+#: The attempt outcome each resolution records (what an operator may assert, and what it means
+#: for the next run, is ``twice.core.resolution``): both failures are transient, since neither
+#: says a retry would fail the same way; whether the next run may execute the task is the
+#: resolution's own outcome, kept in its observation.
 RESOLVED_ATTEMPT_OUTCOME: dict[ResolutionOutcome, AttemptOutcome] = {
     "succeeded": "succeeded",
     "failed": "failed-transient",
+    "failed-after-acting": "failed-transient",
 }
 #: ``state`` of the observation an operator's resolution writes.
 RESOLVED_SUCCEEDED_STATE = "resolved-succeeded"
 RESOLVED_FAILED_STATE = "resolved-failed"
+RESOLVED_FAILED_AFTER_ACTING_STATE = "resolved-failed-after-acting"
 RESOLUTION_STATES: dict[ResolutionOutcome, str] = {
     "succeeded": RESOLVED_SUCCEEDED_STATE,
     "failed": RESOLVED_FAILED_STATE,
+    "failed-after-acting": RESOLVED_FAILED_AFTER_ACTING_STATE,
 }
 #: ``source`` of that observation is ``operator:<name>``: asserted by a person, not observed.
 OPERATOR_SOURCE_PREFIX = "operator:"

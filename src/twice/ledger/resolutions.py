@@ -12,6 +12,7 @@ import re
 from sqlalchemy import ColumnElement, select
 from sqlalchemy.engine import Connection
 
+from twice.core.resolution import CLAIMS
 from twice.core.secrets import redact
 from twice.ledger import attempts as attempt_rows
 from twice.ledger import lease as leasing
@@ -96,9 +97,10 @@ class ResolutionStore:
             one_line = " ".join(note.split())
             closed = attempt_rows.close(
                 conn, current, closed_as, finished=max(now, current.started_at), recorded_at=now,
-                summary=(f"attempt {number} resolved as {closed_as}: asserted by an operator "
-                         f"({operator}), not observed by twice: {one_line}"),
-                resolved_by=source, operator=operator, note=note,
+                summary=(f"attempt {number} resolved as {closed_as} (--as {outcome}: "
+                         f"{CLAIMS[outcome]}): asserted by an operator ({operator}), not "
+                         f"observed by twice: {one_line}"),
+                resolved_by=source, operator=operator, note=note, asserted=outcome,
             )
             observation = insert_observation(
                 conn, uow_id=uow_id, state=state, source=source, observed_at=now,

@@ -422,10 +422,11 @@ class Ledger(Closeable):
 
         The attempt (default: the latest, which must be ``unknown`` or ``running``) is closed
         as ``succeeded`` (``outcome="succeeded"``: its effect happened) or ``failed-transient``
-        (``outcome="failed"``: it did not, so a later run may try again), and an observation
-        ``resolved-succeeded`` / ``resolved-failed`` from ``operator:<operator>`` keeps the
-        note: an assertion by a person, which reports show as such, never as verified. All in
-        one transaction. Resolving an attempt again the same way returns the recorded
+        (``outcome="failed"``: it did not; ``"failed-after-acting"``: it acted, then failed),
+        and an observation ``resolved-<outcome>`` from ``operator:<operator>`` keeps the
+        outcome and the note: an assertion by a person, which reports show as such, never as
+        verified. What it means for the next run is ``twice.core.resolution.next_run_after``.
+        All in one transaction. Resolving an attempt again the same way returns the recorded
         resolution (``repeated=True``); any other finished attempt is refused, and so is a
         running one whose holder still holds the unit's lease (it may still finish).
         """

@@ -29,6 +29,7 @@ from twice.ledger import lease_holders
 from twice.ledger.records import (
     LEASE_SOURCE,
     OPERATOR_SOURCE_PREFIX,
+    RESOLUTION_OUTCOMES,
     AttemptFacts,
     AttemptOutcome,
     DecisionRecord,
@@ -38,6 +39,7 @@ from twice.ledger.records import (
     GenerationState,
     NonfatalErrorRecord,
     ObservationRecord,
+    ResolutionOutcome,
     TimelineEvent,
     UnitRecord,
     resolution_outcome,
@@ -90,23 +92,29 @@ def assertion_of(record: ObservationRecord) -> OperatorAssertion | None:
     if outcome is None:
         return None
     return _assertion(record.source, record.detail, record.observed_at,
-                      RESOLVED_ATTEMPT_OUTCOME[outcome])
+                      RESOLVED_ATTEMPT_OUTCOME[outcome], outcome)
 
 
 def _event_assertion(event: TimelineEvent, outcome: AttemptOutcome) -> OperatorAssertion | None:
-    """The resolution an ``attempt-finished`` event records (its ``resolved_by`` detail)."""
+    """The resolution an ``attempt-finished`` event records (its ``resolved_by`` detail, and
+    ``asserted``: the resolution's outcome; a ledger written before it was kept knew only
+    ``succeeded`` and ``failed``, one per attempt outcome)."""
     source = event.detail.get("resolved_by")
     if not isinstance(source, str) or not source.startswith(OPERATOR_SOURCE_PREFIX):
         return None
-    return _assertion(source, event.detail, event.at, outcome)
+    asserted = event.detail.get("asserted")
+    if asserted not in RESOLUTION_OUTCOMES:
+        asserted = "succeeded" if outcome == "succeeded" else "failed"
+    return _assertion(source, event.detail, event.at, outcome,
+                      cast(ResolutionOutcome, asserted))
 
 
 def _assertion(source: str, detail: Mapping[str, Any], at: datetime,
-               outcome: AttemptOutcome) -> OperatorAssertion:
+               outcome: AttemptOutcome, asserts: ResolutionOutcome) -> OperatorAssertion:
     """An operator's resolution from ``operator:<name>`` and its recorded detail (the operator's
     name there wins over the source's, and the note)."""
     operator = detail.get("operator") or source[len(OPERATOR_SOURCE_PREFIX):]
-    return OperatorAssertion(str(operator), str(detail.get("note", "")), at, outcome)
+    return OperatorAssertion(str(operator), str(detail.get("note", "")), at, outcome, asserts)
 
 
 # -- reading recorded detail ---------------------------------------------------------------------
@@ -160,11 +168,18 @@ class OperatorAssertion:
     note: str
     at: datetime
     outcome: AttemptOutcome
+    asserts: ResolutionOutcome  # what the operator said (``--as``): the next run acts on it
+
+    @property
+    def said(self) -> str | None:
+        """``--as failed (its effect did not happen)`` when the outcome does not tell."""
+        return wording.resolution_said(self.asserts, self.outcome)
 
     @property
     def label(self) -> str:
-        """``asserted by an operator (alice): checked the table by hand``."""
-        return wording.asserted_by(self.operator, self.note)
+        """``asserted by an operator (alice): checked the table by hand``; for a failure, which
+        one: ``asserted by an operator (bob), --as failed (its effect did not happen): ...``."""
+        return wording.asserted_by(self.operator, self.note, self.said)
 
 
 @dataclass(frozen=True)
@@ -356,7 +371,8 @@ class UnitReport:
         latest = self.attempts[-1]
         if latest.asserted is None:
             return latest.outcome
-        return f"{latest.outcome} ({wording.asserted_by(latest.asserted.operator)})"
+        return (f"{latest.outcome} "
+                f"({wording.asserted_by(latest.asserted.operator, said=latest.asserted.said)})")
 
     @property
     def latest_decision(self) -> RecordedDecision | None:

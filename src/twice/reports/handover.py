@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from twice.core.inert import inert
 from twice.core.outcomes import ERROR_CLASSIFICATIONS
+from twice.core.resolution import NEXT_RUN_DOES, next_run_after
 from twice.reports import wording
 from twice.reports.gather import (
     Assumption,
@@ -195,12 +196,14 @@ def _operator_resolutions(evidence: Evidence) -> list[str]:
             if asserted is None:
                 continue
             record = observation.record
-            rows.append((unit.label, record.attempt or "", asserted.outcome,
+            rows.append((unit.label, record.attempt or "", asserted.asserts,
                          wording.asserted_by(asserted.operator), asserted.note,
-                         wording.instant(asserted.at)))
+                         wording.instant(asserted.at),
+                         NEXT_RUN_DOES[next_run_after(asserted.asserts)]))
     return ["Outcomes asserted by an operator (`twice resolve`): what a person said after "
             "checking, not something twice or a service observed:", "",
-            *_table(["Unit", "Attempt", "Outcome", "Basis", "Note", "At"], rows)]
+            *_table(["Unit", "Attempt", "Asserted (--as)", "Basis", "Note", "At",
+                     "Next run"], rows)]
 
 
 def _errors(evidence: Evidence) -> list[str]:

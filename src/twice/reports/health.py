@@ -12,7 +12,8 @@ Needs attention:
   this host has exited: basis ``observed``, recorded nowhere). Settle it (commit record,
   ``reconcile``, ``twice resolve``) before any retry: a retry may duplicate work.
 - ``held``: not executed again because the task is not ``safe_repeat`` and it already succeeded
-  for the interval; the engine recorded why. An operator names it (``--repeat``) or leaves it.
+  for the interval, or an operator resolved its attempt ``--as failed-after-acting`` (it acted,
+  then failed); the engine recorded why. An operator names it (``--repeat``) or leaves it.
 - ``refused``: twice refused the output or the attempt: acceptance failed, a schema change was
   not accepted, a fenced (stale) write, the cost guard. The output was not recorded succeeded.
 - ``failed``: the latest attempt failed permanently, or failed transiently with no retry left
@@ -66,6 +67,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Literal
 
+from twice.core.resolution import NextRun, next_run_after
 from twice.engine.evidence import COST_GUARD, EXECUTOR_SOURCE, PROCESS_TABLE
 from twice.reports import wording
 
@@ -109,7 +111,8 @@ NEEDS_FRESH_EVIDENCE: frozenset[Health] = frozenset(
 
 HEALTH_MEANING: dict[Health, str] = {
     Health.UNKNOWN: "the latest attempt's outcome is unknown: settle it before any retry",
-    Health.HELD: "not executed again: the task is not safe_repeat and already succeeded",
+    Health.HELD: "not executed again: the task is not safe_repeat and already succeeded, or "
+                 "an operator resolved it as failed after acting",
     Health.REFUSED: "twice refused the output or the attempt (acceptance, schema change, "
                     "fenced write, cost guard)",
     Health.FAILED: "failed permanently, or no retry is left: repair the cause",
@@ -508,11 +511,16 @@ def _asserted_status(unit: UnitRecord, latest: Attempt, after: Sequence[Observat
                           failed[-1], failed[-1].record.source, failed[-1].record.observed_at)
         return Status(Health.ASSERTED, "asserted", text, resolution,
                       None if resolution is None else resolution.record.source, asserted.at)
-    return Status(Health.WAITING, "asserted",
-                  f"attempt {number} {latest.outcome}, {asserted.label} "
-                  f"{wording.span(as_of - asserted.at)} ago: the effect did not happen, a later "
-                  "run may try again", resolution,
-                  None if resolution is None else resolution.record.source, asserted.at)
+    said = (f"attempt {number} {latest.outcome}, {asserted.label} "
+            f"{wording.span(as_of - asserted.at)} ago")
+    source = None if resolution is None else resolution.record.source
+    if next_run_after(asserted.asserts) is NextRun.EXECUTE:
+        return Status(Health.WAITING, "asserted",
+                      f"{said}: the effect did not happen, so the next run executes it (no "
+                      "--repeat needed)", resolution, source, asserted.at)
+    return Status(Health.HELD, "asserted",
+                  f"{said}: running it again may repeat what it did, so the next run holds it "
+                  f"until you name it (--repeat {unit.task})", resolution, source, asserted.at)
 
 
 # -- a scope of units ----------------------------------------------------------------------------

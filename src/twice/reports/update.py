@@ -176,8 +176,10 @@ def _item_text(unit: UnitReport, as_of: datetime, name: Namer) -> str:
         return (f"{name(unit)} attempt {number} running since "
                 f"{wording.clock_time(latest.started_at)} ({last})")
     if state == Health.HELD:
-        return (f"{name(unit)} (not safe_repeat and already succeeded: name it with --repeat "
-                f"{unit.unit.task} to execute it again)")
+        why = ("not safe_repeat and already succeeded" if unit.asserted is None
+               else "not safe_repeat, and resolved as failed after acting")
+        return (f"{name(unit)} ({why}: name it with --repeat {unit.unit.task} to execute it "
+                "again)")
     if state == Health.UNVERIFIED:
         return f"{name(unit)} ({_age(unit, as_of)}; validate its output)"
     if state == Health.WAITING:

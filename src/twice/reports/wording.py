@@ -9,6 +9,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from twice.core.interval import Interval
+from twice.core.resolution import CLAIMS, ResolutionOutcome
 
 
 def instant(value: datetime) -> str:
@@ -57,9 +58,22 @@ def interval(value: Interval) -> str:
 ASSERTED_BY_OPERATOR = "asserted by an operator"
 
 
-def asserted_by(operator: str, note: str | None = None) -> str:
-    """``asserted by an operator (alice): checked the table``: the one label of a resolution."""
+def asserted_by(operator: str, note: str | None = None, said: str | None = None) -> str:
+    """``asserted by an operator (alice): checked the table``: the one label of a resolution;
+    ``said`` (from :func:`resolution_said`) adds what the operator asserted when the attempt's
+    outcome does not say it."""
     text = f"{ASSERTED_BY_OPERATOR} ({operator})"
+    if said:
+        text += f", {said}"
     if note:
         text += f": {' '.join(note.split())}"
     return text
+
+
+def resolution_said(asserted: ResolutionOutcome, outcome: str) -> str | None:
+    """``--as failed (its effect did not happen)``: which resolution an operator gave, when the
+    attempt's recorded ``outcome`` does not tell (both failures close it failed-transient,
+    and only the assertion says whether the next run executes it); None when it does."""
+    if asserted == outcome:
+        return None
+    return f"--as {asserted} ({CLAIMS[asserted]})"
