@@ -51,10 +51,22 @@ def _no_commit_record_precedence() -> list[tuple[Any, str, Any]]:
     return [(executor, "settle", original)]
 
 
+def _no_operator_resolution() -> list[tuple[Any, str, Any]]:
+    """Operator resolution: an operator's "failed" no longer means "execute it" (the next run
+    holds it, as before issue 36), through ``twice.core.resolution.next_run_after``."""
+    from twice.core import resolution
+
+    original = resolution.next_run_after
+    resolution.next_run_after = lambda outcome: (  # type: ignore[assignment]
+        resolution.NextRun.SETTLED if outcome == "succeeded" else resolution.NextRun.HOLD)
+    return [(resolution, "next_run_after", original)]
+
+
 #: rule -> (what switching it off does, the switch)
 RULES: dict[str, Callable[[], list[tuple[Any, str, Any]]]] = {
     "fencing": _no_fencing,
     "commit_record_precedence": _no_commit_record_precedence,
+    "operator_resolution": _no_operator_resolution,
 }
 
 

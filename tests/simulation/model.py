@@ -172,4 +172,22 @@ class Model:
                     found.append(f"6: {task} {day} v{w.version[day]} not verified after the "
                                  f"fault-free phase (latest attempt: "
                                  f"{None if latest is None else latest.outcome})")
+            if "operator_resolution_failed" in w.features and not rejected:
+                found.extend(self._resolved_failed_executed(day))
         return found
+
+    def _resolved_failed_executed(self, day: Any) -> list[str]:
+        """An operator's "failed" (the effect did not happen) is the only step a person takes:
+        the current notify unit whose latest resolution says so was executed again after it,
+        with no --repeat, and succeeded."""
+        reader = self.sim.reader
+        unit = identify_unit(self.sim.pipeline, reader, "notify", self.sim.interval(day))
+        resolutions = reader.resolutions(unit.uow_id)
+        if not resolutions or resolutions[-1].outcome != "failed":
+            return []
+        latest = reader.latest_attempt(unit.uow_id)
+        resolved = resolutions[-1].attempt.number
+        if latest is not None and latest.number > resolved and latest.outcome == "succeeded":
+            return []
+        return [f"6: notify {day} resolved failed (attempt {resolved}) but not executed after "
+                f"it (latest attempt: {None if latest is None else latest.outcome})"]
