@@ -7,7 +7,7 @@ the 3 rejected rows, and ``twice verify`` blamed a change "behind twice's back".
 the rows alone decide was checked before the write; the non-fatal count only after it.
 
 Every criterion is now decided on the slice as the write would leave it, inside the owned
-write before it commits (``twice.engine.verification.decide_landing``): a rejected output
+write before it commits (``twice.engine.verification.check_before_landing``): a rejected output
 leaves the accepted slice's rows, its commit record and the ledger's recorded version as
 they were.
 """
@@ -142,8 +142,15 @@ def test_a_forced_rerun_over_its_non_fatal_limit_leaves_the_accepted_slice(
     assert error.error_class.endswith("AcceptanceFailed")
     verified = CliRunner().invoke(cli, ["verify", "--ledger", ledger_url])
     assert verified.exit_code == 0, verified.output  # no change "behind twice's back"
-    # the rejected rerun is a cause to repair; nothing tells the operator to rewrite the slice
+    # the rejected rerun is a cause to repair; a new run tries once more (the cause may have
+    # been repaired), is refused the same way, and the accepted slice still stands
     assert planner(ledger_url, clock())["prices"]["decision"] == "repair-cause"
+    clock.advance(60)
+    plain = Executor(pipeline, ledger, clock=clock).run(day()).unit("prices")
+    assert plain.outcome == "failed-permanent" and "repair the cause" in plain.reason
+    assert [a.outcome for a in ledger.attempts(first.uow_id)] == [
+        "succeeded", "failed-permanent", "failed-permanent"]
+    assert slice_state(spec) == accepted and versions(ledger) == [version]
 
     # once the feed is repaired, a forced rerun replaces the slice and is verified
     feed.nonfatal, feed.tag = 0, "repaired"

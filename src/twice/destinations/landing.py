@@ -11,9 +11,12 @@ destination rolls its transaction back or swaps nothing in, so the slice, its co
 and the ledger's recorded version stay as they were.
 
 Outside an attempt no admission is active and :func:`admit` does nothing. An unstamped write
-(``stamp=None``) is not owned and builds no record, so it is not admitted either. Spark
-commits its data before its record (see ``twice.destinations.commits``): it admits a replaced
-slice from the incoming rows before its job runs, and nothing else.
+(``stamp=None``) is not owned and builds no record, so it is not admitted either; nor is a
+stamped append that finds itself already committed (it writes nothing). Spark commits its data
+before its record (see ``twice.destinations.commits``): it admits a static replace from the
+incoming rows before its job runs, and nothing else. A refused first write leaves no table on
+the SQL engines (the CREATE TABLE rolls back with it), Parquet and Delta; Iceberg creates the
+empty table before it stages a write, and keeps it.
 """
 
 from __future__ import annotations
