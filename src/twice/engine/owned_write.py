@@ -110,8 +110,7 @@ def rows_of(value: Any) -> Any:
     if isinstance(value, pa.RecordBatchReader):
         return value.read_all()
     if hasattr(value, "__arrow_c_stream__") and not isinstance(value, pa.Table):
-        # a stream is read once: read it whole here, so the write and a retry of its
-        # transaction see the same rows
+        # a stream is read once: read it whole here, as the one table the write converts
         return pa.RecordBatchReader.from_stream(value).read_all()
     if type(value).__module__.split(".")[0] == "duckdb" and hasattr(value, "arrow"):
         table = value.arrow()  # a DuckDB relation

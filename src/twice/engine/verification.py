@@ -346,7 +346,7 @@ Refused = Literal["output", "write"]
 
 
 class AcceptanceFailed(TwiceError):
-    """An attempt finished but its output failed the task's acceptance criteria.
+    """An attempt's output failed the task's acceptance criteria.
 
     Raised by an owned write refused before it committed (:func:`check_before_landing`), or
     made by the executor from the check after the attempt; recorded as the attempt's
