@@ -487,6 +487,7 @@ class TaskContext:
     # ``snapshot=``: read it with ``ctx.snapshot.read()``.
     snapshot: Any = field(default=None, compare=False)
     _collected: list[NonFatal] = field(default_factory=list, init=False, repr=False)
+    _seen: list[NonFatal] = field(default_factory=list, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.unit, UnitOfWork):
@@ -500,9 +501,12 @@ class TaskContext:
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Read-only mappings do not pickle; rebuild them so a context can cross to a child
-        # process (twice.engine.timeouts.run_in_process spawns). Recorded non-fatals travel with it.
+        # process (twice.engine.timeouts.run_in_process spawns). Recorded non-fatals travel with
+        # it, and so does the write stamp: the child's writes are owned (commit records,
+        # fencing, acceptance before landing) as a thread's are.
         args = (self.unit, self.attempt, self.generation, dict(self.upstream), dict(self.params))
-        return (_rebuild_context, (*args, self.recorder, list(self._collected), self.snapshot))
+        return (_rebuild_context, (*args, self.recorder, list(self._collected), self.snapshot,
+                                   self.stamp))
 
     @property
     def interval(self) -> Interval:
@@ -535,6 +539,12 @@ class TaskContext:
         """Non-fatal problems recorded so far (only when no ``recorder`` was injected)."""
         return tuple(self._collected)
 
+    @property
+    def nonfatal_count(self) -> int:
+        """Non-fatal errors recorded so far through this context, whoever they went to: an
+        owned write's acceptance is decided on them before it commits."""
+        return sum(event.count for event in self._seen)
+
     def nonfatal(self, message: str, count: int = 1) -> None:
         """Record a tolerated problem (e.g. 3 rows skipped) so reports show it, not hide it."""
         if not isinstance(message, str) or not message.strip():
@@ -542,6 +552,7 @@ class TaskContext:
         if isinstance(count, bool) or not isinstance(count, int) or count < 1:
             raise ValueError("nonfatal count must be an integer >= 1")
         event = NonFatal(message, count)
+        self._seen.append(event)
         if self.recorder is not None:
             self.recorder(event)
         else:
@@ -557,9 +568,12 @@ def _rebuild_context(
     recorder: Recorder | None,
     collected: list[NonFatal],
     snapshot: Any = None,
+    stamp: Any = None,
 ) -> TaskContext:
-    ctx = TaskContext(unit, attempt, generation, upstream, params, recorder, snapshot=snapshot)
+    ctx = TaskContext(unit, attempt, generation, upstream, params, recorder, stamp=stamp,
+                      snapshot=snapshot)
     ctx._collected.extend(collected)
+    ctx._seen.extend(collected)
     return ctx
 
 

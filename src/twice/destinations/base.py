@@ -54,6 +54,7 @@ from twice.destinations.commits import (
     utc_now_text,
 )
 from twice.destinations.errors import DestinationError, DestinationSpecError
+from twice.destinations.landing import Landing, admit
 from twice.destinations.rows import RowsLike, check_keys, to_arrow
 from twice.destinations.slices import PartitionSpec, Slice
 
@@ -754,13 +755,17 @@ class SqlDestination(BaseDestination, ABC, Generic[ConnT]):
         self, tx: Any, owner: WriteStamp, mode: str, label: str, partition: PartitionSpec,
         rows_written: int, extra: dict[str, Any],
     ) -> CommitRecord:
-        """Fingerprint the slice as it is inside ``tx`` and insert the commit record."""
+        """Fingerprint the slice as it is inside ``tx``, let the attempt's admission decide on
+        it (``twice.destinations.landing``: raising rolls the whole write back), and insert
+        the commit record."""
         count, checksum, algorithm, columns = self._slice_fingerprint(partition)
         record = CommitRecord.create(
             owner, table=self.table_label, slice=label, mode=mode, rows_written=rows_written,
             row_count=count, checksum=checksum, algorithm=algorithm, columns=columns,
             committed_at=self._clock(tx), extra=extra,
         )
+        admit(Landing(self.spec, label, mode, rows_written, count,
+                      lambda names: self.null_counts(partition, names)))
         self._insert_record(tx, record)
         return record
 

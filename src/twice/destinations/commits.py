@@ -33,7 +33,9 @@ for the same ``(table, fence_key)`` (equal tokens pass: the same lease writing a
 the rows, fingerprints the slice as it now is (same connection, so it sees the uncommitted
 rows; ``twice-fp-v3`` over every column, as ``twice.destinations.fingerprint.fingerprint`` computes
 it by default, the columns listed in the record; ``algorithm "none"`` and an empty checksum when the
-slice cannot be fingerprinted, e.g. a PostgreSQL database that is not UTF8) and inserts the record.
+slice cannot be fingerprinted, e.g. a PostgreSQL database that is not UTF8), lets the attempt's
+admission decide on that slice (``twice.destinations.landing``: acceptance before landing; a
+refusal rolls everything back) and inserts the record.
 ``CommitRecord.table`` is the table unquoted (``schema.table`` when the destination names a schema,
 PostgreSQL always does), the dataset directory on Parquet, the table name on Spark.
 ``commit_records()`` returns them ordered by (token, committed_at).

@@ -92,6 +92,7 @@ from twice.destinations.errors import (
     DestinationSpecError,
     DestinationUnavailableError,
 )
+from twice.destinations.landing import Landing, admit, arrow_nulls
 from twice.destinations.rows import RowsLike, check_keys, to_arrow
 from twice.destinations.slices import PartitionSpec, Slice
 
@@ -413,10 +414,14 @@ class DeltaDestination(ArrowScanned):
         slice_after: list[pa.Table], extra: dict[str, Any],
     ) -> CommitRecord:
         """The record of a write whose slice will hold the rows of ``slice_after``; its
-        fingerprint is the one ``fingerprint()`` computes after the commit."""
+        fingerprint is the one ``fingerprint()`` computes after the commit. The attempt's
+        admission decides on that slice before delta-rs writes anything
+        (``twice.destinations.landing``)."""
         from twice.destinations.fingerprint import slice_fingerprint
 
         fp = slice_fingerprint(slice_after, stored_schema(new_rows.schema))
+        admit(Landing(self.spec, label, mode, new_rows.num_rows, fp.row_count,
+                      arrow_nulls(lambda names: slice_after)))
         return CommitRecord.create(
             owner, table=self.uri, slice=label, mode=mode, rows_written=new_rows.num_rows,
             row_count=fp.row_count, checksum=fp.checksum, algorithm=fp.algorithm,

@@ -116,6 +116,7 @@ from twice.destinations.errors import (
     DestinationSpecError,
     DestinationUnavailableError,
 )
+from twice.destinations.landing import Landing, admit, arrow_nulls
 from twice.destinations.rows import RowsLike, check_keys, to_arrow
 from twice.destinations.slices import PartitionSpec, Slice
 
@@ -420,12 +421,16 @@ class IcebergDestination(ArrowScanned):
         schema: Schema, extra: dict[str, Any],
     ) -> CommitRecord:
         """The record of a write whose slice will hold ``kept`` plus ``incoming``; its
-        fingerprint is what ``fingerprint()`` computes after the commit (sums add up)."""
+        fingerprint is what ``fingerprint()`` computes after the commit (sums add up). The
+        attempt's admission decides on that slice before the transaction is staged
+        (``twice.destinations.landing``)."""
         from twice.destinations.fingerprint import slice_fingerprint
 
         fp = slice_fingerprint(
             (incoming, kept), schema,
             lambda part, columns: _normalised(part.select(list(columns)), schema))
+        admit(Landing(self.spec, label, mode, incoming.num_rows, fp.row_count,
+                      arrow_nulls(lambda names: (incoming, kept))))
         return CommitRecord.create(
             owner, table=self.table_label, slice=label, mode=mode,
             rows_written=incoming.num_rows, row_count=fp.row_count, checksum=fp.checksum,

@@ -99,6 +99,7 @@ from twice.destinations.hive import (
     replace_durably,
     write_durable,
 )
+from twice.destinations.landing import Landing, admit, arrow_nulls
 from twice.destinations.rows import RowsLike
 from twice.destinations.slices import PartitionSpec, Slice
 
@@ -177,8 +178,6 @@ class ParquetDestination(HiveDestination, ArrowScanned):
             emptied = sorted(
                 n for n in current if n not in receiving and _data_files(self.root / n)
             ) if mode == "static" else []
-            if existing is None:
-                self._write_schema(table, column)
             record = None
             if owner is not None:
                 deleting = sum(_count_rows(self.root / n) for n in [*receiving, *emptied]
@@ -188,6 +187,8 @@ class ParquetDestination(HiveDestination, ArrowScanned):
                     owner, "replace", label, table, kept, sorted([*receiving, *emptied]),
                     {"rows_deleted": deleting},
                 )
+            if existing is None:  # after the admission: a refused first write leaves nothing
+                self._write_schema(table, column)
             deleted = 0
             for name, part in receiving.items():
                 deleted += self._commit(name, part.drop_columns([column]), record=record)
@@ -226,8 +227,6 @@ class ParquetDestination(HiveDestination, ArrowScanned):
                 if done is not None:
                     return WriteResult(self.spec, label, "append", 0, None, commit=done)
                 receiving = {n: t for n, t in receiving.items() if n not in skip}
-            if existing is None:
-                self._write_schema(table, column)
             written = sum(t.num_rows for t in receiving.values())
             record = None
             if owner is not None:
@@ -236,6 +235,8 @@ class ParquetDestination(HiveDestination, ArrowScanned):
                 record = self._new_record(
                     owner, "append", label, new, current, sorted(receiving), {}
                 )
+            if existing is None:  # after the admission: a refused first write leaves nothing
+                self._write_schema(table, column)
             for name, part in receiving.items():
                 self._commit(name, part.drop_columns([column]), keep=True, record=record)
             if record is not None and not receiving:
@@ -371,11 +372,12 @@ class ParquetDestination(HiveDestination, ArrowScanned):
     ) -> CommitRecord:
         """The record of a write whose slice will hold ``new_rows`` plus the current rows of
         the partitions ``kept``; its fingerprint is the one ``fingerprint()`` will compute
-        after the write (the checksum is a sum over rows, so the parts add up)."""
+        after the write (the checksum is a sum over rows, so the parts add up). The attempt's
+        admission decides on that slice before anything is staged
+        (``twice.destinations.landing``)."""
         from twice.destinations.fingerprint import resolve_columns, slice_fingerprint
 
-        arrow_schema = self._arrow_schema()
-        assert arrow_schema is not None  # written before any record is made
+        arrow_schema = self._arrow_schema() or new_rows.schema  # a new dataset: the rows'
         schema = schema_of(arrow_schema.empty_table())
         column = self._require_partition_column(schema)
         try:
@@ -385,6 +387,13 @@ class ParquetDestination(HiveDestination, ArrowScanned):
         read = list(columns or (column,))
         parts = [new_rows.select(read), self._read_dirs(kept, read, arrow_schema, column)]
         fp = slice_fingerprint(parts, schema)
+
+        def slice_parts(names: Sequence[str]) -> list[pa.Table]:
+            present = [n for n in names if n in schema]
+            return [new_rows.select(present), self._read_dirs(kept, present, arrow_schema, column)]
+
+        admit(Landing(self.spec, label, mode, new_rows.num_rows, fp.row_count,
+                      arrow_nulls(slice_parts)))
         return CommitRecord.create(
             owner, table=str(self.root), slice=label, mode=mode,
             rows_written=new_rows.num_rows, row_count=fp.row_count, checksum=fp.checksum,

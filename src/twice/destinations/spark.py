@@ -91,6 +91,7 @@ from twice.destinations.hive import (
     dir_name,
     replace_durably,
 )
+from twice.destinations.landing import Landing, admit, arrow_nulls
 from twice.destinations.rows import RowsLike, to_arrow
 from twice.destinations.slices import PartitionSpec, Slice
 
@@ -323,6 +324,12 @@ class SparkDestination(HiveDestination):
         mode = check_mode(overwrite or self.overwrite)
         incoming = self._incoming(rows, partition, whole_table=False)
         table, column, label = incoming.table, incoming.column, incoming.label
+        if owner is not None and mode == "static":
+            # the record follows the data here, so the attempt's admission decides before the
+            # job, on the incoming rows: a static overwrite leaves the slice exactly those
+            # (a dynamic one keeps partitions Spark alone can count: decided after the write)
+            admit(Landing(self.spec, label, "replace", table.num_rows, table.num_rows,
+                          arrow_nulls(lambda names: [table])))
         schema, receiving = self._prepared(incoming)
         ordered = table.select(list(schema))
         current = list(self._partitions_in(self.location, incoming.slice,

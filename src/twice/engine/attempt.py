@@ -30,6 +30,7 @@ from twice.define.load import load_pipeline
 from twice.define.pipeline import NonFatal, Pipeline, Task, TaskContext
 from twice.engine.owned_write import Landed, run_body
 from twice.engine.timeouts import AttemptCrashed, AttemptTimeout, run_in_process, run_with_timeout
+from twice.engine.verification import AcceptanceFailed
 from twice.errors import ConflictError
 from twice.remote.jobs import JobFailed, JobStatus, JobStillRunning
 
@@ -91,6 +92,8 @@ def classify(error: BaseException, policy: RetryPolicy, *,
     if is_timeout(error) and not timeout_is_failure:
         return "unknown"
     if isinstance(error, ConflictError):  # fenced: a newer writer owns the slice; never retry
+        return "permanent"
+    if isinstance(error, AcceptanceFailed):  # refused before landing: a retry is refused again
         return "permanent"
     if policy.is_transient(error):
         return "transient"

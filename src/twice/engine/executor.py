@@ -99,6 +99,7 @@ from twice.engine.reconcile import ReconcileReport, reconcile_attempt
 from twice.engine.settle import Commit, Known, Proof, Settlement, Verdict, settle
 from twice.engine.timeouts import Deadline, WorkflowTimeout, outliving, still_running
 from twice.engine.verification import (
+    AcceptanceFailed,
     MeasuredPartition,
     PartitionDiff,
     SchemaChangeError,
@@ -2059,9 +2060,13 @@ class _UnitRun:
         written = getattr(report.written, "commit", None)
         if written is not None:
             detail["commit"] = written.to_dict()
-        job_succeeded = report.ending == "succeeded"  # the job did, whatever its output
+        refused = report.error.refused if isinstance(report.error, AcceptanceFailed) else None
+        # the job did, whatever its output (twice refused to land it: it ran to the end)
+        job_succeeded = report.ending == "succeeded" or refused == "output"
         check = _Check()
-        if job_succeeded:
+        if isinstance(report.error, AcceptanceFailed) and refused is not None:
+            check = self._refused_before_landing(number, report.error, detail)
+        elif job_succeeded:
             check = self._check_output(number, report.value, detail,
                                        commit=written, generation=record.generation)
             if check.rejected is not None:
@@ -2572,6 +2577,21 @@ class _UnitRun:
     def _guard(self) -> AbstractContextManager[object]:
         """One writer per embedded destination file, held around an attempt and its checks."""
         return self.x.writers.holding(self.task.destination)
+
+    def _refused_before_landing(self, number: int, failed: AcceptanceFailed,
+                                detail: dict[str, Any]) -> _Check:
+        """The validate-output step of an attempt whose owned write acceptance refused before
+        it committed (``verification.check_before_landing``): nothing landed, so nothing is
+        read or recorded of the slice; the verdict goes into ``detail`` and the events as the
+        check after the write would have put it."""
+        verdict = failed.result
+        self.nonfatal = self._nonfatal_count(number)
+        self.acceptance = verdict.reasons
+        detail["acceptance"] = {"passed": False, "checks": list(verdict.checks),
+                                "refused_before_landing": failed.refused}
+        self.x.emit(OutputRejected(self.uow_id, self.task.name, self.unit.interval, number,
+                                   str(failed), assertions=verdict.assertions))
+        return _Check(rejected=failed, assertions=verdict.assertions)
 
     def _check_output(
         self, number: int, returned: Any, detail: dict[str, Any], *,

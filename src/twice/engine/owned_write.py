@@ -7,6 +7,13 @@ through ``open_destination`` commits a commit record with the rows. A task decla
 timeout covers the write): ``replace`` the interval's slice, ``upsert`` by the destination's
 key columns (rows must lie inside the interval when the destination is partitioned), or
 ``append`` exactly once per unit and generation.
+
+Acceptance decides before anything lands. With criteria, every owned write to the task's
+destination is admitted (``twice.destinations.landing``) just before it commits, on the slice
+as it will be, by one rule: ``twice.engine.verification.check_before_landing``. A write of the
+returned output is decided on every criterion; a write the task makes itself while it runs,
+on the non-fatal errors recorded so far (the rest is decided after the attempt). A refused
+write commits nothing and the attempt fails with ``AcceptanceFailed``.
 """
 
 from __future__ import annotations
@@ -16,10 +23,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from twice.destinations.commits import WriteStamp, stamped
+from twice.destinations.landing import Admission, admitting
 
 if TYPE_CHECKING:
     from twice.define.pipeline import Task, TaskContext
     from twice.destinations.base import WriteResult
+    from twice.destinations.landing import Landing
 
 
 @dataclass(frozen=True)
@@ -32,13 +41,40 @@ class Landed:
 
 
 def run_body(task: Task, ctx: TaskContext) -> Any:
-    """Call the task with its stamp active; land a returned output when ``task.write`` is set."""
+    """Call the task with its stamp and admission active; land a returned output when
+    ``task.write`` is set."""
     stamp = ctx.stamp if isinstance(ctx.stamp, WriteStamp) else None
     with stamped(stamp):
-        value = task.fn(ctx)
+        with admitting(admission(task, ctx, complete=False)):
+            value = task.fn(ctx)
         if task.write is None:
             return value
         return Landed(value, land(task, ctx, value))
+
+
+def admission(task: Task, ctx: TaskContext, *, complete: bool) -> Admission | None:
+    """What decides the task's owned writes before they commit: its acceptance criteria
+    (None without), for writes to its own destination only (the criteria are declared
+    against it). ``complete``: the write lands the whole returned output."""
+    criteria = task.acceptance
+    if criteria is None:
+        return None
+    own: list[str] = []  # the destination's canonical spec, read at the first write
+
+    def decide(landing: Landing) -> None:
+        from twice.destinations import open_destination
+        from twice.engine import verification
+
+        if not own:
+            with open_destination(task.destination) as dest:
+                own.append(dest.spec)
+        if landing.destination != own[0]:
+            return
+        # looked up at each write: the rule is one function, replaced whole by a simulation
+        verification.check_before_landing(criteria, landing, nonfatal_errors=ctx.nonfatal_count,
+                                          complete=complete)
+
+    return decide
 
 
 def land(task: Task, ctx: TaskContext, value: Any) -> WriteResult:
@@ -52,9 +88,8 @@ def land(task: Task, ctx: TaskContext, value: Any) -> WriteResult:
             "interval's rows (an empty table replaces the slice with nothing)"
         )
     rows = rows_of(value)
-    with open_destination(task.destination) as dest:
-        if task.acceptance is not None:  # a rejected output never replaces an accepted slice
-            _check_before_landing(task, dest, rows)
+    with open_destination(task.destination) as dest, \
+            admitting(admission(task, ctx, complete=True)):
         partition = ctx.interval if dest.partition_column else None
         if task.write == "replace":
             if partition is None:
@@ -68,28 +103,6 @@ def land(task: Task, ctx: TaskContext, value: Any) -> WriteResult:
         return dest.append(rows, partition=partition)
 
 
-def _check_before_landing(task: Task, dest: Any, rows: Any) -> None:
-    """The acceptance criteria the rows alone decide, checked before they are written
-    (``twice.engine.verification.check_before_landing``). The rows are read as the write will
-    read them (against the table's schema); rows the write itself would refuse (a column of
-    nulls only, no rows and no table yet) are left to the write and its own error, and the
-    check after the write still runs."""
-    import pyarrow as pa
-
-    from twice.destinations.rows import to_arrow
-    from twice.engine.verification import check_before_landing
-
-    assert task.acceptance is not None
-    if isinstance(rows, list | tuple) and not rows:
-        table = pa.table({})  # no rows: a replaced slice would hold none
-    else:
-        try:
-            table = to_arrow(rows, target=dest.schema())
-        except Exception:  # the write reports it, with its own error
-            return
-    check_before_landing(task.acceptance, table, replaces_slice=task.write == "replace")
-
-
 def rows_of(value: Any) -> Any:
     """Accept what ``twice.destinations.rows.to_arrow`` accepts, plus batches and relations."""
     import pyarrow as pa
@@ -97,8 +110,7 @@ def rows_of(value: Any) -> Any:
     if isinstance(value, pa.RecordBatchReader):
         return value.read_all()
     if hasattr(value, "__arrow_c_stream__") and not isinstance(value, pa.Table):
-        # a stream is read once: read it whole here, so the check before landing and the
-        # write see the same rows
+        # a stream is read once: read it whole here, as the one table the write converts
         return pa.RecordBatchReader.from_stream(value).read_all()
     if type(value).__module__.split(".")[0] == "duckdb" and hasattr(value, "arrow"):
         table = value.arrow()  # a DuckDB relation

@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from twice.core.interval import Interval
 from twice.define.acceptance import (
@@ -29,13 +29,12 @@ from twice.define.acceptance import (
 from twice.errors import TwiceError
 
 if TYPE_CHECKING:
-    import pyarrow as pa
-
     from twice.define.pipeline import Task
     from twice.destinations.base import Destination
     from twice.destinations.columns import Schema
     from twice.destinations.commits import CommitRecord
     from twice.destinations.fingerprint import Fingerprint
+    from twice.destinations.landing import Landing
     from twice.destinations.slices import PartitionSpec
     from twice.ledger import Ledger
     from twice.ledger.records import FingerprintRecord
@@ -343,35 +342,64 @@ def observe(
     return LoadOutcome(rows, rejected_rows, nonfatal_errors, nulls)
 
 
-class AcceptanceFailed(TwiceError):
-    """An attempt finished but its output failed the task's acceptance criteria.
+Refused = Literal["output", "write"]
 
-    Raised by nobody's code: the executor records it as the attempt's permanent error, so the
-    ledger says why a finished attempt is not a success.
+
+class AcceptanceFailed(TwiceError):
+    """An attempt's output failed the task's acceptance criteria.
+
+    Raised by an owned write refused before it committed (:func:`check_before_landing`), or
+    made by the executor from the check after the attempt; recorded as the attempt's
+    permanent error, so the ledger says why a finished attempt is not a success.
     """
 
-    def __init__(self, result: AcceptanceResult) -> None:
+    def __init__(self, result: AcceptanceResult, *, refused: Refused | None = None) -> None:
         super().__init__("acceptance failed: " + "; ".join(result.reasons))
         self.result = result
+        # refused before it committed: the returned "output" twice was landing, or a "write"
+        # the task made itself; None: decided after the attempt
+        self.refused = refused
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # crosses back from a child process (process isolation) with its verdict
+        return (_acceptance_failed, (self.result, self.refused))
 
 
-def check_before_landing(criteria: AcceptanceCriteria, table: pa.Table, *,
-                         replaces_slice: bool) -> None:
-    """Refuse, before twice writes them, rows the acceptance check would reject afterwards:
-    a rejected output must not replace an accepted slice. What the rows alone decide is
-    checked here: required non-null columns, and the row count when they replace the whole
-    slice (an upsert or an append adds to rows already there, so only the check after the
-    write can count those). The full check still runs after the write."""
-    knowable = AcceptanceCriteria(
-        min_rows=criteria.min_rows if replaces_slice else None,
-        max_rejected_rows=None, max_nonfatal_errors=None,
-        required_non_null=tuple(c for c in criteria.required_non_null
-                                if c in table.column_names),
-    )
-    nulls = {column: table.column(column).null_count for column in knowable.required_non_null}
-    verdict = evaluate(knowable, LoadOutcome(table.num_rows, None, None, nulls))
+def check_before_landing(criteria: AcceptanceCriteria, landing: Landing, *,
+                         nonfatal_errors: int, complete: bool) -> None:
+    """The acceptance rule before anything lands: decided on the slice as an owned write will
+    leave it, inside the write, before it commits (``twice.destinations.landing``). Raises
+    :class:`AcceptanceFailed`, and the destination commits nothing, so a rejected output
+    never replaces an accepted slice.
+
+    ``complete``: the write lands the attempt's whole output (``write=``: twice writes what
+    the task returned, once it has returned). Every criterion is decided then, as the check
+    after the write would decide it: the slice's rows and nulls as they will be (an upsert
+    or an append counts the rows already there), no rejected rows (twice writes every
+    returned row or none), and the non-fatal errors the attempt recorded. Otherwise it is a
+    write the task makes itself while it runs: only the non-fatal errors recorded so far are
+    decided, since they can only grow. Its rows may still change by a later write, and its
+    rejected rows are reported only in what it returns, so those criteria are decided after
+    the attempt (``check_task_output``).
+
+    The lifecycle's one acceptance rule before landing: every owned write of an attempt with
+    criteria goes through here (``twice.engine.owned_write``).
+    """
+    if complete:
+        decided = criteria
+        rejected: int | None = 0
+        nulls = landing.null_counts(criteria.required_non_null)
+    else:
+        decided = AcceptanceCriteria(min_rows=None, max_rejected_rows=None,
+                                     max_nonfatal_errors=criteria.max_nonfatal_errors)
+        rejected, nulls = None, {}
+    verdict = evaluate(decided, LoadOutcome(landing.rows, rejected, nonfatal_errors, nulls))
     if not verdict.passed:
-        raise AcceptanceFailed(verdict)
+        raise AcceptanceFailed(verdict, refused="output" if complete else "write")
+
+
+def _acceptance_failed(result: AcceptanceResult, refused: Refused | None) -> AcceptanceFailed:
+    return AcceptanceFailed(result, refused=refused)
 
 
 def check_task_output(
