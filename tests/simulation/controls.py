@@ -62,11 +62,22 @@ def _no_operator_resolution() -> list[tuple[Any, str, Any]]:
     return [(resolution, "next_run_after", original)]
 
 
+def _no_acceptance_before_landing() -> list[tuple[Any, str, Any]]:
+    """Acceptance before landing: ``twice.engine.verification.check_before_landing`` admits
+    every write (what the check after the write finds is then too late)."""
+    from twice.engine import verification
+
+    original = verification.check_before_landing
+    verification.check_before_landing = lambda *args, **kwargs: None  # type: ignore[assignment]
+    return [(verification, "check_before_landing", original)]
+
+
 #: rule -> (what switching it off does, the switch)
 RULES: dict[str, Callable[[], list[tuple[Any, str, Any]]]] = {
     "fencing": _no_fencing,
     "commit_record_precedence": _no_commit_record_precedence,
     "operator_resolution": _no_operator_resolution,
+    "acceptance_before_landing": _no_acceptance_before_landing,
 }
 
 

@@ -40,7 +40,8 @@ T = TypeVar("T")
 
 #: Features of the world that pass on today's engine (the others wait for issue 36's fixes).
 DEFAULT_FEATURES: frozenset[str] = frozenset({"reconcile_with_owned_write", "same_job_id",
-                                              "operator_resolution_failed"})
+                                              "operator_resolution_failed",
+                                              "acceptance_nonfatal"})
 FINAL_ROUNDS = 4
 ACTIONS = (("run", 60), ("source", 8), ("clock", 10), ("operator", 6), ("restart", 2))
 
