@@ -276,3 +276,21 @@ def test_a_ledger_keeps_its_identity_and_an_older_ledger_gets_one_when_migrated(
     with Ledger.open(path) as ledger:
         assert ledger.identity and ledger.identity != identity
     assert os.path.getsize(path) > 0
+
+
+@pytest.mark.parametrize("engine", ["sqlite", "parquet"])
+def test_the_rule_is_one_function_and_switching_it_off_lets_the_second_ledger_in(
+    engine: str, tmp_path: Path, postgres: Callable[[], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The control a simulation uses: with ``commits.check_ledger`` switched off, the
+    reported failure comes back (B's new days land at once, whatever the tokens)."""
+    from twice.destinations import commits
+
+    spec = _spec(engine, tmp_path, postgres)
+    with Ledger.open(str(tmp_path / "a.db")) as a:
+        assert Executor(readings(spec, "A"), a).run(meter_day(1)).unit("readings").ok
+    monkeypatch.setattr(commits, "check_ledger", lambda stamp, owner, where: None)
+    with Ledger.open(str(tmp_path / "b.db")) as b:
+        landed = Executor(readings(spec, "B"), b).run(meter_day(2)).unit("readings")
+        assert landed.outcome == "succeeded", landed.error
+    assert _slice(spec, 2) == ["B"] * 3
