@@ -294,3 +294,18 @@ def test_the_rule_is_one_function_and_switching_it_off_lets_the_second_ledger_in
         landed = Executor(readings(spec, "B"), b).run(meter_day(2)).unit("readings")
         assert landed.outcome == "succeeded", landed.error
     assert _slice(spec, 2) == ["B"] * 3
+
+
+def test_adopting_a_destination_that_does_not_exist_is_refused_and_creates_nothing(
+    tmp_path: Path,
+) -> None:
+    with Ledger.open(str(tmp_path / "l.db")):
+        pass
+    typo = tmp_path / "wharehouse.db"
+    result = CliRunner().invoke(cli, ["adopt", f"sqlite:///{typo}?partition_column=day#t",
+                                      "--ledger", str(tmp_path / "l.db"), "--note", "move"])
+    assert result.exit_code == 2, result.output
+    assert "DESTINATION" in result.output and "nothing to adopt" in result.output
+    assert "Traceback" not in result.output and not typo.exists()
+    with Ledger.open(str(tmp_path / "l.db")) as ledger:
+        assert ledger.adoptions() == []

@@ -113,6 +113,9 @@ def _adopt(dest: Destination, ledger: Ledger, note: str, operator: str
         raise InputError(f"--ledger: ledger {ledger.url} has no identity (opened read-only?)")
     for tries in range(1, _TRIES + 1):
         records = dest.commit_records()
+        if not records and dest.schema() is None:
+            raise InputError(f"DESTINATION: {dest.spec} has no table and no commit records: "
+                             "there is nothing to adopt (a typo?); its first write claims it")
         previous = ledger_owner(records)
         if previous is not None and previous.ledger == ledger.identity:
             _remember(ledger, dest, previous, None)  # a crash after the destination's record
