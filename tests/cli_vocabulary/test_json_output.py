@@ -104,6 +104,9 @@ def arguments(section: str, paths: dict[str, str]) -> list[str]:
                                  "no message in the SMTP server's log", "--ledger",
                                  paths["mail"]],
         "twice init --json": ["init", str(Path(paths["root"]) / "acme_orders")],
+        "twice adopt --json": [  # the demo's own ledger owns it already: nothing is written
+            "adopt", f"duckdb://{paths['work']}/warehouse.duckdb?partition_column=day"
+            "#positions", *ledger, "--note", "already ours"],
     }
     return [*by_command[section], "--json"]
 

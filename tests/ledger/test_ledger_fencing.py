@@ -180,7 +180,7 @@ def test_version_2_ledger_upgrades_and_keeps_its_tokens(
     finally:
         context.__exit__(None, None, None)
     with Ledger.open(engine_url, clock=clock) as new:
-        assert new.schema_version == LATEST_VERSION == 3
+        assert new.schema_version == LATEST_VERSION == 4  # version 4 added the identity
         kept = new.lease(units[0].uow_id)
         assert kept is not None and kept.token == 7  # existing rows keep their tokens
         fresh = new.acquire_lease(units[2].uow_id, "w1", 30)

@@ -17,6 +17,8 @@ _HELP: dict[str, str] = {
     "status": "Table of units of work and what the planner would do now.",
     "explain": "Full recorded timeline of one unit of work.",
     "resolve": "Record an operator's resolution of an unknown outcome (asserted, not observed).",
+    "adopt": "Make a destination belong to this ledger (recorded; its earlier ledger is "
+             "refused).",
     "fingerprint": "Row count + checksum of one partition.",
     "verify": "Recompute fingerprints and compare with the ledger.",
     "diff": "Keys added, removed and changed in a partition between two table versions.",

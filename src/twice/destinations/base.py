@@ -40,11 +40,14 @@ from twice.core.identifiers import (
     validate_identifiers,
 )
 from twice.core.resources import Closeable
+from twice.destinations import commits
 from twice.destinations.columns import ColumnType, Schema, require_columns, schema_of
 from twice.destinations.commits import (
     ACTIVE,
+    ADOPT_MODE,
     COMMIT_COLUMNS,
     COMMITS_TABLE,
+    LEDGER_KEY,
     CommitRecord,
     Holder,
     StampArg,
@@ -97,6 +100,7 @@ class Destination(Protocol):
     def commit_records(self, uow_id: str | None = None) -> list[CommitRecord]: ...
     def marked_attempt(self, uow_id: str) -> tuple[int, int] | None: ...
     def seal(self, stamp: WriteStamp) -> bool: ...
+    def adopt(self, stamp: WriteStamp, *, note: str, operator: str) -> CommitRecord: ...
     def read_partition(
         self, partition: PartitionSpec = None, columns: Sequence[str] | None = None
     ) -> pa.Table: ...
@@ -246,6 +250,13 @@ class BaseDestination(Closeable):
         earlier holder is then fenced only once the taker's own write commits. Raises
         ``FencedWriteError`` if a newer token already holds the slice."""
         return False
+
+    def adopt(self, stamp: WriteStamp, *, note: str, operator: str) -> CommitRecord:
+        """Make this destination belong to ``stamp.ledger`` from now on (``twice adopt``): an
+        ``adopt`` commit record, writing no rows, under ``stamp.token``, which must be above
+        every token present (``FencedWriteError`` otherwise: nothing written), so the adopting
+        ledger's later writes are never fenced by the earlier ledger's tokens."""
+        raise DestinationError(f"{self.spec}: this destination cannot be adopted")
 
 
 class ArrowScanned(BaseDestination, ABC):
@@ -533,6 +544,11 @@ class SqlDestination(BaseDestination, ABC, Generic[ConnT]):
         """First statement of a stamped transaction: serialise writers of the same fence key."""
         return None
 
+    def _lock_claim(self, tx: Any) -> None:
+        """Serialise the writers that claim this table for a ledger (none owns it yet) or
+        adopt it, where writers of different slices would otherwise run at once."""
+        return None
+
     def _clock(self, tx: Any) -> str:
         """``committed_at``: the destination's clock, ISO-8601 UTC text."""
         return utc_now_text()
@@ -719,8 +735,48 @@ class SqlDestination(BaseDestination, ABC, Generic[ConnT]):
                     f"{q('fence_key')} = {p} AND {q('token')} = {p}",
                     [self.table_label, owner.fence_key, token])]
 
+            if owner.ledger:
+                claim = self._ledger_owner()
+                if claim is None:  # this write claims the table: no other claim at once
+                    self._lock_claim(tx)
+                    claim = self._ledger_owner()
+                commits.check_ledger(owner, claim, self.spec)
             check_fence(owner, None if newest is None else int(newest), self.spec, holders)
             yield tx
+
+    def _ledger_owner(self) -> CommitRecord | None:
+        """:func:`~twice.destinations.commits.ledger_owner` of this table, read with two
+        small queries instead of every record: the newest adoption, else the first record
+        naming a ledger (its key in the ``extra`` JSON text)."""
+        q, p = self.dialect.quote, self.dialect.placeholder
+        select = (f"SELECT {self._commit_names()} FROM {self.commits_qualified} "
+                  f"WHERE {q('table_name')} = {p} AND ")
+        rows = self._query(
+            select + f"{q('mode')} = {p} ORDER BY {q('token')} DESC, {q('committed_at')} DESC "
+            "LIMIT 1", [self.table_label, ADOPT_MODE])
+        if not rows:
+            rows = self._query(
+                select + f"{q('extra')} LIKE {p} ORDER BY {q('committed_at')}, {q('token')} "
+                "LIMIT 1", [self.table_label, f'%"{LEDGER_KEY}": "_%'])
+        return commits.ledger_owner(CommitRecord.from_row(row) for row in rows)
+
+    def adopt(self, stamp: WriteStamp, *, note: str, operator: str) -> CommitRecord:
+        """See :meth:`BaseDestination.adopt`: an ``adopt`` record in ``twice_commits``."""
+        if self.table == COMMITS_TABLE:
+            raise DestinationError(f"{self.spec}: {COMMITS_TABLE} is twice's own table")
+        with self._owned_write_lock(), self._transaction() as tx:
+            self._lock_fence(tx, stamp)
+            self._lock_claim(tx)
+            self._create_commits_table(tx)
+            q, p = self.dialect.quote, self.dialect.placeholder
+            ((newest,),) = self._query(
+                f"SELECT max({q('token')}) FROM {self.commits_qualified} "
+                f"WHERE {q('table_name')} = {p}", [self.table_label])
+            commits.check_adoption(stamp, None if newest is None else int(newest), self.spec)
+            record = CommitRecord.adoption(stamp, table=self.table_label, note=note,
+                                           operator=operator, committed_at=self._clock(tx))
+            self._insert_record(tx, record)
+        return record
 
     def _create_commits_table(self, tx: Any) -> None:
         q = self.dialect.quote

@@ -20,6 +20,13 @@ What it is for:
   the same fence key: a worker paused past its lease writes nothing once the taker has written.
   Tokens come from one ledger-wide sequence (every lease acquisition takes the next), so they
   are comparable across units of the same slot (an old input version cannot overwrite a new one).
+- **One ledger per destination.** A stamp names its ledger (``WriteStamp.ledger``, the
+  ledger's identity) and so does every record it commits (``extra``). A destination belongs to
+  the ledger of its newest ``adopt`` record, else of its first write that names a ledger
+  (:func:`ledger_owner`); a write stamped by another ledger is refused in the same place as the
+  fencing check, whatever its token (:func:`check_ledger`, :class:`ForeignLedgerError`): two
+  ledgers' token sequences are not comparable. ``twice adopt`` moves a destination to another
+  ledger with an ``adopt`` record under a token above every token present.
 - **Append exactly once.** ``append`` with a stamp is a no-op when a commit record for the same
   unit and generation already exists in that table. Without a stamp ``append`` is a plain
   insert: a retry appends the rows again (not exactly-once).
@@ -139,6 +146,12 @@ class WriteStamp:
     #: When the attempt began, ISO-8601 by the ledger's clock: what a reconciler finds of an
     #: earlier attempt of the same number (another ledger, say) is not this attempt's.
     began_at: str = ""
+    #: The identity of the ledger that handed out ``token`` (``Ledger.identity``): a
+    #: destination belongs to one ledger (:func:`check_ledger`). Empty: a stamp made outside
+    #: a ledger, which claims nothing and is not checked.
+    ledger: str = ""
+    #: That ledger's URL or path, password masked: named in a refusal, never compared.
+    ledger_at: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -149,6 +162,17 @@ class WriteStamp:
 #: longer commit. Its ``attempt`` is 0: it is no attempt's write.
 FENCE_MODE = "fence"
 
+#: The mode of a record that writes no rows and makes the destination belong to the record's
+#: ledger (``twice adopt``): its token is above every token present, its ``fence_key`` empty.
+ADOPT_MODE = "adopt"
+
+#: ``CommitRecord.extra`` keys of the writing ledger's identity and masked location. In
+#: ``extra`` because every engine already stores it (no column to add to existing
+#: ``twice_commits`` tables, Delta logs or Iceberg summaries); read them with
+#: :attr:`CommitRecord.ledger` and :attr:`CommitRecord.ledger_at`.
+LEDGER_KEY = "twice_ledger"
+LEDGER_AT_KEY = "twice_ledger_at"
+
 
 @dataclass(frozen=True)
 class CommitRecord:
@@ -156,7 +180,7 @@ class CommitRecord:
 
     table: str  # the destination's qualified table (or the dataset directory for Parquet)
     slice: str  # the slice label written ("all rows" when unpartitioned)
-    mode: str  # replace | upsert | append | fence (FENCE_MODE: a seal, no rows)
+    mode: str  # replace | upsert | append | fence (a seal, no rows) | adopt (no rows)
     uow_id: str
     fence_key: str
     generation: int
@@ -193,6 +217,16 @@ class CommitRecord:
             extra=dict(data.get("extra") or {}),
         )
 
+    @property
+    def ledger(self) -> str:
+        """The identity of the ledger that wrote this record ("" before ledgers had one)."""
+        return str(self.extra.get(LEDGER_KEY) or "")
+
+    @property
+    def ledger_at(self) -> str:
+        """Where that ledger was, password masked ("" when not recorded)."""
+        return str(self.extra.get(LEDGER_AT_KEY) or "")
+
     def matches(self, stamp: WriteStamp) -> bool:
         """Whether this record was written under ``stamp`` (same unit, generation, attempt)."""
         return (self.uow_id, self.generation, self.attempt) == (
@@ -205,14 +239,19 @@ class CommitRecord:
         row_count: int, checksum: str, algorithm: str, columns: Sequence[str] = (),
         committed_at: str = "", extra: dict[str, Any] | None = None,
     ) -> CommitRecord:
-        """The record of a write made under ``stamp`` (``committed_at`` defaults to now, UTC)."""
+        """The record of a write made under ``stamp`` (``committed_at`` defaults to now, UTC);
+        the stamp's ledger goes into ``extra`` (:data:`LEDGER_KEY`)."""
+        extra = dict(extra or {})
+        if stamp.ledger:
+            extra[LEDGER_KEY] = stamp.ledger
+            extra[LEDGER_AT_KEY] = stamp.ledger_at
         return cls(
             table=table, slice=slice, mode=mode, uow_id=stamp.uow_id,
             fence_key=stamp.fence_key, generation=stamp.generation, attempt=stamp.attempt,
             token=stamp.token, input_version=stamp.input_version, rows_written=rows_written,
             row_count=row_count, checksum=checksum, algorithm=algorithm,
             columns=tuple(columns), committed_at=committed_at or utc_now_text(),
-            extra=dict(extra or {}),
+            extra=extra,
         )
 
     @classmethod
@@ -221,6 +260,15 @@ class CommitRecord:
         newest (``Destination.seal``)."""
         return cls.create(stamp, table=table, slice="", mode=FENCE_MODE, rows_written=0,
                           row_count=0, checksum="", algorithm="none", committed_at=committed_at)
+
+    @classmethod
+    def adoption(cls, stamp: WriteStamp, *, table: str, note: str, operator: str,
+                 committed_at: str = "") -> CommitRecord:
+        """The record of ``twice adopt`` (``ADOPT_MODE``): no rows; from now on the destination
+        belongs to ``stamp.ledger`` (:func:`ledger_owner`)."""
+        return cls.create(stamp, table=table, slice="", mode=ADOPT_MODE, rows_written=0,
+                          row_count=0, checksum="", algorithm="none", committed_at=committed_at,
+                          extra={"note": note, "operator": operator})
 
     def to_row(self) -> tuple[Any, ...]:
         """The values of one ``twice_commits`` row, in :data:`COMMIT_COLUMNS` order."""
@@ -276,6 +324,78 @@ class FencedWriteError(DestinationError, ConflictError):
             "(tokens come from one ledger's sequence: a destination written under another "
             "ledger refuses this one's writes, so keep one ledger per destination)"
         )
+
+
+class ForeignLedgerError(FencedWriteError):
+    """A write stamped by one ledger reached a destination that belongs to another.
+
+    Nothing was written. Tokens of two ledgers are not comparable, so this is refused whatever
+    the tokens say; ``twice adopt`` makes the destination belong to another ledger.
+    """
+
+    def __init__(self, stamp: WriteStamp, owner: CommitRecord, where: str) -> None:
+        self.owner = owner.ledger
+        DestinationError.__init__(
+            self,
+            f"{where}: write refused: this destination belongs to ledger {owner.ledger}"
+            f"{_at(owner.ledger_at)} ({_claim(owner)}), and {stamp.uow_id} (attempt "
+            f"{stamp.attempt}) was stamped by ledger {stamp.ledger}{_at(stamp.ledger_at)}; "
+            "nothing was written. Run it with the ledger that owns the destination (a typo'd "
+            "--ledger?), or, if this ledger is to own it from now on (a ledger restored from a "
+            "backup, a move), adopt it: twice adopt DESTINATION --ledger URL --note TEXT"
+        )
+        self.stamp = stamp
+        self.newer_token = owner.token
+        self.reissued = None
+
+
+def _at(location: str) -> str:
+    return f" at {location}" if location else ""
+
+
+def _claim(owner: CommitRecord) -> str:
+    if owner.mode == ADOPT_MODE:
+        return f"adopted {owner.committed_at}"
+    return f"first written {owner.committed_at} by {owner.uow_id}"
+
+
+def ledger_owner(records: Iterable[CommitRecord]) -> CommitRecord | None:
+    """The record that makes a destination belong to its ledger: the newest adoption, else
+    the first write that names a ledger. Records from before ledgers had an identity name
+    none and claim nothing (the next identified write claims the destination). None: the
+    destination belongs to no ledger yet."""
+    identified = [r for r in records if r.ledger]
+    adoptions = [r for r in identified if r.mode == ADOPT_MODE]
+    if adoptions:
+        return max(adoptions, key=lambda r: r.sort_key)
+    if identified:
+        return min(identified, key=lambda r: (r.committed_at, r.token))
+    return None
+
+
+def check_ledger(stamp: WriteStamp, owner: CommitRecord | None, where: str) -> None:
+    """THE ownership rule, called by every engine inside the write transaction next to its
+    fencing check: raise :class:`ForeignLedgerError` if the destination belongs
+    (:func:`ledger_owner`: ``owner``) to a ledger other than the stamp's. A stamp naming no
+    ledger, or a destination nobody owns yet, passes (the write then claims it)."""
+    if owner is None or not stamp.ledger or owner.ledger == stamp.ledger:
+        return
+    raise ForeignLedgerError(stamp, owner, where)
+
+
+def check_ledger_records(stamp: WriteStamp, records: Iterable[CommitRecord], where: str) -> None:
+    """:func:`check_ledger` against ``records``: every record of the destination, all its
+    slices (the file-based destinations keep their records as files, not in a table)."""
+    if stamp.ledger:
+        check_ledger(stamp, ledger_owner(records), where)
+
+
+def check_adoption(stamp: WriteStamp, newest: int | None, where: str) -> None:
+    """Refuse (:class:`FencedWriteError`) an adoption whose token is not above ``newest``, the
+    highest token of any slice of the destination: a write landed since the token was
+    chosen, so adopting again picks a higher one."""
+    if newest is not None and newest >= stamp.token:
+        raise FencedWriteError(stamp, newest, where)
 
 
 def newest_token(records: Iterable[CommitRecord], fence_key: str) -> int | None:

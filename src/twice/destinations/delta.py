@@ -80,7 +80,9 @@ from twice.destinations.commits import (
     Holder,
     StampArg,
     WriteStamp,
+    check_adoption,
     check_fence,
+    check_ledger_records,
     holder_of,
     marker_generation,
     marker_parts,
@@ -283,6 +285,7 @@ class DeltaDestination(ArrowScanned):
                 source = rows if incoming is None else incoming
                 incoming, slc = self._incoming(source, partition, schema, whole_table, keyed)
             if owner is not None and table is not None:
+                self._check_ledger(table, owner)
                 newest = table.transaction_version(FENCE_APP + owner.fence_key)
                 check_fence(owner, newest, self.spec, self._holders(owner.fence_key))
             try:
@@ -344,6 +347,7 @@ class DeltaDestination(ArrowScanned):
             table = self._table()
             if table is None:
                 return False
+            self._check_ledger(table, stamp)
             newest = table.transaction_version(FENCE_APP + stamp.fence_key)
             check_fence(stamp, newest, self.spec, self._holders(stamp.fence_key))
             record = CommitRecord.fence(stamp, table=self.uri)
@@ -357,6 +361,34 @@ class DeltaDestination(ArrowScanned):
             except dl.exceptions.CommitFailedError:
                 continue  # another writer committed first: read the fence again
             return True
+        raise DestinationUnavailableError(
+            f"{self.spec}: {MAX_COMMIT_TRIES} commits in a row lost to concurrent writers"
+        )
+
+    def _check_ledger(self, table: Any, stamp: WriteStamp) -> None:
+        """The ownership check, against every record the log holds (a record cleaned up by
+        log retention no longer counts: the next identified write claims the table again)."""
+        if stamp.ledger:
+            check_ledger_records(stamp, [r for _, r in _logged(table)], self.spec)
+
+    def adopt(self, stamp: WriteStamp, *, note: str, operator: str) -> CommitRecord:
+        """See :meth:`BaseDestination.adopt`: a commit without rows carrying the ``adopt``
+        record (a table must exist: there is nothing to adopt before)."""
+        dl = _deltalake()
+        for _ in range(MAX_COMMIT_TRIES):
+            table = self._table()
+            if table is None:
+                raise DestinationError(f"{self.spec}: there is no table to adopt yet")
+            tokens = [r.token for _, r in _logged(table)]
+            check_adoption(stamp, max(tokens) if tokens else None, self.spec)
+            record = CommitRecord.adoption(stamp, table=self.uri, note=note, operator=operator)
+            properties = dl.CommitProperties(custom_metadata={COMMIT_KEY: record.to_json()})
+            empty = pa.schema(table.schema().to_arrow()).empty_table()
+            try:
+                dl.write_deltalake(table, empty, mode="append", commit_properties=properties)
+            except dl.exceptions.CommitFailedError:
+                continue  # another writer committed first: read the tokens again
+            return record
         raise DestinationUnavailableError(
             f"{self.spec}: {MAX_COMMIT_TRIES} commits in a row lost to concurrent writers"
         )

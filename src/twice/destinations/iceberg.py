@@ -103,7 +103,9 @@ from twice.destinations.commits import (
     Holder,
     StampArg,
     WriteStamp,
+    check_adoption,
     check_fence,
+    check_ledger_records,
     holder_of,
     marker_generation,
     marker_parts,
@@ -385,6 +387,7 @@ class IcebergDestination(ArrowScanned):
             base = checked
             if owner is not None:
                 records = _records(base)
+                check_ledger_records(owner, records, self.spec)
                 check_fence(owner, _newest_token(base, records, owner.fence_key), self.spec,
                             _holders(records, owner.fence_key))
                 if mode == "append":
@@ -461,6 +464,7 @@ class IcebergDestination(ArrowScanned):
             if checked is None:
                 continue
             records = _records(checked)
+            check_ledger_records(stamp, records, self.spec)
             check_fence(stamp, _newest_token(checked, records, stamp.fence_key), self.spec,
                         _holders(records, stamp.fence_key))
             record = CommitRecord.fence(stamp, table=self.table_label)
@@ -473,6 +477,37 @@ class IcebergDestination(ArrowScanned):
             except CommitFailedException:
                 continue  # another writer committed first: read the fence again
             return True
+        raise DestinationUnavailableError(
+            f"{self.spec}: {MAX_COMMIT_TRIES} commits in a row lost to concurrent writers"
+        )
+
+    def adopt(self, stamp: WriteStamp, *, note: str, operator: str) -> CommitRecord:
+        """See :meth:`BaseDestination.adopt`: an empty append whose summary holds the
+        ``adopt`` record (a table must exist: there is nothing to adopt before). Its token is
+        checked against every record reachable and every slot's fence property."""
+        from pyiceberg.exceptions import CommitFailedException
+
+        for _ in range(MAX_COMMIT_TRIES):
+            base = self._load()
+            if base is None:
+                raise DestinationError(f"{self.spec}: there is no table to adopt yet")
+            checked = self._without_pyiceberg_retry(base)
+            if checked is None:
+                continue
+            tokens = [r.token for r in _records(checked)] + [
+                int(value) for key, value in checked.properties.items()
+                if key.startswith(FENCE_PROPERTY)]
+            check_adoption(stamp, max(tokens) if tokens else None, self.spec)
+            record = CommitRecord.adoption(stamp, table=self.table_label, note=note,
+                                           operator=operator)
+            tx = checked.transaction()
+            tx.append(checked.schema().as_arrow().empty_table(), snapshot_properties={
+                WRITE_PROPERTY: uuid.uuid4().hex, COMMIT_PROPERTY: record.to_json()})
+            try:
+                tx.commit_transaction()
+            except CommitFailedException:
+                continue  # another writer committed first: read the tokens again
+            return record
         raise DestinationUnavailableError(
             f"{self.spec}: {MAX_COMMIT_TRIES} commits in a row lost to concurrent writers"
         )

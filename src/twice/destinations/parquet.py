@@ -81,7 +81,9 @@ from twice.destinations.commits import (
     CommitRecord,
     StampArg,
     WriteStamp,
+    check_adoption,
     check_fence_records,
+    check_ledger_records,
     resolve_stamp,
 )
 from twice.destinations.errors import (
@@ -347,7 +349,28 @@ class ParquetDestination(HiveDestination, ArrowScanned):
         return found + [("", r) for r in _read_records(self.root)]
 
     def _check_fence(self, owner: WriteStamp, names: Iterable[str]) -> None:
+        """The ownership check (every partition's records: a dataset belongs to one ledger),
+        then the fencing check (the slice's records)."""
+        if owner.ledger:
+            check_ledger_records(owner, self._all_records(), self.spec)
         check_fence_records(owner, [r for _, r in self._slice_records(names)], self.spec)
+
+    def _all_records(self) -> list[CommitRecord]:
+        """Every record of the dataset, complete or not (under the dataset's lock)."""
+        return [r for _, r in self._slice_records(self._record_dirs())]
+
+    def adopt(self, stamp: WriteStamp, *, note: str, operator: str) -> CommitRecord:
+        """See :meth:`BaseDestination.adopt`: an ``adopt`` record in the dataset's own history
+        file, under the dataset's lock."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        with self._locked():
+            self._recover()
+            tokens = [r.token for r in self._all_records()]
+            check_adoption(stamp, max(tokens) if tokens else None, self.spec)
+            record = CommitRecord.adoption(stamp, table=str(self.root), note=note,
+                                           operator=operator)
+            self._add_dataset_record(record)
+        return record
 
     def _appended(
         self, owner: WriteStamp, names: Iterable[str]

@@ -186,6 +186,13 @@ class PostgresDestination(SqlDestination["psycopg.Connection[Any]"]):
         self._advisory(tx, f"{COMMITS_TABLE}|{self.table_label}|{stamp.fence_key}",
                        bounded=True)
 
+    def _lock_claim(self, tx: psycopg.Cursor[Any]) -> None:
+        """Writers of different slices hold different fence locks: two ledgers' first writes
+        to a table nobody owns yet would both see no owner. Claimers (and adopters) queue
+        here and read the owner again after the wait; writers of an owned table never take
+        it."""
+        self._advisory(tx, f"{COMMITS_TABLE}|{self.table_label}|claim")
+
     def _create_table(self, tx: psycopg.Cursor[Any], schema: Schema) -> None:
         """First writers of a new table queue on an advisory lock: two concurrent ``CREATE
         TABLE IF NOT EXISTS`` of one name can both pass the check and one then fails on the

@@ -75,7 +75,9 @@ from twice.destinations.commits import (
     CommitRecord,
     StampArg,
     WriteStamp,
+    check_adoption,
     check_fence_records,
+    check_ledger_records,
     resolve_stamp,
 )
 from twice.destinations.errors import (
@@ -442,7 +444,22 @@ class SparkDestination(HiveDestination):
         return sorted(records, key=lambda r: r.sort_key)
 
     def _check_fence(self, owner: WriteStamp) -> None:
-        check_fence_records(owner, self.commit_records(), self.spec)
+        """Ownership, then fencing: best-effort here (read before the job, not under a lock)."""
+        records = self.commit_records()
+        check_ledger_records(owner, records, self.spec)
+        check_fence_records(owner, records, self.spec)
+
+    def adopt(self, stamp: WriteStamp, *, note: str, operator: str) -> CommitRecord:
+        """See :meth:`BaseDestination.adopt`: an ``adopt`` record file (best-effort, as
+        fencing is here: checked, then written, not under a lock)."""
+        tokens = [r.token for r in self.commit_records()]
+        check_adoption(stamp, max(tokens) if tokens else None, self.spec)
+        record = CommitRecord.adoption(stamp, table=self.table, note=note, operator=operator)
+        directory = self._records_dir
+        directory.mkdir(parents=True, exist_ok=True)
+        name = f"{stamp.token:020d}-{uuid.uuid4().hex[:12]}.json"
+        replace_durably(directory / name, record.to_json(), directory / f".{name}.tmp")
+        return record
 
     def _write_record(
         self, owner: WriteStamp, mode: str, label: str, partition: PartitionSpec,

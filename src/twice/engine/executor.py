@@ -2026,6 +2026,7 @@ class _UnitRun:
             fence_key=self._fence_key,
             generation=generation or 1, attempt=number, token=self.token,
             input_version=self.unit.input_version, began_at=record.started_at.isoformat(),
+            ledger=self.ledger.identity, ledger_at=self.ledger.url,
         )
         return self.x.pipeline.context(
             self.task.name, self.unit.interval, attempt=number, generation=generation or 1,
@@ -2475,6 +2476,7 @@ class _UnitRun:
             fence_key=self._fence_key,
             generation=attempt.generation or 1, attempt=0,
             token=self.ledger.next_fencing_token(), input_version=self.unit.input_version,
+            ledger=self.ledger.identity, ledger_at=self.ledger.url,
         )
         with open_destination(self.task.destination) as dest:
             try:

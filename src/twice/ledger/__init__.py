@@ -21,6 +21,7 @@ from twice.core.outcomes import (
     AttemptOutcome,
     ErrorClassification,
 )
+from twice.ledger.adoptions import AdoptionRecord
 from twice.ledger.errors import (
     LedgerCommitUnknownError,
     LedgerError,
@@ -93,6 +94,7 @@ __all__ = [
     "RESOLVED_FAILED_AFTER_ACTING_STATE",
     "RESOLVED_FAILED_STATE",
     "RESOLVED_SUCCEEDED_STATE",
+    "AdoptionRecord",
     "AttemptOutcome",
     "AttemptRecord",
     "Clock",

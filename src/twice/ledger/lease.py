@@ -137,6 +137,19 @@ def next_fencing_token(conn: Connection) -> int:
     return int(value)
 
 
+def fencing_token_above(conn: Connection, floor: int) -> int:
+    """The next value of the lease token sequence, moved past ``floor`` first when it is not
+    already (a sequence only moves forward: tokens already handed out stay below)."""
+    if is_postgres(conn):
+        conn.execute(text(
+            f"SELECT setval('{LEASE_TOKEN_SEQUENCE}', GREATEST(:floor, "
+            f"(SELECT last_value FROM {LEASE_TOKEN_SEQUENCE})))"), {"floor": floor})
+    else:
+        conn.execute(update(counters).where(counters.c.name == LEASE_TOKEN_COUNTER)
+                     .values(value=func.max(counters.c.value, floor)))
+    return next_fencing_token(conn)
+
+
 def acquire_lease(
     conn: Connection, *, uow_id: str, holder: str, ttl_seconds: float, clock: Clock
 ) -> LeaseResult:
@@ -596,6 +609,10 @@ class LeaseStore:
     def next_token(self) -> int:
         with self._session.write() as conn:
             return next_fencing_token(conn)
+
+    def token_above(self, floor: int) -> int:
+        with self._session.write() as conn:
+            return fencing_token_above(conn, floor)
 
     def get(self, uow_id: str) -> LeaseRecord | None:
         with self._session.read() as conn:

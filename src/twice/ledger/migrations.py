@@ -15,9 +15,10 @@ table added by a later step is listed in ``schema.INTRODUCED_IN`` so step 1 leav
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 
 from sqlalchemy import Table, func, insert, inspect, select, text
 from sqlalchemy.engine import Connection
@@ -75,6 +76,22 @@ def _create_fencing_counter(conn: Connection) -> None:
     conn.execute(insert(schema.counters).values(name=schema.LEASE_TOKEN_COUNTER, value=top))
 
 
+def _create_identity(conn: Connection) -> None:
+    """The ledger's identity: a random id, made once (``schema.identity``); and the record
+    of adoptions (``schema.adoptions``)."""
+    schema.metadata.create_all(conn, tables=_tables_of(4))
+    conn.execute(insert(schema.identity).values(
+        identity=uuid.uuid4().hex, created_at=datetime.now(UTC)))
+
+
+def read_identity(conn: Connection) -> str | None:
+    """The ledger's identity; None before schema version 4 (a ledger read without migrating)."""
+    if not inspect(conn).has_table(schema.identity.name):
+        return None
+    value = conn.execute(select(schema.identity.c.identity)).scalar()
+    return None if value is None else str(value)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         1,
@@ -91,6 +108,12 @@ MIGRATIONS: tuple[Migration, ...] = (
         3,
         "ledger-wide fencing tokens for leases (a counter above every existing token)",
         _create_fencing_counter,
+    ),
+    Migration(
+        4,
+        "the ledger's identity (a random id destinations check owned writes against) and "
+        "its adoptions of destinations",
+        _create_identity,
     ),
 )
 LATEST_VERSION: int = MIGRATIONS[-1].version

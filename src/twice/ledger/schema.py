@@ -388,9 +388,39 @@ LEASE_TOKEN_COUNTER = "lease-token"
 #: PostgreSQL sequence of lease tokens (``CACHE 1``: values are handed out in order).
 LEASE_TOKEN_SEQUENCE = "twice_lease_tokens"
 
+# -- version 4: the ledger's identity ------------------------------------------------------
+
+# One row, made once when the ledger is created (or migrated to version 4): a random id that
+# every owned write stamps into its commit record, so a destination refuses another ledger's
+# writes (twice.destinations.commits.check_ledger). It never changes: a copy of the ledger
+# (a backup restored) keeps it and so keeps its destinations.
+identity = Table(
+    "twice_ledger",
+    metadata,
+    Column("identity", String(64), primary_key=True),
+    Column("created_at", UTCDateTime, nullable=False),
+)
+
+# Each ``twice adopt``: a destination made to belong to this ledger, by whom and why (the
+# destination keeps the matching ``adopt`` commit record).
+adoptions = Table(
+    "twice_adoptions",
+    metadata,
+    Column("seq", SeqType, primary_key=True, autoincrement=True),
+    Column("destination", Text, nullable=False),
+    Column("previous", String(64), nullable=False),  # the ledger it belonged to ("": none)
+    Column("previous_at", Text, nullable=False),  # where that ledger was, masked ("": unknown)
+    Column("token", BigInteger, nullable=False),
+    Column("operator", String(200), nullable=False),
+    Column("note", Text, nullable=False),
+    Column("adopted_at", UTCDateTime, nullable=False),
+)
+
 #: The schema version that introduced each table; tables not listed are version 1.
 INTRODUCED_IN: dict[str, int] = {
     intermediates.name: 2,
     intermediate_events.name: 2,
     counters.name: 3,
+    identity.name: 4,
+    adoptions.name: 4,
 }

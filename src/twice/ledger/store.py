@@ -40,6 +40,7 @@ from twice.core.resources import Closeable
 from twice.core.unit import UnitOfWork
 from twice.ledger import catalog
 from twice.ledger import migrations as schema_steps
+from twice.ledger.adoptions import AdoptionRecord, AdoptionStore
 from twice.ledger.attempts import AttemptStore
 from twice.ledger.catalog import CatalogStore
 from twice.ledger.decisions import DecisionStore
@@ -57,7 +58,7 @@ from twice.ledger.faults import DEFAULT_RETRY_SECONDS, classify
 from twice.ledger.fingerprints import FingerprintStore
 from twice.ledger.generations import GenerationStore
 from twice.ledger.lease import LeaseStore
-from twice.ledger.migrations import check_readable, migrate, read_version
+from twice.ledger.migrations import check_readable, migrate, read_identity, read_version
 from twice.ledger.observations import ObservationStore
 from twice.ledger.records import (
     AttemptRecord,
@@ -109,6 +110,7 @@ class Ledger(Closeable):
         self._resolutions = ResolutionStore(session)
         self._observations = ObservationStore(session)
         self._decisions = DecisionStore(session)
+        self._adoptions = AdoptionStore(session)
         self._generations = GenerationStore(session)
         self._fingerprints = FingerprintStore(session)
         self._leases = LeaseStore(session)
@@ -285,6 +287,15 @@ class Ledger(Closeable):
     def schema_version(self) -> int:
         with self._session.read() as conn:
             return read_version(conn)
+
+    @functools.cached_property
+    def identity(self) -> str:
+        """This ledger's stable identity (a random id made when it was created, kept in its
+        own ``twice_ledger`` table): every owned write stamps it into its commit record, and
+        a destination refuses another ledger's writes. "" for a ledger opened read-only
+        before it had one (schema version 3)."""
+        with self._session.read() as conn:
+            return read_identity(conn) or ""
 
     def now(self) -> datetime:
         """The ledger clock's current time, aware UTC."""
@@ -672,6 +683,24 @@ class Ledger(Closeable):
         The engine takes one per attempt, so a timed-out attempt whose thread commits late is
         fenced by the retry that followed it, exactly like a paused worker by its successor."""
         return self._leases.next_token()
+
+    def record_adoption(self, destination: str, *, previous: str, previous_at: str,
+                        token: int, operator: str, note: str) -> AdoptionRecord:
+        """Record that ``destination`` was made to belong to this ledger (``twice adopt``),
+        from the ledger ``previous`` (identity; "" if none), its ``adopt`` record committed
+        under ``token``: who did it and why."""
+        return self._adoptions.record(destination, previous=previous, previous_at=previous_at,
+                                      token=token, operator=operator, note=note)
+
+    def adoptions(self, destination: str | None = None) -> list[AdoptionRecord]:
+        """The adoptions this ledger recorded (of ``destination`` only, if given), in order."""
+        return self._adoptions.all(destination)
+
+    def fencing_token_above(self, floor: int) -> int:
+        """Take a value of the fencing sequence above ``floor``, moving the sequence past it
+        first if needed (``twice adopt``: the adopting ledger's tokens must beat every token
+        the destination holds from the ledger it had before)."""
+        return self._leases.token_above(floor)
 
     def lease(self, uow_id: str) -> LeaseRecord | None:
         """The stored lease (check ``active(ledger.now())``: it may be expired or released)."""
