@@ -309,3 +309,42 @@ def test_adopting_a_destination_that_does_not_exist_is_refused_and_creates_nothi
     assert "Traceback" not in result.output and not typo.exists()
     with Ledger.open(str(tmp_path / "l.db")) as ledger:
         assert ledger.adoptions() == []
+
+
+def test_after_adoption_an_unknown_attempt_is_not_settled_by_the_old_ledgers_record(
+    tmp_path: Path,
+) -> None:
+    """The same task and day is the same unit id under both ledgers: the adopting ledger's
+    attempt 1, cut off before it wrote, must not be settled "written" by the record ledger A's
+    attempt 1 left in the destination (it is A's write, not this attempt's)."""
+    from twice.errors import OutcomeUnknownError
+
+    spec = f"sqlite:///{tmp_path / 'w.db'}?partition_column=day#readings"
+    a_path, b_path = str(tmp_path / "a.db"), str(tmp_path / "b.db")
+    with Ledger.open(a_path) as a:
+        assert Executor(readings(spec, "A"), a).run(meter_day(1)).ok
+    with Ledger.open(b_path):
+        pass
+    adopted = CliRunner().invoke(cli, ["adopt", spec, "--ledger", b_path, "--note", "restore"])
+    assert adopted.exit_code == 0, adopted.output
+
+    b_pipeline = readings(spec, "B")
+    task = b_pipeline.get_task("readings")
+    cut: list[int] = []
+
+    def cut_off_once(ctx: TaskContext) -> pa.Table:
+        if not cut:
+            cut.append(1)
+            raise OutcomeUnknownError("connection lost before the rows were sent")
+        return task.fn(ctx)  # type: ignore[no-any-return]
+
+    flaky = Pipeline("meters", schedule=SCHEDULE)
+    flaky.task(name="readings", destination=spec, write="replace", safe_repeat=True)(
+        cut_off_once)
+    with Ledger.open(b_path) as b:
+        first = Executor(flaky, b).run(meter_day(1)).unit("readings")
+        second = Executor(flaky, b).run(meter_day(1)).unit("readings")
+        outcomes = [attempt.outcome for attempt in b.attempts(second.uow_id)]
+    assert first.uow_id == second.uow_id
+    assert outcomes == ["failed-transient", "succeeded"], (first.reason, second.reason)
+    assert _slice(spec, 1) == ["B"] * 3

@@ -72,12 +72,22 @@ def _no_acceptance_before_landing() -> list[tuple[Any, str, Any]]:
     return [(verification, "check_before_landing", original)]
 
 
+def _no_ledger_identity() -> list[tuple[Any, str, Any]]:
+    """Ledger identity: ``twice.destinations.commits.check_ledger`` lets any ledger write."""
+    from twice.destinations import commits
+
+    original = commits.check_ledger
+    commits.check_ledger = lambda *args, **kwargs: None  # type: ignore[assignment]
+    return [(commits, "check_ledger", original)]
+
+
 #: rule -> (what switching it off does, the switch)
 RULES: dict[str, Callable[[], list[tuple[Any, str, Any]]]] = {
     "fencing": _no_fencing,
     "commit_record_precedence": _no_commit_record_precedence,
     "operator_resolution": _no_operator_resolution,
     "acceptance_before_landing": _no_acceptance_before_landing,
+    "ledger_identity": _no_ledger_identity,
 }
 
 

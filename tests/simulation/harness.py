@@ -38,10 +38,8 @@ from twice.ledger import Ledger, LedgerError
 
 T = TypeVar("T")
 
-#: Features of the world that pass on today's engine (the others wait for issue 36's fixes).
-DEFAULT_FEATURES: frozenset[str] = frozenset({"reconcile_with_owned_write", "same_job_id",
-                                              "operator_resolution_failed",
-                                              "acceptance_nonfatal"})
+#: The world's features a simulation runs with unless told otherwise: all of them.
+DEFAULT_FEATURES: frozenset[str] = frozenset(FEATURES)
 FINAL_ROUNDS = 4
 ACTIONS = (("run", 60), ("source", 8), ("clock", 10), ("operator", 6), ("restart", 2))
 

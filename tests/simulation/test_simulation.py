@@ -12,11 +12,9 @@ from tests.simulation.faults import CRASH_POINTS
 from tests.simulation.harness import DEFAULT_FEATURES, simulate
 from tests.simulation.world import FEATURES
 
-#: World features switched off because the engine still has the bug named in world.FEATURES;
-#: enable each once its fix is merged.
-KNOWN_BUG_FEATURES = frozenset(FEATURES) - {"reconcile_with_owned_write", "same_job_id",
-                                             "operator_resolution_failed",
-                                             "acceptance_nonfatal"}
+#: World features switched off because the engine still has the bug named in world.FEATURES
+#: (none since issue 36's fixes: every feature runs in CI).
+KNOWN_BUG_FEATURES: frozenset[str] = frozenset()
 
 #: CI size: seeds x steps per seed >= 100,000 simulated steps.
 CI_SEEDS, CI_STEPS = 50, 2000
@@ -51,7 +49,7 @@ def test_invariants_hold_over_100k_steps() -> None:
 
 
 @pytest.mark.parametrize("rule", ["fencing", "commit_record_precedence", "operator_resolution",
-                                  "acceptance_before_landing"])
+                                  "acceptance_before_landing", "ledger_identity"])
 def test_a_rule_switched_off_is_caught(rule: str) -> None:
     """With one rule switched off, some seed within CONTROL_SEEDS violates an invariant."""
     with switched_off(rule):

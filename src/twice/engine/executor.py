@@ -2680,12 +2680,18 @@ class _UnitRun:
         return marked is not None and marked == (attempt.generation or 1, attempt.number)
 
     def _commit_record(self, number: int, generation: int | None) -> CommitRecord | None:
-        """The destination's commit record of attempt ``number`` (this generation), if any."""
+        """The destination's commit record of attempt ``number`` (this generation), if any,
+        written by THIS ledger: the same task and interval is the same unit id under any
+        ledger, so after ``twice adopt`` the previous ledger's record of an attempt with the
+        same number is that ledger's write, not this attempt's (a record from before ledgers
+        had an identity names none and still counts)."""
         from twice.destinations import open_destination
 
+        ours = self.ledger.identity
         with open_destination(self.task.destination) as dest:
             for record in dest.commit_records(self.uow_id):
-                if record.attempt == number and generation in (None, record.generation):
+                if (record.attempt == number and generation in (None, record.generation)
+                        and record.ledger in ("", ours)):
                     return record
         return None
 
