@@ -69,7 +69,7 @@ def _error_classification(report: AttemptReport) -> ErrorClassification:
 def _is_schema_refusal(error: BaseException) -> bool:
     """The destination refused rows whose columns differ from the table's (a schema change
     the write could not apply): typed, never read out of a message. A ``SchemaChangeError``
-    from verification is not one: ``_check_output`` already emitted its rejection."""
+    from verification is not one: ``OutputCheck.check_output`` already emitted its rejection."""
     from twice.destinations.columns import SchemaError
 
     return isinstance(error, SchemaError)
@@ -242,7 +242,7 @@ class AttemptRunner(Phase):
                 else:
                     detail["fingerprint"] = ended.diff.to_dict()
             if self.task.acceptance is None:  # the acceptance check read it already
-                self.check.nonfatal = self.check.nonfatal_count(number)
+                self.check.count_nonfatal(number)
             final, failed = ended.report, ended.report.error
             outcome = attempt_outcome(final.ending)
             if job_succeeded and record.generation is not None and not marked_early:
@@ -267,7 +267,7 @@ class AttemptRunner(Phase):
                 ledger.release_lease(self.uow_id, self.x.holder)
                 ended.released = True
                 # what the loop plans on next, read in this transaction (nothing follows it)
-                ended.evidence = self._gathered()
+                ended.evidence = self.gathered()
             return ended
 
         try:

@@ -186,7 +186,7 @@ class Claim(Phase):
         budget = self.x.attempts_per_call
         if budget is not None and budget < 1:
             return None
-        evidence = self._gathered()
+        evidence = self.gathered()
         decision = plan_unit(evidence)
         if decision is None or evidence.attempts_in_run > 0 or decision.decision not in (
             Decision.RETRY_ELIGIBLE, Decision.WAIT_BACKOFF
@@ -274,6 +274,10 @@ def claim_and_drive(
     deadline: Deadline | None,
     wall_deadline: datetime | None,
 ) -> tuple[UnitResult, bool]:
+    """Identify the unit of ``task`` for ``interval``, claim it (``Claim``, in the lease's
+    transaction) and drive it (``twice.engine.drive.UnitDriver``) under a ``LeaseKeeper``. The
+    result, and whether the run ended ``superseded`` (its inputs changed: the executor
+    identifies the new unit and drives that)."""
     try:
         unit = x.unit_for(task.name, interval)
     except Exception as exc:
@@ -343,7 +347,7 @@ def claim_and_drive(
         ), False
     run.claim.writer = early
     with LeaseKeeper(x.ledger, unit.uow_id, x.holder, x.lease_ttl,
-                      x._renewals, lease.expires_at) as keeper:
+                     x.renewals, lease.expires_at) as keeper:
         run.runner.token = lease.token
         run.scope.lease.keeper = keeper
         try:

@@ -14,9 +14,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from twice.core.decision import Decision
-from twice.core.outcomes import (
-    STOPPING_DECISIONS,
-)
+from twice.core.outcomes import STOPPING_DECISIONS
 from twice.core.unit import UnitOfWork
 from twice.define.pipeline import Task
 from twice.engine.attempting import AttemptRunner, Ended
@@ -91,7 +89,7 @@ class UnitDriver:
         evidence_next: UnitEvidence | None = None  # read where the lease was given back
         if prior is not None and prior.outcome in ("unknown", "running"):
             move(UnitState.SETTLING)
-            evidence = self.planner._gathered()
+            evidence = self.planner.gathered()
             decision = plan_unit(evidence)
             assert decision is not None
             settled = self.settler.resolve_unknown(prior, decision, evidence)
@@ -128,7 +126,7 @@ class UnitDriver:
             if evidence_next is not None:
                 evidence, evidence_next = evidence_next, None
             else:
-                evidence = self.planner._gathered()
+                evidence = self.planner.gathered()
             decision = plan_unit(evidence)
             assert decision is not None
             kind = decision.decision
@@ -142,7 +140,7 @@ class UnitDriver:
                             f"{kind.value} ({decision.reason})", decision,
                             planned=(decision, evidence))
             if kind in STOPPING_DECISIONS:
-                self.planner._record(decision, evidence)
+                self.planner.record_decision(decision, evidence)
                 return Stop(STOPPING_DECISIONS[kind], decision.reason, decision)
             if kind in (Decision.RECONCILE_REMOTE, Decision.OBSERVE_RUNNING):
                 assert latest is not None
@@ -166,7 +164,7 @@ class UnitDriver:
             # retry-eligible or wait-backoff: attempt 1 of the run, or a retry
             budget = self.x.attempts_per_call
             if budget is not None and self.runner.started >= budget:
-                self.planner._record(decision, evidence, retry_owner="caller")
+                self.planner.record_decision(decision, evidence, retry_owner="caller")
                 return Stop(
                     "attempts-exhausted",
                     f"this call's budget of {budget} attempt(s) is used; the planner's next step "
@@ -216,7 +214,7 @@ class UnitDriver:
             return refused
         with contextlib.ExitStack() as held:
             waited_from = time.monotonic()
-            held.enter_context(self.planner._guard())
+            held.enter_context(self.planner.guard())
             refused = gates.still_feasible(waited_from)  # the file's writer was busy meanwhile
             if refused is not None:
                 self.slots.give_back()
@@ -225,7 +223,7 @@ class UnitDriver:
                 timeout = gates.attempt_timeout()
             except WorkflowTimeout as exc:
                 self.slots.give_back()
-                return self.planner._not_started(f"not started: {exc}", "workflow-timeout")
+                return self.planner.not_started(f"not started: {exc}", "workflow-timeout")
             record, taken = self.runner.begin()
             return self._run(record, taken, timeout)
 
@@ -257,7 +255,7 @@ class UnitDriver:
                                                     stop.decision_name)
         planned, skipped = stop.planned, stop.skipped
         if planned is None:
-            evidence = self.planner._gathered()
+            evidence = self.planner.gathered()
             final = plan_unit(evidence)
         else:
             final, evidence = planned

@@ -1,15 +1,17 @@
 """The engine: ONE lifecycle for every unit of work, whichever driver chose it.
 
 ``twice run``, ``twice worker``, ``twice backfill`` and the Airflow runner only choose which
-(task, interval) units run and when; this module owns the rest, the same way on every path (the
-protocol is described once, in docs/architecture.md, "One lifecycle for every unit of work"):
-identify the unit (its input version covers its upstream outputs, ``identify_unit``), claim its
-lease (with a fencing token), hold it if it is an already-succeeded task not ``safe_repeat``,
-plan each attempt with the lab planner on ledger evidence, run the attempt under its write stamp
-(owned writes commit a commit record with their rows), verify (acceptance, then the slice's
-fingerprint recorded) before recording success, settle unknown outcomes (commit record first,
-then the task's ``reconcile`` by the attempt's own job id, else the operator), and emit typed
-events (``twice.engine.events``).
+(task, interval) units run and when; the engine owns the rest, the same way on every path. This
+module schedules the units of each interval and hands each to the lifecycle (``claim``, then
+``drive``, moved only through ``lifecycle``'s declared transitions; docs/architecture.md, "The
+lifecycle as a state machine"). The protocol, described once in docs/architecture.md ("One
+lifecycle for every unit of work"): identify the unit (its input version covers its upstream
+outputs, ``identify_unit``), claim its lease (with a fencing token), hold it if it is an
+already-succeeded task not ``safe_repeat``, plan each attempt with the lab planner on ledger
+evidence, run the attempt under its write stamp (owned writes commit a commit record with their
+rows), verify (acceptance, then the slice's fingerprint recorded) before recording success,
+settle unknown outcomes (commit record first, then the task's ``reconcile`` by the attempt's own
+job id, else the operator), and emit typed events (``twice.engine.events``).
 
 Scheduling. For each interval (in the order given) the tasks run in dependency order;
 independent tasks run concurrently on a thread pool of ``max_workers``, but only as far as their
@@ -177,7 +179,7 @@ class Executor:
         self._rng_lock = threading.Lock()
         self.max_workers = max_workers
         self.lease_ttl = lease_ttl
-        self._renewals = Renewals()
+        self.renewals = Renewals()  # one thread renews the leases of every unit it runs
         self.isolation: Isolation = isolation
         self.shared_pools = shared_pools
         self.pool_ttl = pool_ttl
@@ -442,7 +444,6 @@ class Executor:
         except Exception:  # identified, and its error reported, when it is planned
             return True
         return unsettled(self.ledger, unit.uow_id) is not None
-
 
     # -- pools and helpers used by a unit's run ---------------------------------------------------
 

@@ -15,9 +15,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from twice.core.decision import Decision, DecisionResult
-from twice.core.outcomes import (
-    STOPPING_DECISIONS,
-)
+from twice.core.outcomes import STOPPING_DECISIONS
 from twice.engine.evidence import EXECUTOR_SOURCE, UnitEvidence, plan_unit
 from twice.engine.phase import Phase, Stop
 from twice.engine.timeouts import WorkflowTimeout
@@ -43,7 +41,7 @@ class StartGates(Phase):
         refused = self._infeasible_after(wait_for, evidence)
         if refused is not None:
             return refused
-        self._record(
+        self.record_decision(
             decision, evidence,
             next_attempt=(evidence.latest.number if evidence.latest else 0) + 1,
             jitter=self.task.retry.jitter, jittered_delay=jittered, waits=max(0.0, wait_for),
@@ -63,7 +61,7 @@ class StartGates(Phase):
         later = plan_unit(replace(evidence, as_of=evidence.as_of + timedelta(seconds=wait_for)))
         if later is None or later.decision is not Decision.DEADLINE_INFEASIBLE:
             return None
-        self._record(later, evidence)
+        self.record_decision(later, evidence)
         return Stop(STOPPING_DECISIONS[later.decision], later.reason, later)
 
     def cost_refusal(self) -> Stop | None:
@@ -93,12 +91,12 @@ class StartGates(Phase):
         the caller gives its pool slots back."""
         if time.monotonic() - waited_from <= POOL_WAIT_RECHECK_SECONDS:
             return None
-        evidence = self._gathered()
+        evidence = self.gathered()
         decision = plan_unit(evidence)
         assert decision is not None
         refused: Stop | None
         if decision.decision in STOPPING_DECISIONS:
-            self._record(decision, evidence)
+            self.record_decision(decision, evidence)
             refused = Stop(STOPPING_DECISIONS[decision.decision], decision.reason, decision)
         else:
             refused = self.workflow_refusal(evidence)
@@ -112,7 +110,7 @@ class StartGates(Phase):
             try:
                 self.deadline.check(after + evidence.duration_seconds())
             except WorkflowTimeout as exc:
-                return self._not_started(f"not started: {exc}", "workflow-timeout")
+                return self.not_started(f"not started: {exc}", "workflow-timeout")
         return None
 
     def attempt_timeout(self) -> float | None:

@@ -114,30 +114,25 @@ class Phase:
         """Attempt ``number`` of this unit, as this process remembers its timed-out thread."""
         return f"{self.uow_id}#{number}"
 
-    def _guard(self) -> AbstractContextManager[object]:
+    def guard(self) -> AbstractContextManager[object]:
         """One writer per embedded destination file, held around an attempt and its checks."""
         return self.x.writers.holding(self.task.destination)
 
-    def _gathered(self) -> UnitEvidence:
+    def gathered(self) -> UnitEvidence:
         """The unit's evidence read from the ledger now, as the planner takes it."""
         return gather_evidence(
             self.ledger, self.uow_id, as_of=self.x.now(), settings=self.settings,
             include_workflow_deadline=True,
         )
 
-    def _not_started(self, reason: str, cause: str) -> Stop:
+    def not_started(self, reason: str, cause: str) -> Stop:
         self.ledger.record_attempt_not_started(
             self.uow_id, reason=reason, decision="deadline-infeasible", as_of=self.x.now(),
             detail={"cause": cause},
         )
         return Stop("deadline-infeasible", reason, decision_name="deadline-infeasible")
 
-
-
-
-
-
-    def _record(
+    def record_decision(
         self, decision: DecisionResult, evidence: UnitEvidence, **extra: Any
     ) -> None:
         """Record a decision the executor acts on, with the numbers behind it."""
@@ -171,7 +166,6 @@ class Phase:
                 as_of=evidence.as_of, attempt=None if latest is None else latest.number,
                 detail=detail,
             )
-
 
 
 def first_line(exc: BaseException) -> str:

@@ -9,9 +9,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from twice.core.interval import Interval
-from twice.core.outcomes import (
-    UnitOutcome,
-)
+from twice.core.outcomes import UnitOutcome
 from twice.core.unit import UnitOfWork
 from twice.engine.evidence import iso
 

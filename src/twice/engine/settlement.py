@@ -16,15 +16,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from twice.core.decision import DecisionResult
-from twice.core.outcomes import (
-    RemoteState,
-)
+from twice.core.outcomes import RemoteState
 from twice.core.timescale import format_duration
 from twice.define.pipeline import TaskContext
 from twice.destinations.commits import CommitRecord, WriteStamp
-from twice.engine.events import (
-    Reconciled,
-)
+from twice.engine.events import Reconciled
 from twice.engine.evidence import EXECUTOR_SOURCE, UnitEvidence
 from twice.engine.phase import Account, Phase, Stop, UnitScope, first_line
 from twice.engine.reconcile import ReconcileReport, reconcile_attempt
@@ -81,7 +77,7 @@ class Settler(Phase):
         gather the evidence it asks for, then carry out its verdict; a UnitResult if we must
         stop. ``safe_repeat=True`` never settles an unknown outcome (the lab reconciles
         first); ``safe_repeat="same-job-id"`` does, by sending again under the same id."""
-        self._record(decision, evidence, job_id=attempt.job_id)
+        self.record_decision(decision, evidence, job_id=attempt.job_id)
         read = self._read_commit(attempt) if self.task.owns_output else CommitRead(
             Commit.NOT_OWNED)
         asked: list[ReconcileReport] = []
@@ -128,7 +124,7 @@ class Settler(Phase):
             self._reconciled(attempt, "succeeded", f"reconcile({job_id})")
             detail: dict[str, Any] = {"job_id": job_id, "generation": attempt.generation,
                                       "reconcile": True}
-            with self._guard():
+            with self.guard():
                 rejected = self.check.verify_now(number, detail, generation=attempt.generation)
             self.check.close_verified(attempt, rejected, detail, "output check after reconcile")
             return None
@@ -305,7 +301,7 @@ class Settler(Phase):
         )
         detail: dict[str, Any] = {"job_id": attempt.job_id, "generation": attempt.generation,
                                   "reconcile": True, **found}
-        with self._guard():
+        with self.guard():
             rejected = self.check.verify_now(number, detail, commit=commit,
                                              generation=attempt.generation)
         self.check.close_verified(attempt, rejected, detail, "output check after reconcile")

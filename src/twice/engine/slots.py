@@ -95,7 +95,7 @@ class SlotHolding(Phase):
         except PoolHeldByJob as exc:
             return self._held_by_jobs(pool, exc)
         except PoolTimeout as exc:
-            return self._not_started(
+            return self.not_started(
                 f"not started: pool {pool.name!r} had no {self.task.slots} free slot(s) "
                 f"before the workflow deadline ({exc})", "pool-capacity",
             )
@@ -155,7 +155,7 @@ class SlotHolding(Phase):
         """Attempt ``number``'s work is confirmed ended: release what was kept for it
         (``kept=False``: this run knows nothing was, so the ledger is not asked). While the
         attempt's timed-out thread still runs here, its slots are taken back from the job
-        instead, and released once that thread ends (``_give_back_slots``)."""
+        instead, and released once that thread ends (``give_back``)."""
         if kept and self._kept_while_running(number):
             self.give_back()
             return
@@ -226,7 +226,7 @@ class SlotHolding(Phase):
         still = getattr(report.error, "worker", None)
         if not isinstance(still, threading.Thread) or not still.is_alive():
             return
-        outliving(self._attempt_key(number), still)  # it may still act: _still_acting
+        outliving(self._attempt_key(number), still)  # it may still act: Settler._still_acting
         if self._pool_stack is None:
             return
         self._pool_worker = still

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Check:
-    """What the validate-output step read (``_UnitRun._check_output``)."""
+    """What the validate-output step read (``OutputCheck.check_output``)."""
 
     rejected: BaseException | None = None  # the output is not accepted: why
     measured: MeasuredPartition | None = None  # the fingerprint to record as its next version
@@ -48,6 +48,11 @@ class OutputCheck(Phase):
         super().__init__(scope, account)
         self.acceptance: tuple[str, ...] = ()  # the criteria's verdict last checked
         self.nonfatal = 0  # non-fatal errors recorded by the attempt last checked
+
+    def count_nonfatal(self, number: int) -> None:
+        """Count attempt ``number``'s non-fatal errors for the result (no acceptance criteria
+        counted them; read in the caller's transaction when there is one)."""
+        self.nonfatal = self.nonfatal_count(number)
 
     def nonfatal_count(self, number: int) -> int:
         """Non-fatal errors recorded for attempt ``number`` (read in the caller's transaction
@@ -76,7 +81,7 @@ class OutputCheck(Phase):
     ) -> Check:
         """The validate-output step's reads (``twice.engine.verification``): acceptance
         criteria, then the slice's fingerprint (from the commit record when twice owned the
-        write), which ``_finish`` records as the partition's next version.
+        write), which ``AttemptRunner.finish`` records as the partition's next version.
 
         A rejection comes back as an exception to record; the checks made go into ``detail``
         (the attempt's observation) and the result.
