@@ -36,7 +36,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class CommitRead:
-    """What the destination said of an unknown attempt's owned write (``_read_commit``)."""
+    """What the destination said of an unknown attempt's owned write
+    (``CommitEvidence.read_commit``)."""
 
     state: Commit
     commit: CommitRecord | None = None  # its record (None with PRESENT: only the marker)
@@ -62,6 +63,113 @@ class Rewritten:
     later: CommitRecord
 
 
+class CommitEvidence(Phase):
+    """Reads what the destination and this host say of an unknown attempt: its commit record
+    (the slice sealed before concluding it never committed), and whether it may still act."""
+
+    def __init__(self, scope: UnitScope, account: Account, check: OutputCheck) -> None:
+        super().__init__(scope, account)
+        self.check = check
+
+    def wait_for_thread(self, number: int) -> None:
+        """Give attempt ``number``'s timed-out thread in this process (if it still runs) the
+        observe budget to end, bounded by the deadline, as a running remote job is observed:
+        the service's "not found" settles nothing while the thread can still send. (An owned
+        write needs no wait: the seal refuses the thread's late commit.)"""
+        worker = still_running(self._attempt_key(number))
+        if worker is None:
+            return
+        budget = self.x.observe_timeout
+        if self.deadline is not None:
+            budget = min(budget, max(0.0, self.deadline.remaining()))
+        worker.join(budget)
+
+    def still_acting(self, attempt: AttemptRecord) -> str | None:
+        """Why ``attempt`` may still make its request, or None: its timed-out thread still
+        runs in this process, or its holder is another process of this host that still
+        exists (paused past its lease, say). From another host nothing can be seen; there a
+        service that refuses a second job of the same id is what prevents a duplicate (the
+        same job id is resubmitted)."""
+        worker = still_running(self._attempt_key(attempt.number))
+        if worker is not None:
+            return f"its timed-out thread {worker.name!r} still runs in this process"
+        pid = running_elsewhere(attempt.holder, attempt.started_at)
+        if pid is not None:
+            from twice.core import processes
+
+            return (
+                f"its holder {attempt.holder} (process {processes.look(pid).describe()}) "
+                "still exists on this host"
+            )
+        return None
+
+    def read_commit(self, attempt: AttemptRecord) -> CommitRead:
+        """What the destination says of ``attempt``'s owned write. Before concluding that it
+        never committed, the slice is sealed (``_seal``): its writer may be paused, not dead,
+        and would otherwise commit after that conclusion. Only twice writes an owned slice
+        (a task's remote job never does), so the seal is always right."""
+        number = attempt.number
+        try:
+            commit = self.check.commit_record(number, attempt.generation)
+            marked = commit is None and self._marked(attempt)
+            sealed = commit is None and not marked and self._seal(attempt)
+            if sealed:  # the attempt can no longer commit: its record (or none) is final
+                commit = self.check.commit_record(number, attempt.generation)
+                marked = commit is None and self._marked(attempt)
+            later = None if commit is None else self._rewritten_after(commit)
+        except Exception as exc:  # the destination cannot be read now: no evidence either way
+            return CommitRead(Commit.UNREADABLE, error=f"{type(exc).__name__}: "
+                               f"{first_line(exc)}")
+        if commit is not None or marked:
+            return CommitRead(Commit.PRESENT, commit=commit, later=later)
+        acting = None if sealed else self.still_acting(attempt)
+        if acting is not None:
+            return CommitRead(Commit.MAY_COMMIT, acting=acting)
+        return CommitRead(Commit.ABSENT, sealed=sealed)
+
+    def _seal(self, attempt: AttemptRecord) -> bool:
+        """Seal the slice under a fresh token before concluding that ``attempt`` never
+        committed (``Destination.seal``): its process may be paused, not dead, or its timed-out
+        thread still running, and would otherwise commit after that conclusion. False where
+        the destination cannot seal."""
+        from twice.destinations import open_destination
+        from twice.destinations.commits import FencedWriteError
+
+        stamp = WriteStamp(
+            uow_id=self.uow_id,
+            fence_key=self._fence_key,
+            generation=attempt.generation or 1, attempt=0,
+            token=self.ledger.next_fencing_token(), input_version=self.unit.input_version,
+        )
+        with open_destination(self.task.destination) as dest:
+            try:
+                return dest.seal(stamp)
+            except FencedWriteError:
+                return True  # a newer token holds the slice: the attempt cannot commit either
+
+    def _rewritten_after(self, commit: CommitRecord) -> CommitRecord | None:
+        """The destination's latest write that replaced ``commit``'s rows since: a later
+        replace or upsert of the same slice (fence key). None while they are still there."""
+        from twice.destinations import open_destination
+
+        if commit.mode == "append":
+            return None  # later appends add rows; they do not take these away
+        with open_destination(self.task.destination) as dest:
+            later = [record for record in dest.commit_records()
+                     if record.fence_key == commit.fence_key and record.token > commit.token
+                     and record.mode in ("replace", "upsert")]
+        return later[-1] if later else None
+
+    def _marked(self, attempt: AttemptRecord) -> bool:
+        """Whether the destination's metadata names ``attempt`` as the unit's last write though
+        its commit record is gone (``Destination.marked_attempt``)."""
+        from twice.destinations import open_destination
+
+        with open_destination(self.task.destination) as dest:
+            marked = dest.marked_attempt(self.uow_id)
+        return marked is not None and marked == (attempt.generation or 1, attempt.number)
+
+
 class Settler(Phase):
     """Decides what an unknown attempt's evidence proves, by the settlement rule."""
 
@@ -69,6 +177,7 @@ class Settler(Phase):
                  context: Callable[[AttemptRecord, int | None], TaskContext]) -> None:
         super().__init__(scope, account)
         self.check, self.slots, self._context = check, slots, context
+        self.evidence = CommitEvidence(scope, account, check)
 
     def resolve_unknown(
         self, attempt: AttemptRecord, decision: DecisionResult, evidence: UnitEvidence
@@ -78,13 +187,14 @@ class Settler(Phase):
         stop. ``safe_repeat=True`` never settles an unknown outcome (the lab reconciles
         first); ``safe_repeat="same-job-id"`` does, by sending again under the same id."""
         self.record_decision(decision, evidence, job_id=attempt.job_id)
-        read = self._read_commit(attempt) if self.task.owns_output else CommitRead(
+        read = self.evidence.read_commit(attempt) if self.task.owns_output else CommitRead(
             Commit.NOT_OWNED)
         asked: list[ReconcileReport] = []
 
         def ask_remote() -> RemoteState:
             assert attempt.job_id is not None
-            self._wait_for_thread(attempt.number)  # before the service is asked: _still_acting
+            # before the service is asked (see CommitEvidence.still_acting)
+            self.evidence.wait_for_thread(attempt.number)
             polls = max(1, int(self.x.observe_timeout / self.x.poll_interval))
             asked.append(reconcile_attempt(
                 self.task, attempt.job_id, self._context(attempt, attempt.generation),
@@ -97,7 +207,7 @@ class Settler(Phase):
                       can_reconcile=self.task.reconcile is not None and attempt.job_id is not None,
                       same_job_id=self.task.repeats_under_job_id)
         settlement = settle(known, ask_remote=ask_remote,
-                            still_acting=lambda: self._still_acting(attempt))
+                            still_acting=lambda: self.evidence.still_acting(attempt))
         return self._carry_out(settlement, attempt, read, asked[-1] if asked else None, decision)
 
     def _carry_out(self, settlement: Settlement, attempt: AttemptRecord, read: CommitRead,
@@ -207,62 +317,6 @@ class Settler(Phase):
             reason += f" (last reconcile error: {report.error})"
         return reason
 
-    def _wait_for_thread(self, number: int) -> None:
-        """Give attempt ``number``'s timed-out thread in this process (if it still runs) the
-        observe budget to end, bounded by the deadline, as a running remote job is observed:
-        the service's "not found" settles nothing while the thread can still send. (An owned
-        write needs no wait: the seal refuses the thread's late commit.)"""
-        worker = still_running(self._attempt_key(number))
-        if worker is None:
-            return
-        budget = self.x.observe_timeout
-        if self.deadline is not None:
-            budget = min(budget, max(0.0, self.deadline.remaining()))
-        worker.join(budget)
-
-    def _still_acting(self, attempt: AttemptRecord) -> str | None:
-        """Why ``attempt`` may still make its request, or None: its timed-out thread still
-        runs in this process, or its holder is another process of this host that still
-        exists (paused past its lease, say). From another host nothing can be seen; there a
-        service that refuses a second job of the same id is what prevents a duplicate (the
-        same job id is resubmitted)."""
-        worker = still_running(self._attempt_key(attempt.number))
-        if worker is not None:
-            return f"its timed-out thread {worker.name!r} still runs in this process"
-        pid = running_elsewhere(attempt.holder, attempt.started_at)
-        if pid is not None:
-            from twice.core import processes
-
-            return (
-                f"its holder {attempt.holder} (process {processes.look(pid).describe()}) "
-                "still exists on this host"
-            )
-        return None
-
-    def _read_commit(self, attempt: AttemptRecord) -> CommitRead:
-        """What the destination says of ``attempt``'s owned write. Before concluding that it
-        never committed, the slice is sealed (``_seal``): its writer may be paused, not dead,
-        and would otherwise commit after that conclusion. Only twice writes an owned slice
-        (a task's remote job never does), so the seal is always right."""
-        number = attempt.number
-        try:
-            commit = self.check.commit_record(number, attempt.generation)
-            marked = commit is None and self._marked(attempt)
-            sealed = commit is None and not marked and self._seal(attempt)
-            if sealed:  # the attempt can no longer commit: its record (or none) is final
-                commit = self.check.commit_record(number, attempt.generation)
-                marked = commit is None and self._marked(attempt)
-            later = None if commit is None else self._rewritten_after(commit)
-        except Exception as exc:  # the destination cannot be read now: no evidence either way
-            return CommitRead(Commit.UNREADABLE, error=f"{type(exc).__name__}: "
-                               f"{first_line(exc)}")
-        if commit is not None or marked:
-            return CommitRead(Commit.PRESENT, commit=commit, later=later)
-        acting = None if sealed else self._still_acting(attempt)
-        if acting is not None:
-            return CommitRead(Commit.MAY_COMMIT, acting=acting)
-        return CommitRead(Commit.ABSENT, sealed=sealed)
-
     def _record_not_written(self, attempt: AttemptRecord, read: CommitRead) -> None:
         """The destination's evidence that ``attempt`` wrote nothing twice owns."""
         self.ledger.record_observation(
@@ -307,39 +361,6 @@ class Settler(Phase):
         self.check.close_verified(attempt, rejected, detail, "output check after reconcile")
         return None
 
-    def _seal(self, attempt: AttemptRecord) -> bool:
-        """Seal the slice under a fresh token before concluding that ``attempt`` never
-        committed (``Destination.seal``): its process may be paused, not dead, or its timed-out
-        thread still running, and would otherwise commit after that conclusion. False where
-        the destination cannot seal."""
-        from twice.destinations import open_destination
-        from twice.destinations.commits import FencedWriteError
-
-        stamp = WriteStamp(
-            uow_id=self.uow_id,
-            fence_key=self._fence_key,
-            generation=attempt.generation or 1, attempt=0,
-            token=self.ledger.next_fencing_token(), input_version=self.unit.input_version,
-        )
-        with open_destination(self.task.destination) as dest:
-            try:
-                return dest.seal(stamp)
-            except FencedWriteError:
-                return True  # a newer token holds the slice: the attempt cannot commit either
-
-    def _rewritten_after(self, commit: CommitRecord) -> CommitRecord | None:
-        """The destination's latest write that replaced ``commit``'s rows since: a later
-        replace or upsert of the same slice (fence key). None while they are still there."""
-        from twice.destinations import open_destination
-
-        if commit.mode == "append":
-            return None  # later appends add rows; they do not take these away
-        with open_destination(self.task.destination) as dest:
-            later = [record for record in dest.commit_records()
-                     if record.fence_key == commit.fence_key and record.token > commit.token
-                     and record.mode in ("replace", "upsert")]
-        return later[-1] if later else None
-
     def _settle_replaced(self, attempt: AttemptRecord, commit: CommitRecord,
                          later: CommitRecord, found: dict[str, Any], source: str) -> Rewritten:
         """The attempt's write committed (its record proves it), but a later write has
@@ -377,11 +398,3 @@ class Settler(Phase):
             attempt=number, detail={"source": "reconcile", "job_id": job_id, "basis": basis},
         )
 
-    def _marked(self, attempt: AttemptRecord) -> bool:
-        """Whether the destination's metadata names ``attempt`` as the unit's last write though
-        its commit record is gone (``Destination.marked_attempt``)."""
-        from twice.destinations import open_destination
-
-        with open_destination(self.task.destination) as dest:
-            marked = dest.marked_attempt(self.uow_id)
-        return marked is not None and marked == (attempt.generation or 1, attempt.number)

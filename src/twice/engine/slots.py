@@ -226,7 +226,7 @@ class SlotHolding(Phase):
         still = getattr(report.error, "worker", None)
         if not isinstance(still, threading.Thread) or not still.is_alive():
             return
-        outliving(self._attempt_key(number), still)  # it may still act: Settler._still_acting
+        outliving(self._attempt_key(number), still)  # it may still act: CommitEvidence.still_acting
         if self._pool_stack is None:
             return
         self._pool_worker = still
