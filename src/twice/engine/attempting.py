@@ -96,7 +96,7 @@ class AttemptRunner(Phase):
         self._new_generation = True
 
     def begin(self) -> tuple[AttemptRecord, JobGenerationRecord]:
-        """One durable write begins the attempt (``_begin_in``)."""
+        """One durable write begins the attempt (``begin_in``)."""
         record, generation, self.token = self.ledger.atomic(
             lambda ledger: self.begin_in(ledger, self._new_generation)
         )
@@ -104,7 +104,7 @@ class AttemptRunner(Phase):
         return record, generation
 
     def begin_in(self, ledger: Ledger, supersede: bool
-                  ) -> tuple[AttemptRecord, JobGenerationRecord, int]:
+                 ) -> tuple[AttemptRecord, JobGenerationRecord, int]:
         """Begin the attempt in the caller's transaction: its job generation (every task has
         one, its job id deterministic: the current one until it is confirmed failed, a new one
         once for a deliberate rerun, ``supersede``), a fresh fencing token (above the lease's:
