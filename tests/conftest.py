@@ -64,3 +64,16 @@ def _databases() -> Iterator[Callable[[], str]]:
         with psycopg.connect(admin, autocommit=True) as conn:
             for name in made:
                 conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(autouse=True)
+def _lifecycle_transitions_are_declared() -> Iterator[None]:
+    """Every transition the engine makes in any test is declared in
+    ``twice.engine.lifecycle.TRANSITIONS``: an undeclared one raises where it is made, and is
+    also recorded, so a path that swallows the error still fails the test that took it."""
+    from twice.engine import lifecycle
+
+    lifecycle.refused.clear()
+    yield
+    taken, lifecycle.refused[:] = list(lifecycle.refused), []
+    assert not taken, "undeclared lifecycle transitions: " + "; ".join(taken)

@@ -108,3 +108,20 @@ def test_the_rule_catches_a_violation(tmp_path: Path) -> None:
     bad.write_text("def f():\n    from twice.engine.executor import Executor\n")
     assert "twice.engine.executor" in imported_modules(bad)
     assert package_of("twice.engine.executor") not in ALLOWED["core"]
+
+
+#: the modules of one unit's lifecycle (docs/architecture.md, "The lifecycle as a state machine")
+LIFECYCLE = ("executor", "lifecycle", "claim", "hold", "gates", "slots", "attempting", "verify",
+             "settlement", "settle", "drive", "phase")
+
+
+@pytest.mark.parametrize("module", LIFECYCLE)
+def test_lifecycle_modules_stay_small(module: str) -> None:
+    """Each lifecycle module fits in a few screens, and no class holds the whole lifecycle."""
+    path = SRC / "engine" / f"{module}.py"
+    lines = path.read_text().splitlines()
+    assert len(lines) <= 600, f"{path.name}: {len(lines)} lines"
+    for node in ast.walk(ast.parse("\n".join(lines))):
+        if isinstance(node, ast.ClassDef):
+            size = (node.end_lineno or node.lineno) - node.lineno + 1
+            assert size <= 400, f"{path.name}: class {node.name} is {size} lines"

@@ -67,7 +67,8 @@ def test_timeout_while_the_remote_job_runs_then_reconcile_finds_it(
     assert len(bq.jobs) == 1 and bq.answers("submit") == ["created"]
     assert outcomes(real_ledger, unit.uow_id) == ["succeeded"]
     # the timed-out thread, still waiting on the job, is given the observe budget to end
-    # before the service is asked (twice.engine.executor._wait_for_thread): one look finds it
+    # before the service is asked (twice.engine.settlement.CommitEvidence.wait_for_thread): one look
+    # finds it
     states = [o.state for o in real_ledger.observations(unit.uow_id) if o.source == "reconcile"]
     assert states == ["succeeded"]
     assert planner(ledger_url)["load"]["decision"] == "validate-output"

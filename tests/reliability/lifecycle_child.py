@@ -94,7 +94,7 @@ def _install(fault: Fault, hooks: dict[str, Any]) -> None:
 
     from twice.destinations import base, parquet
     from twice.destinations.commits import active_stamp
-    from twice.engine import executor as engine_executor
+    from twice.engine import attempting
     from twice.ledger import Ledger
 
     renew = Ledger.renew_lease
@@ -133,7 +133,7 @@ def _install(fault: Fault, hooks: dict[str, Any]) -> None:
     # renewal, see STOP_GUARD), which blocks every other process instead of testing fencing.
     # A kill or a raise lands inside it, where nothing of the finish is recorded.
     stop_early = fault.kind == "stop"
-    run_finish = engine_executor._UnitRun._finish
+    run_finish = attempting.AttemptRunner.finish
 
     @functools.wraps(run_finish)
     def finish_run(self: Any, record: Any, report: Any) -> Any:
@@ -142,7 +142,7 @@ def _install(fault: Fault, hooks: dict[str, Any]) -> None:
         return run_finish(self, record, report)
 
     if stop_early:
-        engine_executor._UnitRun._finish = finish_run  # type: ignore[method-assign]
+        attempting.AttemptRunner.finish = finish_run  # type: ignore[method-assign]
 
     @functools.wraps(finish)
     def faulty_finish(self: Ledger, uow_id: str, number: int, outcome: str, *args: Any,

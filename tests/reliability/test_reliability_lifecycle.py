@@ -905,9 +905,9 @@ def test_control_a_blind_retry_is_caught(tmp_path: Path, zygote: Zygote,
     """The kill-without-reconcile trial with the recovery blind to commit records (every
     unknown attempt reads "nothing written"): the committed write is executed again, and the
     trial's execution count says so."""
-    from twice.engine import executor
+    from twice.engine import verify
 
-    monkeypatch.setattr(executor._UnitRun, "_commit_record",
+    monkeypatch.setattr(verify.OutputCheck, "commit_record",
                         lambda self, number, generation: None)
     story = Story(tmp_path / "control", "sqlite", None, zygote, random.Random("blind"), 0)
     try:

@@ -30,13 +30,14 @@ def _no_fencing() -> list[tuple[Any, str, Any]]:
 
 def _no_commit_record_precedence() -> list[tuple[Any, str, Any]]:
     """Commit-record precedence: a reconciler's "succeeded" stands in for a missing commit
-    record (the settlement rule, ``twice.engine.settle.settle``, as the executor calls it, asks
+    record (the settlement rule, ``twice.engine.settle.settle``, as ``twice.engine.settlement``
+    calls it, asks
     the service first and takes its success as the owned write's)."""
     from twice.core.outcomes import RemoteState
-    from twice.engine import executor
     from twice.engine import settle as rule
+    from twice.engine import settlement
 
-    original = executor.settle
+    original = settlement.settle
 
     def reconcile_first(known: Any, *, ask_remote: Any, still_acting: Any) -> Any:
         if known.can_reconcile and known.commit is rule.Commit.ABSENT:
@@ -47,8 +48,8 @@ def _no_commit_record_precedence() -> list[tuple[Any, str, Any]]:
             return original(known, ask_remote=lambda: state, still_acting=still_acting)
         return original(known, ask_remote=ask_remote, still_acting=still_acting)
 
-    executor.settle = reconcile_first  # type: ignore[assignment]
-    return [(executor, "settle", original)]
+    settlement.settle = reconcile_first  # type: ignore[assignment]
+    return [(settlement, "settle", original)]
 
 
 def _no_operator_resolution() -> list[tuple[Any, str, Any]]:

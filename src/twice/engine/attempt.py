@@ -57,7 +57,7 @@ class AttemptReport:
         if self.error is None:
             return None
         # masked here too: an exception class whose __str__ ignores its args keeps what
-        # twice.engine.executor._mask_error rewrote
+        # twice.engine.phase.mask_error rewrote
         return redact(f"{type(self.error).__name__}: {self.error}")
 
 
