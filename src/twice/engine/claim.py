@@ -56,6 +56,9 @@ class Opening:
 
     prior: AttemptRecord | None  # the latest attempt when the run was claimed
     rerun_of: int | None = None  # the succeeded attempt this run repeats
+    #: a deliberate rerun (--force, a stale success named by the driver) takes a new job
+    #: generation; a success whose slot another unit overwrote runs again under its own
+    new_generation: bool = False
     notes: list[str] = field(default_factory=list)
     stop: Stop | None = None  # the run ends here: its outcome and reason
     opened: bool = False  # the run marker is recorded
@@ -120,6 +123,7 @@ class Claim(Phase):
             stale = self.x.reruns.get(self.uow_id)
             if stale is None and self.task.name in self.x.force:
                 stale = self.x.forced_baseline(self.uow_id)
+            opening.new_generation = stale is not None
             overwritten = self.hold.slot_overwritten() if stale is None else None
             if overwritten is not None:  # e.g. a source reverted to an earlier version
                 stale = prior.number
@@ -147,6 +151,10 @@ class Claim(Phase):
             opening.notes.append(
                 f"attempt {prior.number} had succeeded; asked to run again: its next attempt "
                 "takes a new job generation, so a remote job is really executed again"
+                if opening.new_generation else
+                f"attempt {prior.number} had succeeded; its output is gone, so it runs again "
+                "under its own job generation: a remote job for these inputs is adopted by its "
+                "id, not executed again"
             )
         elif prior is None and not (self.task.repeat_is_safe or self.task.name in self.x.repeat):
             earlier = self.hold.slot_success()
@@ -198,7 +206,7 @@ class Claim(Phase):
             timeout = self.gates.attempt_timeout()
         except WorkflowTimeout:
             return None  # the loop records why it does not start
-        record, generation, token = self.runner.begin_in(self.ledger, opening.rerun_of is not None)
+        record, generation, token = self.runner.begin_in(self.ledger, opening.new_generation)
         return Begun(evidence, record, generation, token, timeout)
 
     def _orphaned(self, prior: AttemptRecord, notes: list[str]) -> AttemptRecord:

@@ -81,7 +81,7 @@ class UnitDriver:
         move = self.lifecycle.move
         self.account.notes.extend(opening.notes)
         self.account.before = opening.prior
-        if opening.rerun_of is not None:
+        if opening.new_generation:
             self.runner.take_new_generation()
         if opening.stop is not None:
             return opening.stop
@@ -104,9 +104,8 @@ class UnitDriver:
                 held = self.hold.held(f"attempt {resolved.number} of this unit succeeded")
                 if held is not None:
                     return held
-                opening.rerun_of = resolved.number
-                self.runner.take_new_generation()
-                self.claim.open_run(resolved.number, latest=resolved)
+                opening.rerun_of = resolved.number  # under its own generation: its job is
+                self.claim.open_run(resolved.number, latest=resolved)  # adopted, not rerun
                 opening.opened = True
         if not opening.opened and (
             opening.rerun_of is not None or not (self.x.continue_run and self.claim.has_run())
