@@ -35,22 +35,6 @@ from twice.ledger import Ledger
 ENGINES = ["duckdb", "sqlite", "postgres"]
 
 
-@pytest.fixture
-def ledger_url(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path / 'ledger.db'}"
-
-
-@pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock()
-
-
-@pytest.fixture
-def ledger(ledger_url: str, clock: ManualClock) -> Any:
-    with Ledger.open(ledger_url, clock=clock) as opened:
-        yield opened
-
-
 def warehouse(engine: str, tmp_path: Path, request: pytest.FixtureRequest, keys: str) -> str:
     """A destination spec of ``engine``, partitioned by day, keyed by ``keys`` (if any)."""
     query = "partition_column=day" + (f"&key_columns={keys}" if keys else "")

@@ -17,7 +17,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +24,7 @@ import pyarrow as pa
 import pytest
 
 from tests.executor.helpers import ManualClock, day, outcomes
+from tests.settlement.services import JobService
 from twice.core.policy import RetryPolicy
 from twice.define.pipeline import Pipeline, RemoteState, TaskContext
 from twice.define.schedule import Schedule
@@ -34,24 +34,6 @@ from twice.errors import OutcomeUnknownError
 from twice.ledger import Ledger
 
 POLICY = RetryPolicy(max_attempts=3, initial_delay=0.0, jitter="none")
-
-
-class JobService:
-    """A remote service that runs each client-chosen job id once (submitting an id it knows
-    adopts the existing job, as BigQuery's jobs.insert with a job id does)."""
-
-    def __init__(self) -> None:
-        self.results: dict[str, list[dict[str, Any]]] = {}
-        self.executions: Counter[str] = Counter()
-
-    def submit(self, job_id: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        if job_id not in self.results:
-            self.executions[job_id] += 1
-            self.results[job_id] = rows
-        return self.results[job_id]
-
-    def state(self, job_id: str) -> RemoteState:
-        return RemoteState.SUCCEEDED if job_id in self.results else RemoteState.NOT_FOUND
 
 
 def expected_rows(interval_day: Any) -> list[dict[str, Any]]:

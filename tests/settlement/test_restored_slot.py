@@ -11,44 +11,29 @@ a backfill's stale success) still takes a new generation.
 
 from __future__ import annotations
 
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
 from tests.executor.helpers import ManualClock, day
-from twice.define.pipeline import Pipeline, RemoteState, TaskContext
+from tests.settlement.services import JobService
+from twice.define.pipeline import Pipeline, TaskContext
 from twice.define.schedule import Schedule
 from twice.destinations import open_destination
 from twice.engine.executor import Executor
 from twice.ledger import Ledger
 
 
-class Warehouse:
-    """A remote service that runs each client-chosen job id once (a known id is adopted)."""
-
-    def __init__(self) -> None:
-        self.results: dict[str, list[dict[str, Any]]] = {}
-        self.executions: Counter[str] = Counter()
-
-    def submit(self, job_id: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        if job_id not in self.results:
-            self.executions[job_id] += 1
-            self.results[job_id] = rows
-        return self.results[job_id]
-
-
 def test_a_restored_source_adopts_the_units_own_job(tmp_path: Path) -> None:
-    service = Warehouse()
+    service = JobService()
     source = {"version": 2}
     spec = f"sqlite:///{tmp_path / 'wh.db'}?partition_column=day#prices"
     pipeline = Pipeline("prices", schedule=Schedule.daily("UTC"))
 
     @pipeline.task(destination=spec, write="replace", safe_repeat=True, timeout=30,
                    input_version=lambda interval: f"v{source['version']}",
-                   reconcile=lambda job_id, ctx: (RemoteState.SUCCEEDED if job_id in
-                                                  service.results else RemoteState.NOT_FOUND))
+                   reconcile=lambda job_id, ctx: service.state(job_id))
     def prices(ctx: TaskContext) -> pa.Table:
         v = source["version"]
         rows = service.submit(ctx.job_id, [{"day": ctx.interval.start.date(), "v": v}])
@@ -78,7 +63,7 @@ def test_a_restored_source_adopts_the_units_own_job(tmp_path: Path) -> None:
 
 
 def test_a_forced_rerun_still_takes_a_new_generation(tmp_path: Path) -> None:
-    service = Warehouse()
+    service = JobService()
     spec = f"sqlite:///{tmp_path / 'wh.db'}?partition_column=day#prices"
     pipeline = Pipeline("prices", schedule=Schedule.daily("UTC"))
 
