@@ -21,8 +21,7 @@ import click
 
 from twice.cli.console import echo
 from twice.cli.exits import exit_on_error
-from twice.cli.options import json_option, ledger_option
-from twice.cli.resolve_cmd import _operator
+from twice.cli.options import json_option, ledger_option, operator_name
 from twice.errors import InputError, UnavailableError
 
 if TYPE_CHECKING:
@@ -64,7 +63,7 @@ def adopt(destination: str, note: str | None, operator: str | None, ledger_url: 
     if note is None or not note.strip():
         raise InputError("--note: say why this ledger is to own the destination (e.g. \"ledger "
                          "restored from the 2026-12-01 backup\"); it is kept with the adoption")
-    name = _operator(operator)
+    name = operator_name(operator, recorded_with="the adoption")
     remember(destination)
     try:
         ledger = open_existing_ledger(ledger_url, writes=True)

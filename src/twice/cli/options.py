@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -167,3 +168,17 @@ def pipeline_file_option(help: str) -> Callable[[F], F]:
     """``--pipeline-file FILE`` (``pipeline_file``): the pipeline's .py file."""
     return click.option("--pipeline-file", "pipeline_file", default=None, metavar="FILE",
                         help=help)
+
+
+def operator_name(given: str | None, *, recorded_with: str) -> str:
+    """``--operator NAME`` of a command that records a person's word (``twice resolve``,
+    ``twice adopt``): the name given, else ``$USER``, else "operator"; a blank one is refused."""
+    from twice.errors import InputError
+
+    if given is not None:
+        if not given.strip():
+            raise InputError(
+                f"--operator: give your name or login (it is recorded with {recorded_with})"
+            )
+        return given.strip()
+    return (os.environ.get("USER") or "").strip() or "operator"

@@ -16,14 +16,13 @@ the name and the note, never as verified.
 from __future__ import annotations
 
 import json
-import os
 from typing import TYPE_CHECKING, cast
 
 import click
 
 from twice.cli.console import echo
 from twice.cli.exits import exit_on_error
-from twice.cli.options import json_option, ledger_option
+from twice.cli.options import json_option, ledger_option, operator_name
 from twice.core.resolution import NEXT_RUN_DOES, RESOLUTION_OUTCOMES, next_run_after
 from twice.errors import InputError
 
@@ -48,16 +47,6 @@ Examples:
   twice resolve desk.notify.20261201T0000.9f2e --as failed-after-acting \\
       --note "gateway log: 40 of 90 mails sent, then 503s" --operator alice
 """
-
-
-def _operator(given: str | None) -> str:
-    if given is not None:
-        if not given.strip():
-            raise InputError(
-                "--operator: give your name or login (it is recorded with the resolution)"
-            )
-        return given.strip()
-    return (os.environ.get("USER") or "").strip() or "operator"
 
 
 @click.command("resolve", epilog=EPILOG)
@@ -88,7 +77,7 @@ def resolve(uow_id: str, outcome: str, note: str | None, attempt: int | None,
               "resolution")
     if attempt is not None and attempt < 1:
         raise InputError(f"--attempt: attempts are numbered from 1, got {attempt}")
-    name = _operator(operator)
+    name = operator_name(operator, recorded_with="the resolution")
     try:
         ledger = open_existing_ledger(ledger_url, writes=True)
     except InputError as exc:

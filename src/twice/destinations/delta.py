@@ -351,16 +351,10 @@ class DeltaDestination(ArrowScanned):
             newest = table.transaction_version(FENCE_APP + stamp.fence_key)
             check_fence(stamp, newest, self.spec, self._holders(stamp.fence_key))
             record = CommitRecord.fence(stamp, table=self.uri)
-            properties = dl.CommitProperties(
-                custom_metadata={COMMIT_KEY: record.to_json()},
-                app_transactions=[dl.Transaction(FENCE_APP + stamp.fence_key, stamp.token)],
-            )
-            empty = pa.schema(table.schema().to_arrow()).empty_table()
-            try:
-                dl.write_deltalake(table, empty, mode="append", commit_properties=properties)
-            except dl.exceptions.CommitFailedError:
-                continue  # another writer committed first: read the fence again
-            return True
+            if _commit_record_only(table, record, [dl.Transaction(FENCE_APP + stamp.fence_key,
+                                                                  stamp.token)]):
+                return True
+            # else another writer committed first: read the fence again
         raise DestinationUnavailableError(
             f"{self.spec}: {MAX_COMMIT_TRIES} commits in a row lost to concurrent writers"
         )
@@ -374,7 +368,6 @@ class DeltaDestination(ArrowScanned):
     def adopt(self, stamp: WriteStamp, *, note: str, operator: str) -> CommitRecord:
         """See :meth:`BaseDestination.adopt`: a commit without rows carrying the ``adopt``
         record (a table must exist: there is nothing to adopt before)."""
-        dl = _deltalake()
         for _ in range(MAX_COMMIT_TRIES):
             table = self._table()
             if table is None:
@@ -382,13 +375,9 @@ class DeltaDestination(ArrowScanned):
             tokens = [r.token for _, r in _logged(table)]
             check_adoption(stamp, max(tokens) if tokens else None, self.spec)
             record = CommitRecord.adoption(stamp, table=self.uri, note=note, operator=operator)
-            properties = dl.CommitProperties(custom_metadata={COMMIT_KEY: record.to_json()})
-            empty = pa.schema(table.schema().to_arrow()).empty_table()
-            try:
-                dl.write_deltalake(table, empty, mode="append", commit_properties=properties)
-            except dl.exceptions.CommitFailedError:
-                continue  # another writer committed first: read the tokens again
-            return record
+            if _commit_record_only(table, record):
+                return record
+            # else another writer committed first: read the tokens again
         raise DestinationUnavailableError(
             f"{self.spec}: {MAX_COMMIT_TRIES} commits in a row lost to concurrent writers"
         )
@@ -640,3 +629,18 @@ def open_destination(spec: DestinationSpec) -> DeltaDestination:
     return DeltaDestination(str(root), spec=f"delta://{root}{query}",
                             partition_column=spec.partition_column,
                             key_columns=spec.key_columns, local_root=root)
+
+
+def _commit_record_only(table: Any, record: CommitRecord,
+                        app_transactions: list[Any] | None = None) -> bool:
+    """Commit no rows, only ``record`` (and ``app_transactions``): a seal or an adoption.
+    False when another writer committed first (the caller reads the table again)."""
+    dl = _deltalake()
+    properties = dl.CommitProperties(custom_metadata={COMMIT_KEY: record.to_json()},
+                                     app_transactions=app_transactions)
+    empty = pa.schema(table.schema().to_arrow()).empty_table()
+    try:
+        dl.write_deltalake(table, empty, mode="append", commit_properties=properties)
+    except dl.exceptions.CommitFailedError:
+        return False
+    return True

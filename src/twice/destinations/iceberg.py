@@ -454,7 +454,6 @@ class IcebergDestination(ArrowScanned):
         the token. A concurrent write staged on the snapshot before it fails its commit (the
         branch moved: pyiceberg asserts the snapshot it read), reloads and is fenced; a
         property change alone would not move the branch. False while there is no table."""
-        from pyiceberg.exceptions import CommitFailedException
 
         for _ in range(MAX_COMMIT_TRIES):
             base = self._load()
@@ -468,15 +467,10 @@ class IcebergDestination(ArrowScanned):
             check_fence(stamp, _newest_token(checked, records, stamp.fence_key), self.spec,
                         _holders(records, stamp.fence_key))
             record = CommitRecord.fence(stamp, table=self.table_label)
-            tx = checked.transaction()
-            tx.append(checked.schema().as_arrow().empty_table(), snapshot_properties={
-                WRITE_PROPERTY: uuid.uuid4().hex, COMMIT_PROPERTY: record.to_json()})
-            tx.set_properties({FENCE_PROPERTY + stamp.fence_key: str(stamp.token)})
-            try:
-                tx.commit_transaction()
-            except CommitFailedException:
-                continue  # another writer committed first: read the fence again
-            return True
+            if _commit_record_only(checked, record,
+                                   {FENCE_PROPERTY + stamp.fence_key: str(stamp.token)}):
+                return True
+            # else another writer committed first: read the fence again
         raise DestinationUnavailableError(
             f"{self.spec}: {MAX_COMMIT_TRIES} commits in a row lost to concurrent writers"
         )
@@ -485,7 +479,6 @@ class IcebergDestination(ArrowScanned):
         """See :meth:`BaseDestination.adopt`: an empty append whose summary holds the
         ``adopt`` record (a table must exist: there is nothing to adopt before). Its token is
         checked against every record reachable and every slot's fence property."""
-        from pyiceberg.exceptions import CommitFailedException
 
         for _ in range(MAX_COMMIT_TRIES):
             base = self._load()
@@ -500,14 +493,9 @@ class IcebergDestination(ArrowScanned):
             check_adoption(stamp, max(tokens) if tokens else None, self.spec)
             record = CommitRecord.adoption(stamp, table=self.table_label, note=note,
                                            operator=operator)
-            tx = checked.transaction()
-            tx.append(checked.schema().as_arrow().empty_table(), snapshot_properties={
-                WRITE_PROPERTY: uuid.uuid4().hex, COMMIT_PROPERTY: record.to_json()})
-            try:
-                tx.commit_transaction()
-            except CommitFailedException:
-                continue  # another writer committed first: read the tokens again
-            return record
+            if _commit_record_only(checked, record):
+                return record
+            # else another writer committed first: read the tokens again
         raise DestinationUnavailableError(
             f"{self.spec}: {MAX_COMMIT_TRIES} commits in a row lost to concurrent writers"
         )
@@ -864,3 +852,22 @@ def _sqlalchemy_uri(uri: str, password: str | None) -> str:
     if password:
         url = url.set(password=password)
     return url.render_as_string(hide_password=False)
+
+
+def _commit_record_only(table: Any, record: CommitRecord,
+                        properties: dict[str, str] | None = None) -> bool:
+    """An empty append whose snapshot summary holds only ``record`` (a seal or an adoption),
+    setting table ``properties`` in the same commit. False when another writer committed
+    first (the caller loads the table again)."""
+    from pyiceberg.exceptions import CommitFailedException
+
+    tx = table.transaction()
+    tx.append(table.schema().as_arrow().empty_table(), snapshot_properties={
+        WRITE_PROPERTY: uuid.uuid4().hex, COMMIT_PROPERTY: record.to_json()})
+    if properties:
+        tx.set_properties(properties)
+    try:
+        tx.commit_transaction()
+    except CommitFailedException:
+        return False
+    return True
