@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from twice import Interval, Pipeline, RetryPolicy, Schedule, TaskContext, open_destination
+from twice import Interval, Pipeline, RetryPolicy, Schedule, TaskContext
 
 DATA = Path(__file__).resolve().parent / "data"  # the input: one CSV per day
 WORKDIR = Path(os.environ.get("FIRST_PIPELINE_WORKDIR", "first-pipeline-work")).resolve()
@@ -88,8 +88,7 @@ def orders(ctx: TaskContext) -> pa.Table:
 @pipeline.task(depends_on=orders, destination=REVENUE, write="replace", safe_repeat=True)
 def revenue(ctx: TaskContext) -> pa.Table:
     """The day's revenue per customer, recomputed from the day's orders."""
-    with open_destination(ORDERS) as source:
-        day_orders = source.read_partition(ctx.interval).to_pylist()
+    day_orders = ctx.read_upstream("orders").to_pylist()
     totals: dict[str, Decimal] = {}
     counts: dict[str, int] = {}
     for row in day_orders:

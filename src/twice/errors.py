@@ -4,7 +4,8 @@ Subclasses say what kind of trouble it is, so callers (and the CLI, which maps t
 codes in one place) branch on types, never on message text:
 
 - ``InputError``: what was asked is invalid (also a ``ValueError``); nothing was done.
-- ``ConflictError``: someone else holds or has changed what we wanted to write.
+- ``ConflictError``: someone else holds or has changed what we wanted to write (or read:
+  ``InputsChangedError``).
 - ``UnavailableError``: a service (ledger, destination, remote API) could not be reached.
 - ``DestinationError``: a destination cannot be opened, read or written as asked (also a
   ``ValueError``); ``twice.destinations.errors`` holds its kinds.
@@ -57,3 +58,9 @@ class OutcomeUnknownError(TwiceError):
     """
 
     outcome = "unknown"  # read by twice.engine.attempt.is_unknown
+
+
+class InputsChangedError(ConflictError):
+    """An upstream's slice was rewritten after this attempt began: what the task read, or is
+    about to land, is not the version its unit was identified on (``twice.engine.inputs``).
+    Nothing landed; the unit is superseded by the one keyed by what the upstream holds now."""

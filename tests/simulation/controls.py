@@ -82,6 +82,16 @@ def _no_ledger_identity() -> list[tuple[Any, str, Any]]:
     return [(commits, "check_ledger", original)]
 
 
+def _no_input_pinning() -> list[tuple[Any, str, Any]]:
+    """Input pinning: ``twice.engine.inputs.Pinned.confirm`` passes whatever the upstream
+    holds now (a dependent acts on an upstream rewritten during its attempt)."""
+    from twice.engine import inputs
+
+    original = inputs.Pinned.confirm
+    inputs.Pinned.confirm = lambda self, tasks=None: None  # type: ignore[method-assign]
+    return [(inputs.Pinned, "confirm", original)]
+
+
 #: rule -> (what switching it off does, the switch)
 RULES: dict[str, Callable[[], list[tuple[Any, str, Any]]]] = {
     "fencing": _no_fencing,
@@ -89,6 +99,7 @@ RULES: dict[str, Callable[[], list[tuple[Any, str, Any]]]] = {
     "operator_resolution": _no_operator_resolution,
     "acceptance_before_landing": _no_acceptance_before_landing,
     "ledger_identity": _no_ledger_identity,
+    "input_pinning": _no_input_pinning,
 }
 
 

@@ -12,6 +12,9 @@
 - ``keyed`` (after clean, feature ``same_job_id``): a delivery to a receiver that deduplicates
   by job id, declared ``safe_repeat="same-job-id"``.
 
+``clean`` and ``audit`` read ``extract`` on their own (their owned writes are admitted only
+while their pinned inputs hold); ``remote``, ``notify`` and ``keyed`` act where twice cannot
+see, so they read their upstream through ``ctx.read_upstream`` (``twice.engine.inputs``).
 Every row carries the source version ``v`` it was computed from, so the reference model can
 tell which version a slice holds. Task code passes the world's crash points.
 """
@@ -61,12 +64,21 @@ def build(world: World) -> tuple[Pipeline, dict[str, str]]:
         return f"v{world.version[day_of(interval)]}"
 
     def upstream_version(spec: str, interval: Interval) -> int:
+        """The version an upstream's slice holds, read by the task on its own (its owned
+        writes are still admitted only while its pinned inputs hold)."""
         with open_destination(spec) as source:
-            table = source.read_partition(interval)
+            return version_of(spec, source.read_partition(interval))
+
+    def version_of(what: str, table: pa.Table) -> int:
         versions = set(table.column("v").to_pylist())
         if len(versions) != 1:
-            raise ValueError(f"{spec}: slice holds versions {sorted(versions)}")
+            raise ValueError(f"{what}: slice holds versions {sorted(versions)}")
         return int(versions.pop())
+
+    def read(ctx: TaskContext, upstream: str) -> int:
+        """The version an upstream's slice holds, read through twice (pinned: the version the
+        unit was identified on, or ``InputsChangedError``)."""
+        return version_of(upstream, ctx.read_upstream(upstream))
 
     def table(rows: list[tuple[Any, ...]], names: list[str]) -> pa.Table:
         types = {"day": pa.date32(), "id": pa.int64(), "amount": pa.int64(), "v": pa.int64()}
@@ -118,7 +130,7 @@ def build(world: World) -> tuple[Pipeline, dict[str, str]]:
     def remote(ctx: TaskContext) -> Any:
         world.point("task.start")
         day = day_of(ctx.interval)
-        v = upstream_version(dest["extract"], ctx.interval)
+        v = read(ctx, "extract")
         world.remote.submit(ctx.job_id, day, v, seconds=world.rng.choice([0, 5, 30]))
         world.point("remote.after_submit")
         while world.remote.status(ctx.job_id) == "RUNNING":
@@ -130,7 +142,7 @@ def build(world: World) -> tuple[Pipeline, dict[str, str]]:
     def notify(ctx: TaskContext) -> None:
         world.point("task.start")
         day = day_of(ctx.interval)
-        v = upstream_version(dest["clean"], ctx.interval)
+        v = read(ctx, "clean")
         world.point("effect.before_send")
         world.receiver.deliver("notify", day, v, ctx.job_id)
         world.point("effect.after_send")
@@ -139,7 +151,7 @@ def build(world: World) -> tuple[Pipeline, dict[str, str]]:
         def keyed(ctx: TaskContext) -> None:
             world.point("task.start")
             day = day_of(ctx.interval)
-            v = upstream_version(dest["clean"], ctx.interval)
+            v = read(ctx, "clean")
             world.point("effect.before_send")
             world.receiver.deliver_keyed("keyed", day, v, ctx.job_id)
             world.point("effect.after_send")

@@ -21,6 +21,21 @@ CI_SEEDS, CI_STEPS = 50, 2000
 #: Controls: seeds within which a rule switched off must be caught, and steps per seed.
 CONTROL_SEEDS, CONTROL_STEPS = 30, 1000
 
+#: Seeds that found a defect, kept as regression tests (2,000 steps each): seed -> the defect.
+REGRESSION_SEEDS: dict[int, str] = {
+    48: "a restored slot's success ran its remote job again under a new generation",
+    1296: "audit appended twice: extract rewritten during audit's attempt",
+    1367: "audit appended twice and recorded 2 rows of 3: extract rewritten during the attempt",
+    1505: "remote job ran twice for one version: extract rewritten during remote's attempt",
+    1519: "remote job ran twice for one version: extract rewritten during remote's attempt",
+    1557: "remote job ran twice for one version: extract rewritten during remote's attempt",
+}
+REGRESSION_STEPS = 2000
+#: A rule whose absence only some seeds show is controlled on the seeds that found it.
+CONTROL_ON_FOUND_SEEDS: dict[str, tuple[int, ...]] = {
+    "input_pinning": (1296, 1367, 1505, 1519, 1557),
+}
+
 
 def test_features_off_are_exactly_the_known_bugs() -> None:
     """Every feature is either exercised by CI or waits for a named fix."""
@@ -57,6 +72,21 @@ def test_a_rule_switched_off_is_caught(rule: str) -> None:
             if not simulate(seed, CONTROL_STEPS).ok:
                 return
     pytest.fail(f"{rule} switched off: no invariant violated in {CONTROL_SEEDS} seeds")
+
+
+@pytest.mark.parametrize("seed", sorted(REGRESSION_SEEDS))
+def test_a_seed_that_found_a_defect_holds(seed: int) -> None:
+    report = simulate(seed, REGRESSION_STEPS)
+    assert report.ok, f"{REGRESSION_SEEDS[seed]}: {report.violations[:3]}\n{report.replay()}"
+
+
+@pytest.mark.parametrize("rule", sorted(CONTROL_ON_FOUND_SEEDS))
+def test_a_rule_switched_off_is_caught_on_the_seeds_that_found_it(rule: str) -> None:
+    """Every seed that found the defect the rule fixes fails again with the rule off."""
+    with switched_off(rule):
+        held = [seed for seed in CONTROL_ON_FOUND_SEEDS[rule]
+                if simulate(seed, REGRESSION_STEPS).ok]
+    assert not held, f"{rule} switched off: seeds {held} still hold"
 
 
 def test_a_seed_replays_exactly() -> None:

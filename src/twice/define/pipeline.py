@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, fields, replace
 from datetime import datetime, time, timedelta
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Final, Literal, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, TypeVar, overload
 
 from twice.core.interval import Interval
 from twice.core.outcomes import RemoteState
@@ -39,6 +39,9 @@ from twice.core.policy import RetryPolicy
 from twice.core.unit import UnitOfWork
 from twice.define.schedule import Schedule
 from twice.errors import InputError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 NAME_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
@@ -464,6 +467,12 @@ def _check_partition(spec: object, where: str) -> None:
         ) from None
 
 
+class UpstreamReader(Protocol):
+    """Reads an upstream's slice for a task, pinned (``twice.engine.inputs.Expected``)."""
+
+    def read(self, upstream: str, destination: str, interval: Interval) -> pa.Table: ...
+
+
 @dataclass(frozen=True, eq=False)
 class TaskContext:
     """Everything a task may know about the run it is part of, handed to it by the executor.
@@ -486,6 +495,12 @@ class TaskContext:
     # The unit's input snapshot (twice.engine.snapshots.SnapshotView) when the task declares
     # ``snapshot=``: read it with ``ctx.snapshot.read()``.
     snapshot: Any = field(default=None, compare=False)
+    # The task's upstreams -> each one's destination spec (None: it has none), for
+    # ``read_upstream``; set by ``Pipeline.context``.
+    sources: Mapping[str, str | None] = field(default_factory=dict, compare=False)
+    # What the attempt expects its upstreams to hold (twice.engine.inputs.Expected, set by the
+    # executor): the attempt body pins it before the task runs; ``read_upstream`` reads through it.
+    inputs: UpstreamReader | None = field(default=None, compare=False)
     _collected: list[NonFatal] = field(default_factory=list, init=False, repr=False)
     _seen: list[NonFatal] = field(default_factory=list, init=False, repr=False)
 
@@ -498,6 +513,7 @@ class TaskContext:
                 raise ValueError(f"{attr} must be an integer >= 1 (attempts count from 1)")
         object.__setattr__(self, "upstream", MappingProxyType(dict(self.upstream)))
         object.__setattr__(self, "params", MappingProxyType(dict(self.params)))
+        object.__setattr__(self, "sources", MappingProxyType(dict(self.sources)))
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Read-only mappings do not pickle; rebuild them so a context can cross to a child
@@ -506,7 +522,7 @@ class TaskContext:
         # fencing, acceptance before landing) as a thread's are.
         args = (self.unit, self.attempt, self.generation, dict(self.upstream), dict(self.params))
         return (_rebuild_context, (*args, self.recorder, list(self._collected), self.snapshot,
-                                   self.stamp))
+                                   self.stamp, dict(self.sources), self.inputs))
 
     @property
     def interval(self) -> Interval:
@@ -545,6 +561,28 @@ class TaskContext:
         owned write's acceptance is decided on them before it commits."""
         return sum(event.count for event in self._seen)
 
+    def read_upstream(self, name: str) -> pa.Table:
+        """Upstream ``name``'s slice for this interval, read from its destination and confirmed
+        to be the version this unit was identified on. If the upstream was rewritten since the
+        attempt began, ``InputsChangedError`` is raised instead and the unit is superseded by
+        the one keyed by the new version (docs/architecture.md, "Inputs as read"), so an
+        effect twice cannot see never acts on data another unit also acts on."""
+        if name not in self.sources:
+            known = ", ".join(sorted(self.sources)) or "none"
+            raise InputError(f"read_upstream: {name!r} is not an upstream of task "
+                             f"{self.task_name!r} (its upstreams: {known})")
+        destination = self.sources[name]
+        if destination is None:
+            raise InputError(f"read_upstream: upstream {name!r} of task {self.task_name!r} has "
+                             "no destination to read; ctx.upstream holds its result when it ran "
+                             "in this run")
+        if self.inputs is None:
+            raise InputError(
+                f"read_upstream: task {self.task_name!r} is not running under twice's executor "
+                "(this context pins no inputs); run it with twice run or an Executor, or read "
+                "the upstream's destination with open_destination")
+        return self.inputs.read(name, destination, self.interval)
+
     def nonfatal(self, message: str, count: int = 1) -> None:
         """Record a tolerated problem (e.g. 3 rows skipped) so reports show it, not hide it."""
         if not isinstance(message, str) or not message.strip():
@@ -569,9 +607,11 @@ def _rebuild_context(
     collected: list[NonFatal],
     snapshot: Any = None,
     stamp: Any = None,
+    sources: dict[str, str | None] | None = None,
+    inputs: Any = None,
 ) -> TaskContext:
     ctx = TaskContext(unit, attempt, generation, upstream, params, recorder, stamp=stamp,
-                      snapshot=snapshot)
+                      snapshot=snapshot, sources=sources or {}, inputs=inputs)
     ctx._collected.extend(collected)
     ctx._seen.extend(collected)
     return ctx
@@ -1040,6 +1080,7 @@ class Pipeline:
         unit: UnitOfWork | None = None,
         stamp: Any = None,
         snapshot: Any = None,
+        inputs: UpstreamReader | None = None,
     ) -> TaskContext:
         """The ``TaskContext`` for one attempt (``unit`` reuses an already-built unit of work)."""
         if unit is None:
@@ -1055,7 +1096,17 @@ class Pipeline:
             recorder=recorder,
             stamp=stamp,
             snapshot=snapshot,
+            sources=self._sources(task_name),
+            inputs=inputs,
         )
+
+    def _sources(self, task_name: str) -> dict[str, str | None]:
+        """``task_name``'s upstreams -> each one's destination (None: it owns none)."""
+        out: dict[str, str | None] = {}
+        for dep in self.get_task(task_name).depends_on:
+            task = self._tasks.get(dep)
+            out[dep] = task.destination if task is not None and task.owns_output else None
+        return out
 
     def deadline_for(self, interval: Interval) -> datetime | None:
         """When the interval's output is due (aware), or None if the pipeline has no deadline."""

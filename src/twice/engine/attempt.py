@@ -31,7 +31,7 @@ from twice.define.pipeline import NonFatal, Pipeline, Task, TaskContext
 from twice.engine.owned_write import Landed, run_body
 from twice.engine.timeouts import AttemptCrashed, AttemptTimeout, run_in_process, run_with_timeout
 from twice.engine.verification import AcceptanceFailed
-from twice.errors import ConflictError
+from twice.errors import ConflictError, InputsChangedError
 from twice.remote.jobs import JobFailed, JobStatus, JobStillRunning
 
 Isolation = Literal["thread", "process"]
@@ -91,6 +91,8 @@ def classify(error: BaseException, policy: RetryPolicy, *,
         return "unknown"
     if is_timeout(error) and not timeout_is_failure:
         return "unknown"
+    if isinstance(error, InputsChangedError):  # nothing landed; the driver identifies again
+        return "transient"
     if isinstance(error, ConflictError):  # fenced: a newer writer owns the slice; never retry
         return "permanent"
     if isinstance(error, AcceptanceFailed):  # refused before landing: a retry is refused again

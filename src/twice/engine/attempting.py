@@ -21,7 +21,7 @@ from twice.core.outcomes import (
 from twice.core.secrets import redact
 from twice.define.pipeline import NonFatal, TaskContext
 from twice.destinations.commits import WriteStamp
-from twice.engine import snapshots
+from twice.engine import inputs, snapshots
 from twice.engine.attempt import AttemptReport, call_attempt, classify
 from twice.engine.events import (
     AttemptFinished,
@@ -133,10 +133,14 @@ class AttemptRunner(Phase):
             input_version=self.unit.input_version, began_at=record.started_at.isoformat(),
             ledger=self.ledger.identity, ledger_at=self.ledger.url,
         )
+        expected = None
+        if self.task.depends_on:  # what the unit is keyed by, pinned when the body begins
+            expected = inputs.expect(self.x.pipeline, self.ledger, self.task.name, self.uow_id,
+                                     self.unit.interval)
         return self.x.pipeline.context(
             self.task.name, self.unit.interval, attempt=number, generation=generation or 1,
             upstream=self.upstream, params=self.x.params, recorder=recorder, unit=self.unit,
-            stamp=stamp,
+            stamp=stamp, inputs=expected,
         )
 
     def _with_snapshot(self, ctx: TaskContext, number: int

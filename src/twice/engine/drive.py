@@ -29,7 +29,7 @@ from twice.engine.settlement import Settler
 from twice.engine.slots import SlotHolding
 from twice.engine.timeouts import WorkflowTimeout
 from twice.engine.verify import OutputCheck
-from twice.errors import Interrupted
+from twice.errors import InputsChangedError, Interrupted
 
 if TYPE_CHECKING:
     from twice.engine.evidence import PlanSettings
@@ -116,6 +116,9 @@ class UnitDriver:
             ended = self._attempt(opening.begun.evidence, opening.begun)
             if isinstance(ended, Stop):
                 return ended
+            moved = self._inputs_moved(ended)
+            if moved is not None:
+                return moved
             released, evidence_next = ended.released, ended.evidence
         else:
             move(UnitState.PLANNING)
@@ -183,7 +186,24 @@ class UnitDriver:
             ended = self._attempt(evidence)
             if isinstance(ended, Stop):
                 return ended
+            moved = self._inputs_moved(ended)
+            if moved is not None:
+                return moved
             released, evidence_next = ended.released, ended.evidence
+
+    def _inputs_moved(self, ended: Ended) -> Stop | None:
+        """An attempt that read or landed nothing because an upstream moved under it
+        (``twice.engine.inputs``): the unit is identified again at once, not retried. Superseded
+        when the ledger keys a new unit; blocked while the upstream's newer write is not
+        recorded yet (the next run settles the upstream first)."""
+        error = ended.report.error
+        if not isinstance(error, InputsChangedError) or ended.report.ending != "transient":
+            return None
+        superseded = self.gates.inputs_changed()
+        if superseded is not None:
+            return superseded
+        return Stop("blocked", f"{error}; the ledger still keys this unit, so it waits for "
+                    "the upstream's write to be settled")
 
     def _attempt(self, evidence: UnitEvidence, begun: Begun | None = None) -> Stop | Ended:
         """Start, run and finish one attempt; a Stop if the unit stops right here.

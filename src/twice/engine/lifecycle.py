@@ -57,8 +57,11 @@ TRANSITIONS: dict[UnitState, frozenset[UnitState]] = {
     S.CLAIMED: frozenset({S.STOPPED, S.SETTLING, S.ATTEMPTING, S.PLANNING}),
     # settled (plan again; a rewritten success runs again) or left for later / the operator
     S.SETTLING: frozenset({S.PLANNING, S.STOPPED}),
-    # the planner's decision: done, stop, settle, refresh (plan again), back off, or start
-    S.PLANNING: frozenset({S.STOPPED, S.SETTLING, S.PLANNING, S.WAITING, S.STARTING}),
+    # the planner's decision: done, stop, settle, refresh (plan again), back off, or start;
+    # or the attempt just recorded read or landed nothing because its inputs moved under it
+    # (``drive.UnitDriver._inputs_moved``): superseded
+    S.PLANNING: frozenset({S.STOPPED, S.SETTLING, S.PLANNING, S.WAITING, S.STARTING,
+                           S.SUPERSEDED}),
     # waited (plan again: the deadline check sees the real start), or refused before waiting
     S.WAITING: frozenset({S.PLANNING, S.STOPPED}),
     # every gate passed (begin), refused (not started, blocked, lease lost), inputs changed

@@ -14,6 +14,11 @@ as it will be, by one rule: ``twice.engine.verification.check_before_landing``. 
 returned output is decided on every criterion; a write the task makes itself while it runs,
 on the non-fatal errors recorded so far (the rest is decided after the attempt). A refused
 write commits nothing and the attempt fails with ``AcceptanceFailed``.
+
+Inputs are pinned before the task runs (``twice.engine.inputs``): a returned output is written
+only if every upstream still holds the version the unit was identified on after the task
+returned; a write the task makes itself, only if they hold as it commits. Otherwise nothing
+lands (``InputsChangedError``).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from twice.destinations.commits import WriteStamp, stamped
 from twice.destinations.landing import Admission, admitting
+from twice.engine import inputs
 
 if TYPE_CHECKING:
     from twice.define.pipeline import Task, TaskContext
@@ -41,10 +47,10 @@ class Landed:
 
 
 def run_body(task: Task, ctx: TaskContext) -> Any:
-    """Call the task with its stamp and admission active; land a returned output when
-    ``task.write`` is set."""
+    """Pin the attempt's inputs (``twice.engine.inputs``), call the task with its stamp and
+    admission active; land a returned output when ``task.write`` is set."""
     stamp = ctx.stamp if isinstance(ctx.stamp, WriteStamp) else None
-    with stamped(stamp):
+    with stamped(stamp), inputs.pinned(ctx.inputs):
         with admitting(admission(task, ctx, complete=False)):
             value = task.fn(ctx)
         if task.write is None:
@@ -53,11 +59,14 @@ def run_body(task: Task, ctx: TaskContext) -> Any:
 
 
 def admission(task: Task, ctx: TaskContext, *, complete: bool) -> Admission | None:
-    """What decides the task's owned writes before they commit: its acceptance criteria
-    (None without), for writes to its own destination only (the criteria are declared
-    against it). ``complete``: the write lands the whole returned output."""
+    """What decides the task's owned writes before they commit: a write the task makes
+    itself while it runs lands only while its pinned inputs still hold (a returned output is
+    confirmed by ``land`` before its write begins); then its acceptance criteria, for writes
+    to its own destination only (the criteria are declared against it). None when nothing
+    decides. ``complete``: the write lands the whole returned output."""
     criteria = task.acceptance
-    if criteria is None:
+    pins = None if complete else inputs.active()
+    if criteria is None and pins is None:
         return None
     own: list[str] = []  # the destination's canonical spec, read at the first write
 
@@ -65,6 +74,10 @@ def admission(task: Task, ctx: TaskContext, *, complete: bool) -> Admission | No
         from twice.destinations import open_destination
         from twice.engine import verification
 
+        if pins is not None:
+            pins.confirm()
+        if criteria is None:
+            return
         if not own:
             with open_destination(task.destination) as dest:
                 own.append(dest.spec)
@@ -88,6 +101,9 @@ def land(task: Task, ctx: TaskContext, value: Any) -> WriteResult:
             "interval's rows (an empty table replaces the slice with nothing)"
         )
     rows = rows_of(value)
+    pins = inputs.active()
+    if pins is not None:  # after every read the task made, before the write begins
+        pins.confirm()
     with open_destination(task.destination) as dest, \
             admitting(admission(task, ctx, complete=True)):
         partition = ctx.interval if dest.partition_column else None

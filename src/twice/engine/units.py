@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from twice.core.interval import Interval
@@ -17,16 +18,22 @@ if TYPE_CHECKING:
 
 
 def identify_unit(
-    pipeline: Pipeline, ledger: Ledger, task_name: str, interval: Interval
+    pipeline: Pipeline, ledger: Ledger, task_name: str, interval: Interval, *,
+    upstream: Mapping[str, FingerprintRecord | None] | None = None,
 ) -> UnitOfWork:
     """The unit of work of ``task_name`` for ``interval`` as the ledger stands now (see
-    ``Executor.unit_for``); drivers and plans use this so they name the units the engine runs."""
+    ``Executor.unit_for``); drivers and plans use this so they name the units the engine runs.
+    ``upstream``: the upstreams' recorded versions (``upstream_fingerprints``) when the caller
+    has read them already."""
     base = pipeline.unit_of_work(task_name, interval)
     task = pipeline.get_task(task_name)
     deps = [dep for dep in task.depends_on if dep in pipeline]
     version = base.input_version
     if deps:
-        versions = {dep: _output_version(pipeline, ledger, dep, base.interval) for dep in deps}
+        if upstream is None:
+            upstream = upstream_fingerprints(pipeline, ledger, task_name, base.interval)
+        versions = {dep: _output_version(pipeline, ledger, dep, base.interval, upstream)
+                    for dep in deps}
         digest = hashlib.sha256(json.dumps(versions, sort_keys=True).encode()).hexdigest()[:16]
         version = f"{version}+up:{digest}" if version else f"up:{digest}"
     if task.snapshot is not None:
@@ -35,6 +42,19 @@ def identify_unit(
     if version == base.input_version:
         return base
     return pipeline.unit_of_work(task_name, interval, input_version=version)
+
+
+def upstream_fingerprints(pipeline: Pipeline, ledger: Ledger, task_name: str,
+                          interval: Interval) -> dict[str, FingerprintRecord | None]:
+    """The latest recorded version of each upstream slice with a destination (None: nothing
+    recorded): what a dependent's unit is keyed by (``twice.engine.inputs`` pins it)."""
+    task = pipeline.get_task(task_name)
+    out: dict[str, FingerprintRecord | None] = {}
+    for dep in task.depends_on:
+        if dep in pipeline and pipeline.get_task(dep).owns_output:
+            out[dep] = ledger.latest_fingerprint(pipeline.get_task(dep).destination,
+                                                 interval.label)
+    return out
 
 
 def overwritten_by(ledger: Ledger, task: Task, unit: UnitOfWork) -> FingerprintRecord | None:
@@ -50,12 +70,13 @@ def overwritten_by(ledger: Ledger, task: Task, unit: UnitOfWork) -> FingerprintR
     return latest
 
 
-def _output_version(pipeline: Pipeline, ledger: Ledger, dep: str, interval: Interval) -> str:
+def _output_version(pipeline: Pipeline, ledger: Ledger, dep: str, interval: Interval,
+                    upstream: Mapping[str, FingerprintRecord | None]) -> str:
     """What a dependency's output for ``interval`` is now: its partition's latest recorded
-    fingerprint, or (no destination) its own unit id."""
+    fingerprint (``upstream``), or (no destination) its own unit id."""
     task = pipeline.get_task(dep)
     if task.owns_output:
-        record = ledger.latest_fingerprint(task.destination, interval.label)
+        record = upstream[dep]
         if record is None:
             return "fp:none"
         version = f"fp:{record.algorithm}:{record.row_count}:{record.checksum}"
