@@ -44,6 +44,10 @@ def warehouse(engine: str, tmp_path: Path, request: pytest.FixtureRequest, keys:
         return f"sqlite:///{tmp_path / 'w.sqlite'}?{query}#prices"
     if engine == "parquet":
         return f"parquet://{tmp_path / 'prices'}?{query}"
+    if engine == "delta":
+        return f"delta://{tmp_path / 'prices'}?{query}"
+    if engine == "iceberg":
+        return f"iceberg://{tmp_path / 'wh'}?{query}#ns.prices"
     url = request.getfixturevalue("postgres_url")
     return f"{url}?{query}#prices"
 
@@ -93,6 +97,8 @@ def versions(ledger: Ledger) -> list[Any]:
 
 CASES = [(engine, write) for engine in ENGINES for write in ("replace", "upsert")] + [
     ("parquet", "replace"), ("duckdb", "append"), ("parquet", "append"),
+    ("delta", "replace"), ("delta", "upsert"), ("delta", "append"),
+    ("iceberg", "replace"), ("iceberg", "upsert"), ("iceberg", "append"),
 ]
 
 
@@ -180,7 +186,7 @@ def test_an_upsert_is_decided_on_the_slice_it_would_leave(
     assert observed.detail["acceptance"]["refused_before_landing"] == "output"
 
 
-@pytest.mark.parametrize("engine", ["duckdb", "parquet"])
+@pytest.mark.parametrize("engine", ["duckdb", "parquet", "delta"])
 def test_a_first_output_refused_leaves_no_table_behind(
     tmp_path: Path, ledger: Ledger, clock: ManualClock, engine: str,
     request: pytest.FixtureRequest,
