@@ -272,3 +272,44 @@ def test_another_applications_sqlite_database_is_left_untouched(tmp_path: Path) 
         assert ledger.schema_version == LATEST_VERSION
     with Ledger.open(empty) as ledger:  # and once it is a ledger it reopens
         assert ledger.units() == []
+
+
+def _drop_table(url: str, table: str) -> None:
+    if url.startswith("sqlite"):
+        with sqlite3.connect(url.removeprefix("sqlite:///")) as conn:
+            conn.execute(f"DROP TABLE {table}")
+    else:
+        with psycopg.connect(url) as conn:
+            conn.execute(f"DROP TABLE {table} CASCADE")
+
+
+def test_a_ledger_missing_a_table_is_refused_when_opened(engine_url: str) -> None:
+    """Found by a machinery-fault probe (issue 39): with ``twice_leases`` dropped the ledger
+    opened, ``twice run`` failed on "no such table" and left its unit unknown on every rerun,
+    and the report commands said nothing. A damaged ledger is refused when it is opened, for
+    writing and for reading, naming the missing table; nothing is recreated silently (the
+    evidence that table held is gone: restoring from a backup is the operator's call)."""
+    Ledger.open(engine_url).close()
+    _drop_table(engine_url, "twice_leases")
+    message = (r"ledger .* is damaged: table twice_leases is missing \(schema version "
+               rf"{LATEST_VERSION} has it\)")
+    with pytest.raises(LedgerError, match=message):
+        Ledger.open(engine_url)
+    with pytest.raises(LedgerError, match=message):
+        Ledger.open(engine_url, read_only=True)
+
+
+@pytest.mark.parametrize("command", ["status", "update", "verify", "handover"])
+def test_the_report_commands_refuse_a_damaged_ledger(tmp_path: Path, command: str) -> None:
+    """They exited 0 on a ledger missing ``twice_leases``, reading what was left."""
+    from click.testing import CliRunner
+
+    from twice.cli import cli
+
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    Ledger.open(url).close()
+    _drop_table(url, "twice_leases")
+    result = CliRunner().invoke(cli, [command, "--ledger", url])
+    assert result.exit_code != 0 and isinstance(result.exception, SystemExit), result.output
+    assert "is damaged: table twice_leases is missing" in result.output
+    assert "Traceback" not in result.output

@@ -24,6 +24,7 @@ from twice.core.outcomes import (
 from twice.ledger.adoptions import AdoptionRecord
 from twice.ledger.errors import (
     LedgerCommitUnknownError,
+    LedgerDamagedError,
     LedgerError,
     LedgerStorageError,
     LedgerUnavailableError,
@@ -115,6 +116,7 @@ __all__ = [
     "LeaseResult",
     "Ledger",
     "LedgerCommitUnknownError",
+    "LedgerDamagedError",
     "LedgerError",
     "LedgerReader",
     "LedgerStorageError",

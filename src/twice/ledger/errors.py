@@ -54,3 +54,8 @@ class LedgerStorageError(LedgerError):
     def __init__(self, message: str, *, original: BaseException | None = None) -> None:
         super().__init__(message)
         self.original = original
+
+
+class LedgerDamagedError(LedgerStorageError):
+    """The ledger lacks a table its schema version has (dropped, a partial restore): refused
+    when opened, for reading and writing; restoring a backup is the operator's call."""

@@ -25,7 +25,7 @@ from sqlalchemy.engine import Connection
 
 from twice.ledger import schema
 from twice.ledger.engine import is_postgres
-from twice.ledger.errors import LedgerError, SchemaVersionError
+from twice.ledger.errors import LedgerDamagedError, LedgerError, SchemaVersionError
 
 # pg_advisory_xact_lock key: the bytes of "twice" as an integer, unlikely to clash.
 _MIGRATION_LOCK_KEY = int.from_bytes(b"twice", "big")
@@ -148,7 +148,30 @@ def check_readable(conn: Connection, *, label: str) -> int:
             "cannot be created: it was opened read-only"
         )
     _refuse_newer(version, label)
+    check_complete(conn, version, label=label)
     return version
+
+
+def check_complete(conn: Connection, version: int, *, label: str) -> None:
+    """Refuse a ledger missing a table its schema version has (dropped by hand, a partial
+    restore): opened anyway, every run would fail on the missing table and leave its unit
+    unknown, while the reports read what is left and say nothing. Nothing is recreated: the
+    evidence that table held is gone, and restoring a backup is the operator's call."""
+    present = set(inspect(conn).get_table_names())
+    expected = [schema.schema_versions.name] + [
+        table.name for table in schema.metadata.sorted_tables
+        if table is not schema.schema_versions
+        and schema.INTRODUCED_IN.get(table.name, 1) <= version
+        and not (table is schema.counters and is_postgres(conn))  # a sequence there
+    ]
+    missing = [name for name in expected if name not in present]
+    if missing:
+        more = f" (and {', '.join(missing[1:])})" if len(missing) > 1 else ""
+        raise LedgerDamagedError(
+            f"ledger {label} is damaged: table {missing[0]} is missing (schema version "
+            f"{version} has it){more}; restore the ledger from a backup, or move it aside "
+            "to start a new one (twice recreates nothing: what the table held is gone)"
+        )
 
 
 def migrate(conn: Connection, *, now: datetime, label: str) -> int:
@@ -169,4 +192,5 @@ def migrate(conn: Connection, *, now: datetime, label: str) -> int:
                 version=step.version, description=step.description, applied_at=now
             )
         )
+    check_complete(conn, LATEST_VERSION, label=label)
     return LATEST_VERSION

@@ -53,7 +53,7 @@ from twice.ledger.engine import (
     resolve_url,
     sqlite_path,
 )
-from twice.ledger.errors import LedgerError, LedgerStorageError
+from twice.ledger.errors import LedgerDamagedError, LedgerError, LedgerStorageError
 from twice.ledger.faults import DEFAULT_RETRY_SECONDS, classify
 from twice.ledger.fingerprints import FingerprintStore
 from twice.ledger.generations import GenerationStore
@@ -225,6 +225,8 @@ class Ledger(Closeable):
             try:
                 return ledger._ready(ledger._check_schema, "opening the ledger read-only",
                                      resolved)
+            except LedgerDamagedError:
+                raise  # immutable would read past the WAL and see tables that are gone
             except LedgerStorageError:
                 if immutable or path is None:
                     raise
@@ -248,6 +250,8 @@ class Ledger(Closeable):
         (opening must not queue behind another process's long write transaction)."""
         with self._session.scope(read_only=True) as conn:
             if read_version(conn) == schema_steps.LATEST_VERSION:
+                schema_steps.check_complete(conn, schema_steps.LATEST_VERSION,
+                                            label=self._session.label)
                 return
         with self._session.scope(read_only=False) as conn:
             migrate(conn, now=self.now(), label=self._session.label)
