@@ -169,6 +169,9 @@ class Executor:
             raise ValueError(f"isolation must be 'thread' or 'process', got {isolation!r}")
         if isolation == "process" and pipeline.source_file is None:
             raise ValueError("isolation='process' needs a pipeline loaded with load_pipeline")
+        # an invalid definition (slots over a pool's capacity, a cycle, ...) is refused here,
+        # listing every problem, as load_pipeline refuses it, not mid-run from deep inside
+        pipeline.validate()
         self.pipeline = pipeline
         self.ledger = ledger
         self.holder = holder or default_holder()
