@@ -74,7 +74,8 @@ from __future__ import annotations
 import json
 import uuid
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import quote
@@ -128,6 +129,8 @@ if TYPE_CHECKING:
     from pyiceberg.table import Table, Transaction
 
 CATALOG_FILE = "twice_catalog.db"
+#: Locked while a writer opens (and so maybe creates) the embedded catalog.
+CATALOG_LOCK_FILE = ".twice_catalog.lock"
 DEFAULT_NAMESPACE = "default"
 DEFAULT_CATALOG_NAME = "twice"
 COMMIT_PROPERTY = "twice.commit"  # snapshot summary: the commit record, JSON
@@ -197,9 +200,10 @@ class IcebergDestination(ArrowScanned):
             self.warehouse.mkdir(parents=True, exist_ok=True)
             uri = self._catalog_uri or f"sqlite:///{self.warehouse / CATALOG_FILE}"
             try:
-                self._catalog = SqlCatalog(
-                    self.catalog_name, uri=uri, warehouse=self.warehouse.as_uri()
-                )
+                with self._creating_catalog():
+                    self._catalog = SqlCatalog(
+                        self.catalog_name, uri=uri, warehouse=self.warehouse.as_uri()
+                    )
             except Exception as exc:
                 from twice.core.secrets import redact
 
@@ -207,6 +211,26 @@ class IcebergDestination(ArrowScanned):
                     f"{self.spec}: cannot open the Iceberg catalog: {redact(str(exc))}"
                 ) from None
         return self._catalog
+
+    @contextmanager
+    def _creating_catalog(self) -> Iterator[None]:
+        """Opening a ``SqlCatalog`` creates its tables when they are missing, and a first write
+        creates its namespace after checking for it: two writers into a fresh embedded
+        catalog at once both tried, and one failed ("table iceberg_tables already exists", a
+        UNIQUE constraint on the namespace). An exclusive ``flock`` on a file in the warehouse
+        serialises those moments between threads and processes; a shared catalog (a server)
+        is not locked here (``_create`` checks again after a failed namespace insert)."""
+        if self._catalog_uri is not None:
+            yield
+            return
+        import fcntl
+
+        with open(self.warehouse / CATALOG_LOCK_FILE, "ab") as handle:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
     def _load(self) -> Table | None:
         """The table as the catalog has it now, or None (nothing is created by looking)."""
@@ -230,7 +254,13 @@ class IcebergDestination(ArrowScanned):
         from pyiceberg.exceptions import TableAlreadyExistsError
 
         catalog = self._open_catalog()
-        catalog.create_namespace_if_not_exists(self.namespace)
+        with self._creating_catalog():
+            try:
+                catalog.create_namespace_if_not_exists(self.namespace)
+            except Exception:
+                # a shared catalog's other writer created it between the check and the insert
+                if not catalog.namespace_exists(self.namespace):
+                    raise
         column = self.partition_column
         try:
             with catalog.create_table_transaction(
