@@ -95,6 +95,7 @@ class DuckDBDestination(EmbeddedSqlDestination[duckdb.DuckDBPyConnection]):
     engine = "duckdb"
     dialect = DuckDBDialect()
     open_errors = (duckdb.Error,)
+    machinery_errors = (duckdb.IOException,)  # a full disk, an I/O error
 
     def _open(self) -> duckdb.DuckDBPyConnection:
         conn = _connect_waiting(self.path)

@@ -44,6 +44,9 @@ class EmbeddedSqlDestination(SqlDestination[EConnT]):
     begin_sql: ClassVar[str] = "BEGIN TRANSACTION"
     # What the engine's connect() raises when the file cannot be opened.
     open_errors: ClassVar[tuple[type[Exception], ...]]
+    #: The driver's errors that say the engine's machinery failed (a lock held too long, a
+    #: full disk, an I/O error), made ``DestinationUnavailableError`` by ``_machinery``.
+    machinery_errors: ClassVar[tuple[type[Exception], ...]] = ()
 
     def __init__(self, path: str, *, spec: str, table: str, **kwargs: Any) -> None:
         super().__init__(spec=spec, table=table, **kwargs)
@@ -80,24 +83,44 @@ class EmbeddedSqlDestination(SqlDestination[EConnT]):
     def schema(self) -> Schema | None:
         if self._no_file_yet():
             return None
-        return self._read_schema()
+        with self._machinery("reading the table's columns"):
+            return self._read_schema()
 
     def _table_exists(self, name: str) -> bool:
-        return not self._no_file_yet() and self._has_table(name)
-
-    def _commits_table_exists(self) -> bool:
         if self._no_file_yet():
             return False
-        return self._has_table(COMMITS_TABLE)
+        with self._machinery("looking for a table"):
+            return self._has_table(name)
+
+    def _commits_table_exists(self) -> bool:
+        return self._table_exists(COMMITS_TABLE)
+
+    @contextmanager
+    def _machinery(self, what: str) -> Iterator[None]:
+        """A driver error that says the engine's machinery failed (``machinery_errors``)
+        becomes ``DestinationUnavailableError`` naming the destination, what twice was doing
+        and the driver's own words ("database is locked", "database or disk is full")."""
+        try:
+            yield
+        except self.machinery_errors as exc:
+            said = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise DestinationUnavailableError(f"{self.spec}: {what}: {said}") from exc
 
     @contextmanager
     def _transaction(self) -> Iterator[EConnT]:
         conn = self.connection
-        conn.execute(self.begin_sql)
+        with self._machinery("starting a write"):
+            conn.execute(self.begin_sql)
         try:
             yield conn
-        except BaseException:
-            conn.execute("ROLLBACK")
+        except BaseException as exc:
+            try:
+                conn.execute("ROLLBACK")
+            except self.open_errors:
+                pass  # the engine rolled back already (SQLite does on a full disk, I/O error)
+            if isinstance(exc, self.machinery_errors):
+                with self._machinery("writing"):
+                    raise
             raise
         try:
             conn.execute("COMMIT")
@@ -106,7 +129,8 @@ class EmbeddedSqlDestination(SqlDestination[EConnT]):
                 self.spec, "committing the write failed", exc) from exc
 
     def _query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        rows: list[tuple[Any, ...]] = self.connection.execute(sql, list(params)).fetchall()
+        with self._machinery("reading"):
+            rows: list[tuple[Any, ...]] = self.connection.execute(sql, list(params)).fetchall()
         return rows
 
 

@@ -9,10 +9,12 @@ from __future__ import annotations
 # the family root lives in twice.errors, beside its siblings
 from twice.errors import DestinationError as DestinationError
 from twice.errors import DestinationSpecError as DestinationSpecError
+from twice.errors import UnavailableError
 
 
-class DestinationUnavailableError(DestinationError):
-    """The engine could not be reached (connection refused, file locked, missing table)."""
+class DestinationUnavailableError(DestinationError, UnavailableError):
+    """The engine could not be reached or could not do its part (connection refused, file
+    locked, disk full, missing table): a service that failed, not bad input (exit 1)."""
 
 
 class DestinationCommitUnknownError(DestinationUnavailableError):

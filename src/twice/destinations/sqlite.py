@@ -108,14 +108,22 @@ class SQLiteDialect(SqlDialect):
         return ColumnType("unsupported", engine_type=declared or "untyped")
 
 
+#: How long a statement waits while another connection or process holds the file's lock
+#: before the destination is unavailable ("database is locked").
+LOCK_WAIT_SECONDS = 30.0
+
+
 class SQLiteDestination(EmbeddedSqlDestination[sqlite3.Connection]):
     engine = "sqlite"
     dialect = SQLiteDialect()
     begin_sql = "BEGIN IMMEDIATE"
     open_errors = (sqlite3.Error,)
+    # a lock held past the wait, a full disk, an I/O error (also raised for SQL twice got wrong,
+    # which a test would have caught: there are no such statements to tell apart here)
+    machinery_errors = (sqlite3.OperationalError,)
 
     def _open(self) -> sqlite3.Connection:
-        conn = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+        conn = sqlite3.connect(self.path, timeout=LOCK_WAIT_SECONDS, isolation_level=None)
         conn.create_function("twice_md5_60", 1, hash60, deterministic=True)
         conn.create_function("twice_float_text", 1, float_text, deterministic=True)
         return conn
