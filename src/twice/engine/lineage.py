@@ -26,8 +26,13 @@ failed-permanent                            acceptance refused the output)
 
 Every event carries: nominal time = the unit's interval; external query = the attempt's
 deterministic job id (source ``twice``); parent run = the twice run that drives the unit (one
-per listener, job ``<pipeline>``) or, under Airflow, the Airflow task instance's run
-(:class:`ParentRun`); the destination's public identity (never a password) as output dataset.
+per listener, job ``<pipeline>``, also the root) or, under Airflow, the Airflow task instance's
+run (:class:`ParentRun`); inputs = the destinations of the task's upstream tasks, then the
+datasets its ``metadata[INPUTS_METADATA]`` declares; output = the task's destination. Datasets
+are named by the OpenLineage naming spec (:mod:`twice.engine.dataset_naming`, never a password);
+a ``COMPLETE`` output carries its schema as the destination holds it after the write. The twice
+run itself is emitted too (``START`` before its first attempt's event, ``COMPLETE``/``FAIL``
+when :func:`lineage_run` ends), unless the parent is given (Airflow emits its own).
 ``runId`` is deterministic (:func:`attempt_run_id`): the same attempt always has the same run id,
 so a later process that reconciles it closes the run the first one opened.
 
