@@ -66,14 +66,15 @@ def faulted_pipeline(tmp_path: Path) -> Pipeline:
 
 
 def run_faulted(tmp_path: Path, ledger: Ledger) -> tuple[RunResult, Any]:
-    from twice.engine.lineage import lineage_listeners
+    from twice.engine.lineage import lineage_listeners, lineage_run
 
     pipeline = faulted_pipeline(tmp_path)
     listeners = lineage_listeners(pipeline)
     assert len(listeners) == 1  # on: the transport is configured the standard way
     clock = ledger.now
-    result = Executor(pipeline, ledger, clock=clock, sleep=lambda s: None, poll_interval=0.01,
-                      max_workers=1, listeners=listeners).run(day())
+    with lineage_run(listeners):
+        result = Executor(pipeline, ledger, clock=clock, sleep=lambda s: None,
+                          poll_interval=0.01, max_workers=1, listeners=listeners).run(day())
     return result, listeners[0]
 
 
@@ -98,7 +99,7 @@ def validate(event: dict[str, Any], registry: Any) -> None:
 
     check(event, event["schemaURL"])
     facets = [*event["run"]["facets"].values(), *event["job"]["facets"].values()]
-    for output in event["outputs"]:
+    for output in [*event["inputs"], *event["outputs"]]:
         facets += [*output.get("facets", {}).values(), *output.get("outputFacets", {}).values()]
     for facet in facets:
         # a facet's _schemaURL is "<schema $id>#/$defs/<Facet>": validate against that definition
@@ -115,6 +116,7 @@ def test_vendored_schemas_are_the_ones_the_client_names() -> None:
         nominal_time_run,
         output_statistics_output_dataset,
         parent_run,
+        schema_dataset,
         tags_run,
     )
 
@@ -125,7 +127,7 @@ def test_vendored_schemas_are_the_ones_the_client_names() -> None:
             error_message_run.ErrorMessageRunFacet, external_query_run.ExternalQueryRunFacet,
             job_type_job.JobTypeJobFacet, nominal_time_run.NominalTimeRunFacet,
             output_statistics_output_dataset.OutputStatisticsOutputDatasetFacet,
-            parent_run.ParentRunFacet,
+            parent_run.ParentRunFacet, schema_dataset.SchemaDatasetFacet,
             tags_run.TagsRunFacet,  # the client adds its version as a tag
         )
     ]
@@ -145,6 +147,15 @@ def test_a_faulted_run_emits_one_valid_run_per_attempt(
     registry = schema_registry()
     for event in events:
         validate(event, registry)
+
+    # the twice run itself: START before every attempt's event, FAIL after (a unit failed)
+    assert events[0]["job"]["name"] == events[-1]["job"]["name"] == "faulted"
+    assert [events[0]["eventType"], events[-1]["eventType"]] == ["START", "FAIL"]
+    assert {events[0]["run"]["runId"], events[-1]["run"]["runId"]} == {listener.parent.run_id}
+    assert events[0]["job"]["facets"]["jobType"]["jobType"] == "PIPELINE"
+    assert "checked" in events[-1]["run"]["facets"]["errorMessage"]["message"]
+    events = events[1:-1]
+    assert all(e["job"]["name"] != "faulted" for e in events)
 
     runs: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for event in events:
@@ -193,7 +204,10 @@ def test_a_faulted_run_emits_one_valid_run_per_attempt(
 
     done = event("flaky", 2, "COMPLETE")
     [output] = done["outputs"]
-    assert output["name"] == "flaky" and output["namespace"].startswith("duckdb://")
+    assert (output["namespace"], output["name"]) == (f"duckdb://{tmp_path / 'flaky.duckdb'}",
+                                                     "flaky.main.flaky")
+    assert [(f["name"], f["type"]) for f in output["facets"]["schema"]["fields"]] == [
+        ("day", "date"), ("v", "integer")]
     assert output["outputFacets"]["outputStatistics"]["rowCount"] == 3
     assertions = output["facets"]["dataQualityAssertions"]["assertions"]
     assert {(a["assertion"], a["success"], a["actual"]) for a in assertions} == {
@@ -223,7 +237,7 @@ def test_a_transport_that_fails_never_fails_the_run(
     with caplog.at_level("WARNING", logger="twice.lineage"):
         result, listener = run_faulted(tmp_path, ledger)
     assert [u.outcome for u in result.units] == ["succeeded", "succeeded", "failed-permanent"]
-    assert listener.failures == 9  # every event of the faulted run (see the test above)
+    assert listener.failures == 11  # every event of the faulted run (see the test above)
     assert "OpenLineage event for flaky not emitted" in caplog.text
 
 
@@ -276,7 +290,9 @@ def test_a_password_never_reaches_the_dataset_name() -> None:
     from twice.engine.lineage import dataset_name
 
     namespace, name = dataset_name("postgresql://etl:s3cret@db:5432/warehouse#public.orders")
-    assert (namespace, name) == ("postgresql://etl@db:5432/warehouse", "public.orders")
+    assert (namespace, name) == ("postgres://db:5432", "warehouse.public.orders")
+    namespace, name = dataset_name("postgresql://etl@db/warehouse?password=s3cret#orders")
+    assert "s3cret" not in namespace + name
 
 
 def test_nothing_configured_imports_no_openlineage(tmp_path: Path) -> None:
@@ -332,6 +348,9 @@ def test_an_unknown_outcome_settled_from_the_commit_record_completes_its_run(
                       listeners=lineage_listeners(pipeline)).run(day())
     assert result.unit("load").outcome == "succeeded"
     events = [json.loads(line) for line in lineage_file.read_text().splitlines()]
+    # outside lineage_run the twice run still starts before its first attempt (never ends)
+    assert (events[0]["job"]["name"], events[0]["eventType"]) == ("acked", "START")
+    events = events[1:]
     assert [e["eventType"] for e in events] == ["START", "OTHER", "COMPLETE"]
     assert len({e["run"]["runId"] for e in events}) == 1
     [output] = events[-1]["outputs"]

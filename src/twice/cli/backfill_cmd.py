@@ -132,7 +132,7 @@ def backfill(pipeline_file: str, interval_text: str | None, start_text: str | No
     from twice.destinations import DestinationError
     from twice.destinations.errors import DestinationSpecError
     from twice.drivers.backfill import BackfillError, iter_plan, run_backfill, selected_tasks
-    from twice.engine.lineage import lineage_listeners
+    from twice.engine.lineage import lineage_listeners, lineage_run
     from twice.ledger import LedgerError
 
     if interval_text is not None and (start_text is not None or end_text is not None):
@@ -203,11 +203,14 @@ def backfill(pipeline_file: str, interval_text: str | None, start_text: str | No
             "rng": None if seed is None else random.Random(seed),
             "listeners": listeners,
         }
+        with lineage_run(listeners):
+            if as_json:
+                result = run_backfill(pipeline, ledger, intervals, **options)
+            else:
+                result = run_with_progress(pipeline, ledger, intervals, total=count, **options)
         if as_json:
-            result = run_backfill(pipeline, ledger, intervals, **options)
             echo(json.dumps(result.to_dict(), sort_keys=True))
         else:
-            result = run_with_progress(pipeline, ledger, intervals, total=count, **options)
             print_summary(result)
     except (PipelineError, BackfillError, DestinationSpecError) as exc:
         raise InputError(str(exc)) from exc  # a malformed spec too: nothing was opened

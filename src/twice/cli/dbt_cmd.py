@@ -129,6 +129,7 @@ def backfill(project_dir: str, database: str, select: str, exclude: str | None,
     from twice.destinations import DestinationError
     from twice.drivers.backfill import BackfillError, iter_plan, run_backfill, selected_tasks
     from twice.drivers.dbt import DbtError, build_pipeline, resolve
+    from twice.engine.lineage import lineage_listeners, lineage_run
 
     project = _project(project_dir, database, dbt_executable, profiles_dir, target, vars_text,
                        errors_file, maximum_bytes_billed, max_attempts)
@@ -165,15 +166,20 @@ def backfill(project_dir: str, database: str, select: str, exclude: str | None,
             "tasks": tasks, "concurrency": 1, "force": force, "deadline": deadline,
             "lease_ttl": lease_ttl, "allow_open": allow_open,
             "rng": None if seed is None else random.Random(seed),
+            "listeners": lineage_listeners(pipeline),
         }
         try:
+            with lineage_run(options["listeners"]):
+                if as_json:
+                    result = run_backfill(pipeline, ledger, intervals, **options)
+                else:
+                    count = pipeline.schedule.count_intervals(span.start, span.end)
+                    result = run_with_progress(pipeline, ledger, intervals, total=count,
+                                               **options)
             if as_json:
-                result = run_backfill(pipeline, ledger, intervals, **options)
                 echo(json.dumps({**result.to_dict(), "dbt": _describe(resolved)},
                                 sort_keys=True))
             else:
-                count = pipeline.schedule.count_intervals(span.start, span.end)
-                result = run_with_progress(pipeline, ledger, intervals, total=count, **options)
                 print_summary(result)
         except (PipelineError, BackfillError) as exc:
             raise InputError(str(exc)) from exc

@@ -78,7 +78,7 @@ def run(pipeline_file: str, interval: str | None, start: str | None, end: str | 
         show_and_finish,
     )
     from twice.engine.executor import Executor
-    from twice.engine.lineage import lineage_listeners
+    from twice.engine.lineage import lineage_listeners, lineage_run
     from twice.errors import Interrupted
 
     inputs = load_run_inputs(pipeline_file, interval=interval, start=start, end=end,
@@ -93,7 +93,7 @@ def run(pipeline_file: str, interval: str | None, start: str | None, end: str | 
             force=(inputs.named or list(inputs.pipeline.tasks)) if force else (),
             listeners=listeners,
         )
-        with run_failures():
+        with run_failures(), lineage_run(listeners):
             try:
                 result = executor.run(inputs.spans, inputs.tasks)
             except Interrupted as exc:

@@ -103,7 +103,7 @@ def worker(pipeline_file: str, ledger_url: str | None, interval: str | None, sta
     from twice.define.pipeline import PipelineError
     from twice.define.schedule import ScheduleError
     from twice.drivers.worker import Worker
-    from twice.engine.lineage import lineage_listeners
+    from twice.engine.lineage import lineage_listeners, lineage_run
 
     if name is not None and not name.strip():
         raise InputError("--name must not be empty")
@@ -124,7 +124,7 @@ def worker(pipeline_file: str, ledger_url: str | None, interval: str | None, sta
             )
         except (ValueError, PipelineError, ScheduleError) as exc:
             raise InputError(str(exc)) from exc
-        with run_failures(), runner.stop_on_signals():
+        with run_failures(), runner.stop_on_signals(), lineage_run(listeners):
             report = runner.run()
         label = ledger.url
     show_and_finish(report, label, as_json, _summary)

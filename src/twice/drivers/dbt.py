@@ -64,6 +64,7 @@ from twice.core.outcomes import RemoteState
 from twice.core.policy import RetryPolicy
 from twice.define.pipeline import Pipeline, Task, TaskContext
 from twice.define.schedule import Schedule
+from twice.engine.lineage import INPUTS_METADATA
 from twice.errors import InputError, TwiceError
 
 __all__ = [
@@ -357,11 +358,27 @@ def build_pipeline(resolved: DbtManifest, *, evidence: Evidence | None = None) -
             input_version=_InputVersion(resolved, tuple(inputs)) if inputs else None,
             reconcile=reconciler(project), safe_repeat=True,
             metadata={"dbt_unique_id": uid,
-                      "strategy": (node.get("config") or {}).get("incremental_strategy")},
+                      "strategy": (node.get("config") or {}).get("incremental_strategy"),
+                      INPUTS_METADATA: lineage_inputs(resolved, inputs)},
             description=f"dbt model {uid}",
         ))
     pipeline.validate()
     return pipeline
+
+
+def lineage_inputs(resolved: DbtManifest, parents: Sequence[str]) -> tuple[str, ...]:
+    """The relations a model reads that are no twice task (sources, seeds, models without
+    event_time), as specs of its OpenLineage input datasets (``twice.engine.lineage``): its
+    parent models twice runs are its inputs already, as upstream tasks."""
+    found = []
+    for uid in parents:
+        node = resolved.manifest.get("nodes", {}).get(uid) or resolved.manifest.get(
+            "sources", {}).get(uid)
+        if node:
+            table = node.get("alias") or node.get("identifier") or node["name"]
+            found.append(f"duckdb://{resolved.project.database}#{node.get('schema') or 'main'}"
+                         f".{table}")
+    return tuple(found)
 
 
 @dataclass(frozen=True)

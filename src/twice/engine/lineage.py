@@ -26,8 +26,13 @@ failed-permanent                            acceptance refused the output)
 
 Every event carries: nominal time = the unit's interval; external query = the attempt's
 deterministic job id (source ``twice``); parent run = the twice run that drives the unit (one
-per listener, job ``<pipeline>``) or, under Airflow, the Airflow task instance's run
-(:class:`ParentRun`); the destination's public identity (never a password) as output dataset.
+per listener, job ``<pipeline>``, also the root) or, under Airflow, the Airflow task instance's
+run (:class:`ParentRun`); inputs = the destinations of the task's upstream tasks, then the
+datasets its ``metadata[INPUTS_METADATA]`` declares; output = the task's destination. Datasets
+are named by the OpenLineage naming spec (:mod:`twice.engine.dataset_naming`, never a password);
+a ``COMPLETE`` output carries its schema as the destination holds it after the write. The twice
+run itself is emitted too (``START`` before its first attempt's event, ``COMPLETE``/``FAIL``
+when :func:`lineage_run` ends), unless the parent is given (Airflow emits its own).
 ``runId`` is deterministic (:func:`attempt_run_id`): the same attempt always has the same run id,
 so a later process that reconciles it closes the run the first one opened.
 
@@ -41,13 +46,15 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from twice.core.secrets import public_spec, redact
+from twice.core.secrets import redact
+from twice.engine.dataset_naming import dataset_naming
 from twice.engine.events import (
     AttemptFinished,
     AttemptStarted,
@@ -63,7 +70,7 @@ from twice.errors import InputError
 if TYPE_CHECKING:
     from twice.core.interval import Interval
     from twice.define.acceptance import Assertion
-    from twice.define.pipeline import Pipeline
+    from twice.define.pipeline import Pipeline, Task
 
 log = logging.getLogger("twice.lineage")
 
@@ -76,6 +83,12 @@ PRODUCER = "urn:twice:openlineage:0.1.0"
 """The ``producer`` of every event twice emits (a URI, as the spec requires)."""
 
 EXTERNAL_QUERY_SOURCE = "twice"
+
+INPUTS_METADATA = "lineage_inputs"
+"""The key of ``Task.metadata`` listing datasets a task reads besides its upstream tasks'
+destinations (destination-like specs: ``postgresql://db:5432/wh#public.t``, ``bq:p.d.t``,
+``s3://bucket/key``, ...): declared inputs, named by :mod:`twice.engine.dataset_naming`. The
+dbt driver fills it with a model's sources, seeds and models twice does not run."""
 _ON = frozenset({"1", "true", "yes", "on"})
 _OFF = frozenset({"0", "false", "no", "off"})
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -146,6 +159,24 @@ def lineage_listeners(pipeline: Pipeline, *, parent: ParentRun | None = None,
     return []
 
 
+@contextmanager
+def lineage_run(listeners: Iterable[Listener]) -> Iterator[None]:
+    """The block that is one twice run for the OpenLineage listeners among ``listeners``: their
+    parent run's ``START`` on entry, ``COMPLETE``/``FAIL`` on exit (``FAIL`` when an exception
+    leaves the block, or a unit did not succeed). Other listeners are left alone."""
+    runs = [listener for listener in listeners if isinstance(listener, OpenLineageListener)]
+    for run in runs:
+        run.start_run()
+    try:
+        yield
+    except BaseException as exc:
+        for run in runs:
+            run.finish_run(exc)
+        raise
+    for run in runs:
+        run.finish_run()
+
+
 def attempt_run_id(uow_id: str, attempt: int, interval: Interval) -> str:
     """The OpenLineage ``runId`` of attempt ``attempt`` of unit ``uow_id``: a UUIDv7 (the
     spec's recommendation) from the client's ``generate_static_uuid``, its time part the
@@ -158,16 +189,10 @@ def attempt_run_id(uow_id: str, attempt: int, interval: Interval) -> str:
 
 
 def dataset_name(destination: str) -> tuple[str, str]:
-    """``(namespace, name)`` of a destination's dataset, from its public identity (never a
-    password): the spec up to the table is the namespace (without query parameters), the
-    table (after ``#``) the name; a spec without a table is ``(scheme, rest)``."""
-    spec = public_spec(destination)
-    base, _, table = spec.partition("#")
-    base = base.partition("?")[0]
-    if table:
-        return base, table
-    scheme, _, rest = base.partition(":")
-    return scheme, rest.lstrip("/") or spec
+    """``(namespace, name)`` of a destination's dataset by the OpenLineage naming spec
+    (:mod:`twice.engine.dataset_naming`), from its public identity (never a password)."""
+    found = dataset_naming(destination)
+    return found.namespace, found.name
 
 
 @dataclass
@@ -187,7 +212,10 @@ class OpenLineageListener:
     ``client``: an ``OpenLineageClient`` (default: one configured from the environment, the
     standard way). ``namespace``: of the jobs (default ``OPENLINEAGE_NAMESPACE``, else the
     pipeline's name); job names are ``<pipeline>.<task>``. ``parent``: the run every attempt
-    nests under (default: this twice run, job ``<pipeline>``, one new run id per listener).
+    nests under; by default this twice run (job ``<pipeline>``, one new run id per listener),
+    whose own events the listener emits too: ``START`` before its first attempt's, and
+    ``COMPLETE``/``FAIL`` at :meth:`finish_run` (or leaving ``with listener:``). A given
+    ``parent`` (an Airflow task's run) is its scheduler's to emit.
     """
 
     def __init__(self, pipeline: Pipeline, *, client: Any = None, namespace: str | None = None,
@@ -198,19 +226,72 @@ class OpenLineageListener:
         self.pipeline = pipeline
         self.client = client if client is not None else OpenLineageClient()
         self.namespace = namespace or os.environ.get("OPENLINEAGE_NAMESPACE") or pipeline.name
+        self.emits_parent = parent is None
         self.parent = parent or ParentRun(self.namespace, pipeline.name, str(generate_new_uuid()))
         self.failures = 0
         self._lock = threading.Lock()
         self._attempts: dict[tuple[str, int], _Attempt] = {}
+        self._run_state = "new"  # new -> started -> finished (the parent run's own events)
+        self._unsettled: list[str] = []  # "<task> <interval> (<outcome>)" of units that failed
 
     def __call__(self, event: Event) -> None:
         try:
             with self._lock:
+                self._start_parent()
                 self._handle(event)
         except Exception as exc:  # observing never changes the outcome
             self.failures += 1
             log.warning("OpenLineage event for %s not emitted: %s: %s", event.task,
                         type(exc).__name__, redact(str(exc)))
+
+    def __enter__(self) -> OpenLineageListener:
+        self.start_run()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 tb: object) -> None:
+        self.finish_run(error)
+
+    def start_run(self) -> None:
+        """Emit the parent run's ``START`` (once; the first attempt's event does it anyway)."""
+        self._guarded("START", self._start_parent)
+
+    def finish_run(self, error: BaseException | None = None) -> None:
+        """Emit the parent run's terminal event: ``FAIL`` when ``error`` ended the run or a
+        unit it drove did not succeed, else ``COMPLETE``. Once; nothing if it never started."""
+        self._guarded("COMPLETE/FAIL", lambda: self._finish_parent(error))
+
+    def _guarded(self, what: str, step: Any) -> None:
+        try:
+            with self._lock:
+                step()
+        except Exception as exc:  # observing never changes the outcome
+            self.failures += 1
+            log.warning("OpenLineage %s of run %s not emitted: %s: %s", what,
+                        self.pipeline.name, type(exc).__name__, redact(str(exc)))
+
+    def _start_parent(self) -> None:
+        if self._run_state != "new":
+            return
+        self._run_state = "started"
+        if self.emits_parent:
+            self._emit_parent("START")
+
+    def _finish_parent(self, error: BaseException | None) -> None:
+        if self._run_state != "started":
+            return
+        self._run_state = "finished"
+        if not self.emits_parent:
+            return
+        if error is not None:
+            self._emit_parent("FAIL", f"{type(error).__name__}: {error}")
+        elif self._unsettled:
+            shown = ", ".join(self._unsettled[:10])
+            more = f" and {len(self._unsettled) - 10} more" if len(self._unsettled) > 10 else ""
+            self._emit_parent("FAIL", f"{len(self._unsettled)} unit(s) did not succeed: "
+                                      f"{shown}{more}")
+        else:
+            self._emit_parent("COMPLETE")
 
     # -- mapping --------------------------------------------------------------------------------
 
@@ -250,6 +331,8 @@ class OpenLineageListener:
                 self._end("ABORT", event.uow_id, event.task, event.attempt, state,
                           error=f"{why}: nothing of this attempt landed; safe to retry")
         elif isinstance(event, UnitSettled):
+            if event.outcome != "succeeded":
+                self._unsettled.append(f"{event.task} {event.interval.label} ({event.outcome})")
             for key in [k for k in self._attempts if k[0] == event.uow_id]:
                 state = self._attempts[key]
                 if state.reconciled:  # no output check followed (e.g. superseded): it succeeded
@@ -281,6 +364,26 @@ class OpenLineageListener:
         self._emit(kind, uow_id, task, attempt, state, error=error)
 
     # -- building ---------------------------------------------------------------------------------
+
+    def _emit_parent(self, kind: str, error: str | None = None) -> None:
+        from openlineage.client.event_v2 import Job, Run, RunEvent, RunState
+        from openlineage.client.facet_v2 import error_message_run, job_type_job
+
+        run_facets: dict[str, Any] = {}
+        if error is not None:
+            run_facets["errorMessage"] = error_message_run.ErrorMessageRunFacet(
+                message=redact(error), programmingLanguage="python",
+            )
+        self.client.emit(RunEvent(
+            eventType=RunState[kind],
+            eventTime=datetime.now(UTC).isoformat(),
+            run=Run(runId=self.parent.run_id, facets=run_facets),
+            job=Job(namespace=self.parent.namespace, name=self.parent.name, facets={
+                "jobType": job_type_job.JobTypeJobFacet(
+                    processingType="BATCH", integration="TWICE", jobType="PIPELINE"),
+            }),
+            producer=PRODUCER,
+        ))
 
     def _emit(self, kind: str, uow_id: str, task_name: str, attempt: int, state: _Attempt,
               error: str | None = None) -> None:
@@ -316,31 +419,44 @@ class OpenLineageListener:
         task = self.pipeline.get_task(task_name) if task_name in self.pipeline else None
         outputs = []
         if task is not None and task.destination:
-            namespace, name = dataset_name(task.destination)
+            named = dataset_naming(task.destination)
             facets, output_facets = self._output_facets(kind, state)
-            outputs.append(OutputDataset(namespace=namespace, name=name, facets=facets,
-                                         outputFacets=output_facets))
+            if kind == "COMPLETE":
+                facets.update(_schema_facet(task.destination))
+            outputs.append(OutputDataset(namespace=named.namespace, name=named.name,
+                                         facets=facets, outputFacets=output_facets))
         self.client.emit(RunEvent(
             eventType=RunState[kind],
             eventTime=datetime.now(UTC).isoformat(),
             run=Run(runId=attempt_run_id(uow_id, attempt, interval), facets=run_facets),
             job=job,
+            inputs=self._inputs(task) if task is not None else [],
             outputs=outputs,
             producer=PRODUCER,
         ))
 
+    def _inputs(self, task: Task) -> list[Any]:
+        """What the task reads: its upstream tasks' destinations, then the datasets its
+        ``metadata[INPUTS_METADATA]`` declares; each dataset once, in that order."""
+        from openlineage.client.event_v2 import InputDataset
+
+        specs = [self.pipeline.get_task(dep).destination for dep in task.depends_on
+                 if dep in self.pipeline]
+        declared = task.metadata.get(INPUTS_METADATA) or ()
+        specs += [declared] if isinstance(declared, str) else list(declared)
+        named = dict.fromkeys(dataset_naming(spec) for spec in specs if spec)
+        return [InputDataset(namespace=n.namespace, name=n.name) for n in named]
+
     def _parent_facet(self, parent_run: Any) -> Any:
         parent = self.parent
-        root = None
-        if parent.root is not None:
-            root = parent_run.Root(
-                run=parent_run.RootRun(runId=parent.root.run_id),
-                job=parent_run.RootJob(namespace=parent.root.namespace, name=parent.root.name),
-            )
+        top = parent.root or parent  # this twice run is its own root when nothing is above it
         return parent_run.ParentRunFacet(
             run=parent_run.Run(runId=parent.run_id),
             job=parent_run.Job(namespace=parent.namespace, name=parent.name),
-            root=root,
+            root=parent_run.Root(
+                run=parent_run.RootRun(runId=top.run_id),
+                job=parent_run.RootJob(namespace=top.namespace, name=top.name),
+            ),
         )
 
     def _output_facets(self, kind: str, state: _Attempt) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -379,3 +495,27 @@ class OpenLineageListener:
                 ])
             )
         return facets, output_facets
+
+
+def _schema_facet(destination: str) -> dict[str, Any]:
+    """``{"schema": SchemaDatasetFacet}`` of the destination's columns as it stands after the
+    write, each with twice's column kind as its type (``integer``, ``decimal(12,2)``, ...);
+    empty when the table cannot be read (the event goes out without it)."""
+    from openlineage.client.facet_v2 import schema_dataset
+
+    from twice.destinations import open_destination
+
+    try:
+        with open_destination(destination) as dest:
+            columns = dest.schema()
+    except Exception as exc:
+        log.info("schema of %s not read for OpenLineage: %s: %s", redact(destination),
+                 type(exc).__name__, redact(str(exc)))
+        return {}
+    if not columns:
+        return {}
+    return {"schema": schema_dataset.SchemaDatasetFacet(fields=[
+        schema_dataset.SchemaDatasetFacetFields(
+            name=name, type=ctype.engine_type if ctype.kind == "unsupported" else str(ctype))
+        for name, ctype in columns.items()
+    ])}
