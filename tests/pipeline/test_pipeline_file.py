@@ -191,6 +191,20 @@ def test_exit_in_the_file_is_reported(tmp_path: Path) -> None:
     assert str(load_error(path)) == f"{path}:2: the file called exit(3) while loading"
 
 
+def test_a_base_exception_of_the_files_own_is_reported(tmp_path: Path) -> None:
+    """Found by issue 39: a custom ``BaseException`` subclass raised at import printed a raw
+    traceback; it is reported like any error in the file (Ctrl-C still interrupts)."""
+    path = write(tmp_path, "class Halt(BaseException):\n    pass\n\nraise Halt('stop here')\n")
+    message = str(load_error(path))
+    assert message.startswith(f"{path}:4: ") and "Halt: stop here" in message, message
+
+
+def test_ctrl_c_while_loading_still_interrupts(tmp_path: Path) -> None:
+    path = write(tmp_path, "raise KeyboardInterrupt\n")
+    with pytest.raises(KeyboardInterrupt):
+        load_pipeline(str(path))
+
+
 def test_no_pipeline_found(tmp_path: Path) -> None:
     path = write(tmp_path, "x = 1\n")
     assert str(load_error(path)).startswith(f"{path}: no Pipeline found; define one at module")

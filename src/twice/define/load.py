@@ -117,7 +117,9 @@ def _execute(file: Path, shown: str) -> ModuleType:
     sys.modules[name] = module  # dataclasses and typing look the module up while it runs
     try:
         exec(code, module.__dict__)
-    except (Exception, SystemExit) as exc:
+    except BaseException as exc:  # the file's own BaseException subclasses too; not Ctrl-C
+        if isinstance(exc, KeyboardInterrupt | GeneratorExit):
+            raise
         if previous is None:
             sys.modules.pop(name, None)
         else:
