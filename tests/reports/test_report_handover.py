@@ -151,3 +151,21 @@ def test_examples_say_none_recorded(tmp_path: Path) -> None:
     for heading in EXAMPLES:
         assert section(examples, heading).strip() == "_None recorded._"
     assert "_None recorded._" in section(text, SECTIONS[3])
+
+
+def test_a_job_still_running_is_not_a_duplicate_example(tmp_path: Path) -> None:
+    """Found by issue 39: an attempt that timed out (unknown) while its job kept running, the
+    reconcile saying RUNNING, was listed under "Duplicate after a lost response". Nothing was
+    resubmitted and nothing answered "duplicate": it is a job still running."""
+    clock = StoryClock()
+    with Ledger.open(tmp_path / "l.db", clock=clock) as ledger:
+        uow = ledger.record_unit(unit_for("load")).uow_id
+        clock.current = at(5, 0)
+        ledger.begin_attempt(uow, holder="w", generation=1, job_id="job-1")
+        clock.current = at(5, 10)
+        ledger.finish_attempt(uow, 1, "unknown")
+        clock.current = at(5, 11)
+        ledger.record_observation(uow, "running", source="reconcile", attempt=1,
+                                  detail={"job_id": "job-1", "state": "RUNNING"})
+        text = render_handover(gather(ledger))
+    assert section(section(text, SECTIONS[7]), EXAMPLES[0]).strip() == "_None recorded._"

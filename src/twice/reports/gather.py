@@ -63,6 +63,8 @@ if TYPE_CHECKING:
 VALIDATED_STATES = frozenset({"validated", "accepted", "verified"})
 #: Observation states a remote service uses for a job that ended with an error.
 FAILED_STATES = frozenset({"failed", "failure", "error"})
+#: Observation states that say a job is still going (queued or running).
+RUNNING_STATES = frozenset({"running", "pending", "queued"})
 
 # Decision ``detail`` keys the planner and executor may record, in both spellings in use (the
 # lab's camelCase and Python's snake_case). Unknown keys are shown verbatim, never interpreted.

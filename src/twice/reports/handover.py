@@ -23,6 +23,7 @@ from twice.core.outcomes import ERROR_CLASSIFICATIONS
 from twice.core.resolution import NEXT_RUN_DOES, next_run_after
 from twice.reports import wording
 from twice.reports.gather import (
+    RUNNING_STATES,
     Assumption,
     Evidence,
     Observation,
@@ -316,6 +317,10 @@ def _duplicate_example(unit: UnitReport) -> str | None:
     reconciles = [o for o in unit.observations if "reconcile" in o.kinds]
     if not duplicates and not (unknown and reconciles):
         return None
+    if not duplicates:
+        last_seen = max(reconciles, key=lambda o: o.record.observed_at)
+        if last_seen.record.state.strip().lower() in RUNNING_STATES:
+            return None  # a job still running: nothing was resent, nothing answered duplicate
     story = []
     for attempt in unknown:
         job = f", job {_code(attempt.job_id)}" if attempt.job_id else ""
