@@ -184,3 +184,31 @@ def test_empty_ledger_page(tmp_path: Path) -> None:
     with Ledger.open(tmp_path / "l.db") as ledger:
         dom = parse(render_html(gather(ledger)))
     assert "records no units of work" in dom.one(id="units-table").all_text()
+
+
+def test_attempts_are_counted_against_the_limit_of_their_run(tmp_path: Path) -> None:
+    """Found by issue 39: "Attempts 2 of 1" for a task allowed 1 attempt per run that ran in
+    two runs: the limit is per run, the count was of every run."""
+    from tests.executor.helpers import ManualClock, day
+
+    from twice.core.policy import RetryPolicy
+    from twice.define.pipeline import Pipeline, TaskContext
+    from twice.define.schedule import Schedule
+    from twice.engine.executor import Executor
+
+    pipeline = Pipeline("flaky", schedule=Schedule.daily("UTC"))
+
+    @pipeline.task(retry=RetryPolicy(max_attempts=1, transient=(ConnectionError,)),
+                   safe_repeat=True, timeout=30)
+    def fetch(ctx: TaskContext) -> None:
+        raise ConnectionError("the source is down")
+
+    clock = ManualClock()
+    with Ledger.open(tmp_path / "l.db", clock=clock) as ledger:
+        for _ in range(2):
+            Executor(pipeline, ledger, clock=clock, sleep=clock.sleep).run(day())
+            clock.advance(3600)
+        page = render_html(gather(ledger))
+    row = parse(page).one("table", id="units-table").one("tr", "unit-row").all_text()
+    assert "2 of 1" not in row
+    assert "1 of 1 in the latest run, 2 in all" in row, row

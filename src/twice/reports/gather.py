@@ -352,6 +352,17 @@ class UnitReport:
         return self.status.state
 
     @property
+    def attempts_in_latest_run(self) -> int:
+        """Attempts begun since the latest run took the unit up (its ``run-started``
+        marker): what ``max_attempts`` limits. All of them when no run left a marker."""
+        starts = [o.record.observed_at for o in self.observations
+                  if o.record.state == RUN_STARTED and o.record.source == EXECUTOR_SOURCE]
+        if not starts:
+            return len(self.attempts)
+        since = max(starts)
+        return sum(1 for attempt in self.attempts if attempt.started_at >= since)
+
+    @property
     def label(self) -> str:
         """``funds.load 2026-12-01``: how people name the unit in a meeting."""
         unit = self.unit

@@ -278,8 +278,7 @@ def _units_table(evidence: Evidence) -> str:
             f'</td><td class="interval">{escape(wording.interval(u.interval))}</td>'
             f'<td class="outcome">{_state(unit)} {badge(unit.status.basis)}<br>'
             f'<span class="note">{escape(unit.status.text)}</span></td>'
-            f'<td class="num">{len(unit.attempts)}'
-            + (f" of {unit.max_attempts}" if unit.max_attempts else "")
+            f'<td class="num">{_attempt_count(unit)}'
             + f'</td><td class="jobs">{_jobs(unit)}</td><td>{_latest_evidence(unit)}</td>'
             f"<td>{_next(unit)}</td></tr>"
         )
@@ -287,6 +286,18 @@ def _units_table(evidence: Evidence) -> str:
         return '<p class="note" id="units-table">The ledger records no units of work.</p>'
     return _table("units", ["Task", "Interval", "Outcome", "Attempts", "Job ids / generations",
                             "Latest evidence", "Latest decision"], rows, "units-table")
+
+
+def _attempt_count(unit: UnitReport) -> str:
+    """The attempts against ``max_attempts``, which limits one run's attempts: "1 of 1 in the
+    latest run, 2 in all" when earlier runs made some too."""
+    total = len(unit.attempts)
+    if not unit.max_attempts:
+        return str(total)
+    in_run = unit.attempts_in_latest_run
+    if in_run == total:
+        return f"{total} of {unit.max_attempts}"
+    return f"{in_run} of {unit.max_attempts} in the latest run, {total} in all"
 
 
 def _attempts(unit: UnitReport) -> str:
