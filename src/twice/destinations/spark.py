@@ -51,7 +51,9 @@ twice; unstamped, ``append`` is a plain ``INSERT INTO`` (not exactly-once).
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import sys
 import threading
 import time
 import uuid
@@ -130,6 +132,12 @@ def spark_session(master: str = DEFAULT_MASTER, warehouse: str | None = None) ->
     )
     if warehouse is not None:
         builder = builder.config("spark.sql.warehouse.dir", warehouse)
+    if not os.environ.get("PYSPARK_PYTHON"):
+        # PySpark starts its Python workers with `python3` from PATH unless PYSPARK_PYTHON
+        # says otherwise (read when the context starts; spark.pyspark.python is spark-submit's):
+        # without an activated venv that is an interpreter without twice, and twice's
+        # fingerprint runs in those workers (mapInArrow) after the data is written
+        os.environ["PYSPARK_PYTHON"] = sys.executable
     try:
         session = builder.getOrCreate()
     except Exception as exc:  # Java missing, bad master URL: py4j / pyspark errors vary
