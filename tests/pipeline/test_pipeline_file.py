@@ -292,3 +292,27 @@ def test_an_append_task_declared_safe_repeat_is_warned_about(tmp_path: Path) -> 
             load_pipeline(str(path))
         said = [str(w.message) for w in caught if issubclass(w.category, DefinitionWarning)]
         assert sum("appends its rows again" in text for text in said) == expected, said
+
+
+def test_the_definitions_advisory_warnings_reach_the_loader(tmp_path: Path) -> None:
+    """Found by issue 39: ``validate()`` found "no timeout" and "neither estimated_duration
+    nor timeout: the deadline planner assumes an attempt takes 0 s", but ``load_pipeline``
+    dropped them, so the CLI never said why a finish time equalled the start."""
+    import warnings
+
+    from twice.define.load import DefinitionWarning, load_pipeline
+
+    path = tmp_path / "silent.py"
+    path.write_text(
+        "from datetime import time\n"
+        "from twice import Pipeline, Schedule\n"
+        "pipeline = Pipeline('p', schedule=Schedule.daily('UTC'), deadline=time(6, 0))\n"
+        "@pipeline.task(safe_repeat=True)\n"
+        "def t(ctx):\n    return None\n")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        load_pipeline(str(path))
+    said = [str(w.message) for w in caught if issubclass(w.category, DefinitionWarning)]
+    assert any("task 't': no timeout" in text for text in said), said
+    assert any("assumes an attempt takes 0 s" in text for text in said), said
+    assert all(text.startswith(f"{path}: ") for text in said)

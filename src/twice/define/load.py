@@ -49,13 +49,13 @@ def load_pipeline(
     pipeline.source_file = file
     if validate:
         try:
-            pipeline.validate()
+            advice = pipeline.validate()
         except PipelineError as exc:
             lines = "\n".join(f"  - {p}" for p in exc.problems)
             raise PipelineFileError(
                 f"{shown}: pipeline {pipeline.name!r} is invalid:\n{lines}", path=shown
             ) from None
-        for line in pipeline.unseen_effects():
+        for line in [*advice, *pipeline.unseen_effects()]:
             warnings.warn(f"{shown}: {line}", DefinitionWarning, stacklevel=2)
     return pipeline
 
