@@ -247,6 +247,17 @@ class Executor:
                     self._refreshed.add((task_name, interval))
         return identify_unit(self.pipeline, self.ledger, task_name, interval)
 
+    def _advise(self) -> None:
+        """Timeouts far above what the tasks' attempts take, as warnings (once per text:
+        the CLI prints them as ``warning: ...``); never a refusal."""
+        import warnings
+
+        from twice.define.load import DefinitionWarning
+        from twice.engine.timeout_advice import timeout_advice
+
+        for line in timeout_advice(self.pipeline, self.ledger):
+            warnings.warn(line, DefinitionWarning, stacklevel=3)
+
     def run(
         self, intervals: Interval | Iterable[Interval], tasks: Iterable[str] | str | None = None
     ) -> RunResult:
@@ -259,6 +270,7 @@ class Executor:
         spans = [intervals] if isinstance(intervals, Interval) else list(intervals)
         canonical = [self.pipeline.schedule.canonical(span) for span in spans]
         refuse_open_intervals(canonical, self.now(), allow_open=self.allow_open)
+        self._advise()
         plan = self.pipeline
         if tasks is not None:
             names = [tasks] if isinstance(tasks, str) else list(tasks)

@@ -1,0 +1,60 @@
+"""A timeout far above what the task's attempts take is called out (the Indonesian source: "a
+one-hour limit for a query that usually finishes in two minutes only delays failure
+detection"). Found by issue 39: nothing warned about it."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+from tests.executor.helpers import ManualClock, day
+
+from twice.define.load import DefinitionWarning
+from twice.define.pipeline import Pipeline, TaskContext
+from twice.define.schedule import Schedule
+from twice.engine.executor import Executor
+from twice.engine.timeout_advice import timeout_advice
+from twice.ledger import Ledger
+
+
+def _pipeline(clock: ManualClock, timeout: float, takes: float) -> Pipeline:
+    pipeline = Pipeline("queries", schedule=Schedule.daily("UTC"))
+
+    @pipeline.task(timeout=timeout, safe_repeat=True)
+    def query(ctx: TaskContext) -> None:
+        clock.advance(takes)  # the query's measured duration
+
+    return pipeline
+
+
+def _run_days(pipeline: Pipeline, ledger: Ledger, clock: ManualClock, days: int,
+              first: int = 0) -> None:
+    for offset in range(first, first + days):
+        clock.advance(86400)
+        assert Executor(pipeline, ledger, clock=clock, sleep=clock.sleep,
+                        isolation="thread").run(day(offset)).ok
+
+
+def test_an_hour_for_a_two_minute_query_is_called_out(tmp_path: Path) -> None:
+    clock = ManualClock()
+    ledger = Ledger.open(f"sqlite:///{tmp_path / 'ledger.db'}", clock=clock)
+    pipeline = _pipeline(clock, timeout=3600, takes=120)
+    _run_days(pipeline, ledger, clock, 2)
+    assert timeout_advice(pipeline, ledger) == []  # two measurements are not a profile yet
+    _run_days(pipeline, ledger, clock, 1, first=2)
+    [advice] = timeout_advice(pipeline, ledger)
+    assert advice.startswith("task 'query': timeout 1 h is 30x its typical attempt (2 min")
+    assert "a hung attempt is detected only after 1 h" in advice
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        Executor(pipeline, ledger, clock=clock, sleep=clock.sleep).run(day(3))
+    said = [str(w.message) for w in caught if issubclass(w.category, DefinitionWarning)]
+    assert said == [advice]
+
+
+def test_a_timeout_that_fits_its_attempts_is_not(tmp_path: Path) -> None:
+    clock = ManualClock()
+    ledger = Ledger.open(f"sqlite:///{tmp_path / 'ledger.db'}", clock=clock)
+    pipeline = _pipeline(clock, timeout=600, takes=120)
+    _run_days(pipeline, ledger, clock, 4)
+    assert timeout_advice(pipeline, ledger) == []
