@@ -173,6 +173,7 @@ class Executor:
         # listing every problem, as load_pipeline refuses it, not mid-run from deep inside
         pipeline.validate()
         self.pipeline = pipeline
+        self._advised = False  # timeout advice is given once per executor (``_advise``)
         self.ledger = ledger
         self.holder = holder or default_holder()
         self._clock: Clock = clock or ledger.now
@@ -250,6 +251,9 @@ class Executor:
     def _advise(self) -> None:
         """Timeouts far above what the tasks' attempts take, as warnings (once per text:
         the CLI prints them as ``warning: ...``); never a refusal."""
+        if self._advised:
+            return
+        self._advised = True
         import warnings
 
         from twice.define.load import DefinitionWarning
