@@ -402,6 +402,36 @@ def _acceptance_failed(result: AcceptanceResult, refused: Refused | None) -> Acc
     return AcceptanceFailed(result, refused=refused)
 
 
+#: Where a job's statistics (BigQuery's job resource, either spelling) report the rows it wrote
+#: and the rows it rejected, looked for at the top and under ``load`` / ``query``.
+_ROW_KEYS = ("outputRows", "output_rows", "numDmlAffectedRows", "num_dml_affected_rows")
+_REJECTED_KEYS = ("badRecords", "bad_records")
+
+
+def job_reported(returned: object) -> tuple[int | None, int | None]:
+    """(rows written, rows rejected) as a remote job reported them, None where it did not: a
+    returned ``JobStatus`` (its ``statistics``) or a mapping (``rows``/``rejected_rows``, or
+    statistics keys)."""
+    statistics = getattr(returned, "statistics", None)
+    found: Mapping[str, Any] = (statistics if isinstance(statistics, Mapping)
+                                else returned if isinstance(returned, Mapping) else {})
+    places = [found, *(found[k] for k in ("load", "query") if isinstance(found.get(k), Mapping))]
+
+    def first(keys: tuple[str, ...]) -> int | None:
+        for place in places:
+            for key in keys:
+                value = place.get(key)
+                if isinstance(value, bool) or value is None:
+                    continue
+                try:
+                    return int(value)  # BigQuery's REST API sends int64 as text
+                except (TypeError, ValueError):
+                    continue
+        return None
+
+    return first(("rows", *_ROW_KEYS)), first(("rejected_rows", *_REJECTED_KEYS))
+
+
 def check_task_output(
     criteria: AcceptanceCriteria, destination_spec: str, partition: PartitionSpec,
     returned: object, nonfatal_errors: int, *, landed: bool = False,
@@ -412,13 +442,23 @@ def check_task_output(
     refused); anything else leaves rejected rows unknown, which fails a criterion that needs
     them. ``landed``: twice wrote the returned rows itself (``write=``), every one of them or
     none, so none was rejected. ``nonfatal_errors`` is the count the attempt recorded.
+
+    A destination twice cannot open (``bq:project.dataset.table``: a remote job's table) is
+    judged on what the job reported (:func:`job_reported`): its rows and rejected rows from
+    the returned job status or mapping, its non-fatal errors as recorded; nulls are not
+    reported, so a ``required_non_null`` criterion fails there, as an unknown count does.
     """
+    from twice.core.schemes import is_owned
     from twice.destinations import open_destination
 
     rejected = (0 if landed
                 else returned.get("rejected_rows") if isinstance(returned, Mapping) else None)
     if rejected is not None and (isinstance(rejected, bool) or not isinstance(rejected, int)):
         rejected = None
+    if not is_owned(destination_spec):
+        rows, reported_rejected = job_reported(returned)
+        return evaluate(criteria, LoadOutcome(
+            rows, rejected if rejected is not None else reported_rejected, nonfatal_errors))
     with open_destination(destination_spec) as destination:
         outcome = observe(destination, partition, criteria, rejected_rows=rejected,
                           nonfatal_errors=nonfatal_errors)
