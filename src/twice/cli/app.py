@@ -17,6 +17,7 @@ _HELP: dict[str, str] = {
     "status": "Table of units of work and what the planner would do now.",
     "explain": "Full recorded timeline of one unit of work.",
     "resolve": "Record an operator's resolution of an unknown outcome (asserted, not observed).",
+    "cancel": "Ask for a remote job's cancel (a request: the job may still finish).",
     "adopt": "Make a destination belong to this ledger (recorded; its earlier ledger is "
              "refused).",
     "fingerprint": "Row count + checksum of one partition.",

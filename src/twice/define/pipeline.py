@@ -85,6 +85,9 @@ class PipelineError(InputError):
 
 
 Reconciler = Callable[[str, "TaskContext"], RemoteState | str]
+#: ``cancel(job_id, ctx)``: asks the remote service to cancel ``job_id`` (``twice cancel``);
+#: returns at once, whatever it returns (a ``JobStatus``, text) is recorded as the answer.
+Canceller = Callable[[str, "TaskContext"], Any]
 
 
 @dataclass(frozen=True)
@@ -147,6 +150,8 @@ class Task:
     - ``estimated_duration``/``validation_duration``: seconds, for the deadline-aware planner.
     - ``reconcile(job_id, ctx)``: asks the remote service what happened to ``job_id`` after a
       timeout or lost acknowledgement; returns a ``RemoteState``.
+    - ``cancel(job_id, ctx)``: asks the remote service to cancel ``job_id``, for ``twice
+      cancel``; a request, not an outcome (``twice.engine.cancel``).
     - ``acceptance``: ``twice.AcceptanceCriteria`` the executor checks, against what the attempt
       returned and what ``destination`` holds, before it records the attempt succeeded; a
       failed check makes it ``failed-permanent`` (needs ``destination``).
@@ -191,6 +196,7 @@ class Task:
     estimated_duration: float | None = None
     validation_duration: float = 0.0
     reconcile: Reconciler | None = None
+    cancel: Canceller | None = None
     acceptance: Any = None
     safe_repeat: SafeRepeat = False
     timeout_is_failure: bool = False
@@ -234,7 +240,7 @@ class Task:
 
         object.__setattr__(self, "destination", remember(absolute(self.destination)))
         _check_partition(self.input_partition, where)
-        for attr in ("input_version", "reconcile"):
+        for attr in ("input_version", "reconcile", "cancel"):
             value = getattr(self, attr)
             if value is not None and not callable(value):
                 raise PipelineError(f"{where}: {attr} must be callable or None")
@@ -724,6 +730,7 @@ class Pipeline:
         estimated_duration: Duration | None = ...,
         validation_duration: Duration = ...,
         reconcile: Reconciler | None = ...,
+        cancel: Canceller | None = ...,
         acceptance: Any = ...,
         safe_repeat: SafeRepeat = ...,
         timeout_is_failure: bool = ...,
