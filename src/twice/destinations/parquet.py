@@ -711,21 +711,10 @@ def open_destination(spec: DestinationSpec) -> ParquetDestination:
 
 
 def _flock_holder(handle: Any) -> processes.Process | None:
-    """Another process holding a ``flock`` on ``handle``'s file, as ``/proc/locks`` names it
-    (Linux); None when none is named or it cannot be read."""
+    """Another process holding a ``flock`` on ``handle``'s file (Linux's ``/proc/locks``);
+    None when none is named or it cannot be told."""
     try:
-        found = os.fstat(handle.fileno())
-        with open("/proc/locks", encoding="ascii", errors="replace") as locks:
-            lines = locks.read().splitlines()
-    except OSError:
+        pid = processes.flock_holder(handle.fileno())
+    except (OSError, ValueError):
         return None
-    # /proc/locks names a file as MAJOR:MINOR:INODE, the device numbers in hex
-    file = f"{os.major(found.st_dev):02x}:{os.minor(found.st_dev):02x}:{found.st_ino}"
-    for line in lines:
-        fields = line.split()
-        if len(fields) < 6 or fields[1] != "FLOCK" or fields[4] == "->":
-            continue
-        pid = fields[4]
-        if fields[5] == file and pid.isdigit() and int(pid) != os.getpid():
-            return processes.look(int(pid))
-    return None
+    return None if pid is None else processes.look(pid)
