@@ -178,3 +178,29 @@ def test_a_child_dies_with_its_killed_parent(tmp_path: Path, mode: str) -> None:
     finally:
         if not processes.gone(child):
             os.kill(child, signal.SIGKILL)
+
+
+def test_parquet_commits_with_two_renames_where_renameat2_is_missing(
+        portable: None, tmp_path: Path) -> None:
+    from datetime import date
+
+    from twice.destinations import open_destination
+
+    assert not processes.can_exchange()
+    assert processes.exchange(tmp_path / "a", tmp_path / "b") is False
+    dest = open_destination(f"parquet://{tmp_path}/ds?partition_column=day")
+    assert dest.use_exchange is False  # type: ignore[attr-defined]
+    day = date(2026, 11, 23)
+    dest.replace_partition([{"day": day, "tag": "v1"}], day)
+    dest.replace_partition([{"day": day, "tag": "v2"}], day)  # the swap: two renames
+    assert [r["tag"] for r in dest.read_partition(day).to_pylist()] == ["v2"]
+    assert not [p for p in (tmp_path / "ds").iterdir() if p.name.startswith(".twice-")]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="renameat2 is Linux's")
+def test_renameat2_swaps_on_linux(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    (tmp_path / "a" / "from-a").touch()
+    assert processes.can_exchange() and processes.exchange(tmp_path / "a", tmp_path / "b")
+    assert (tmp_path / "b" / "from-a").exists()

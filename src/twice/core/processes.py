@@ -9,9 +9,10 @@ its holder (``twice.engine.timeouts``). Read-only and best effort: what cannot b
 ("cannot tell") and callers do what they would do without it. Never the command line's text,
 which may hold a password.
 
-It is also the one module of twice with Linux-only calls (``/proc`` and ``prctl``), each behind
-a portable fallback (docs/architecture.md, "Portability"), used where ``/proc`` is missing
-(macOS, the BSDs) or when ``$TWICE_PROCESSES`` is ``portable`` (``PORTABLE``; tests force it):
+It is also the one module of twice with Linux-only calls (``/proc``, ``prctl``, ``renameat2``),
+each behind a portable fallback (docs/architecture.md, "Portability"), used where ``/proc`` is
+missing (macOS, the BSDs) or when ``$TWICE_PROCESSES`` is ``portable`` (``PORTABLE``; tests
+force it):
 
 ============================  ====================================  ==========================
 question                      Linux                                 elsewhere
@@ -24,11 +25,17 @@ command line names a folder   ``/proc/PID/cmdline``                 ``ps -o args
 who has a file open           ``/proc/*/fd``                        ``lsof -t`` (if installed)
 who holds a ``flock``         ``/proc/locks``                       None (cannot tell)
 die with the parent           ``prctl(PR_SET_PDEATHSIG, SIGKILL)``  a thread polling getppid
+swap two directories          ``renameat2(RENAME_EXCHANGE)``        False: two renames
 ============================  ====================================  ==========================
+
+The last is no question about processes: it is here because it is Linux's (the Parquet
+destination's atomic commit, ``twice.destinations.parquet``).
 """
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import os
 import shutil
 import subprocess
@@ -38,6 +45,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 PROC = Path("/proc")
 
@@ -247,6 +255,42 @@ def _watch_parent(parent: int) -> None:
     while os.getppid() == parent:
         time.sleep(PARENT_POLL_SECONDS)
     os._exit(1)
+
+
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
+
+def _load_renameat2() -> Any:
+    try:
+        function = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):  # not Linux, or a libc without it
+        return None
+    function.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p,
+                         ctypes.c_uint]
+    function.restype = ctypes.c_int
+    return function
+
+
+_renameat2 = _load_renameat2()
+
+
+def can_exchange() -> bool:
+    """Whether :func:`exchange` may swap here (Linux's ``renameat2``, not forced portable)."""
+    return not PORTABLE and _renameat2 is not None
+
+
+def exchange(a: Path, b: Path) -> bool:
+    """Atomically swap two paths (Linux ``renameat2(RENAME_EXCHANGE)``). False when the platform
+    or the file system cannot (the caller falls back); any other failure is raised."""
+    if not can_exchange():
+        return False
+    if _renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+        return False
+    raise OSError(code, f"renameat2 exchange failed: {os.strerror(code)}", str(a))
 
 
 @dataclass(frozen=True)
