@@ -140,7 +140,8 @@ def lineage_listeners(pipeline: Pipeline, *, parent: ParentRun | None = None,
     try:
         return [OpenLineageListener(pipeline, parent=parent)]
     except MissingExtraError as exc:
-        log.warning("OpenLineage is configured but %s: no lineage events are emitted", exc)
+        log.warning("OpenLineage is configured but openlineage-python is not installed (%s): no "
+                    "lineage events are emitted", exc)
     except Exception as exc:
         log.warning("OpenLineage client could not be configured (%s: %s): no lineage events "
                     "are emitted", type(exc).__name__, redact(str(exc)))
