@@ -25,6 +25,15 @@ REPO = Path(__file__).resolve().parents[2]
 LINUX = Path("/proc/self/stat").exists()
 
 
+def _wait_for(condition: object, seconds: float = 10.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if callable(condition) and condition():
+            return True
+        time.sleep(0.05)
+    return False
+
+
 @pytest.fixture
 def portable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(processes, "PORTABLE", True)
@@ -33,18 +42,12 @@ def portable(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 def sleeper() -> Iterator[subprocess.Popen[bytes]]:
     child = subprocess.Popen(["sleep", "60"])
+    # past its exec (until then it is a copy of this Python) and asleep
+    assert _wait_for(lambda: (processes.program(child.pid), processes.state(child.pid))
+                     == ("sleep", "S"))
     yield child
     child.kill()
     child.wait()
-
-
-def _wait_for(condition: object, seconds: float = 10.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if callable(condition) and condition():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def test_the_fallback_never_reads_proc(portable: None, tmp_path: Path) -> None:
