@@ -12,6 +12,8 @@ codes in one place) branch on types, never on message text:
 - ``OutcomeUnknownError``: an attempt's effect may or may not have happened; never retried
   blindly.
 - ``Interrupted``: the operator interrupted a run; what was started is recorded.
+- ``MissingExtraError``: an integration's optional package is not installed (``pip install
+  'twice[EXTRA]'``); nothing was done.
 """
 
 from __future__ import annotations
@@ -64,3 +66,15 @@ class InputsChangedError(ConflictError):
     """An upstream's slice was rewritten after this attempt began: what the task read, or is
     about to land, is not the version its unit was identified on (``twice.engine.inputs``).
     Nothing landed; the unit is superseded by the one keyed by what the upstream holds now."""
+
+
+class MissingExtraError(TwiceError):
+    """An integration's optional package is not installed: the core install (``pip install
+    twice``) carries only the embedded default, each integration is an extra. Raised by
+    ``twice.core.extras.require`` before anything is done; the message names the extra and the
+    command that installs it."""
+
+    def __init__(self, message: str, *, module: str, extra: str | None) -> None:
+        super().__init__(message)
+        self.module = module
+        self.extra = extra

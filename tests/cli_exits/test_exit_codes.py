@@ -11,7 +11,7 @@ from twice.cli import cli
 from twice.cli.exits import BAD_INPUT, CONFLICT, FAILED, INTERRUPTED, exit_code_for
 from twice.define.pipeline import PipelineError
 from twice.destinations.commits import FencedWriteError, WriteStamp
-from twice.errors import Interrupted, TwiceError, UnavailableError
+from twice.errors import Interrupted, MissingExtraError, TwiceError, UnavailableError
 from twice.ledger import Ledger
 from twice.ledger.errors import LedgerError, LedgerStorageError, LedgerUnavailableError
 
@@ -24,6 +24,8 @@ from twice.ledger.errors import LedgerError, LedgerStorageError, LedgerUnavailab
     (UnavailableError("service down"), FAILED),
     (FencedWriteError(WriteStamp("u", "p/t/i", 1, 1, 3), 4, "sqlite://x"), CONFLICT),
     (Interrupted("stopped"), INTERRUPTED),
+    (MissingExtraError("x needs the postgres extra", module="psycopg", extra="postgres"),
+     BAD_INPUT),
     (TwiceError("other"), FAILED),
 ])
 def test_each_error_type_has_one_exit_code(error: BaseException, code: int) -> None:

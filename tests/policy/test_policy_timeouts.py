@@ -161,11 +161,14 @@ run_in_process(send_later, 30, sys.argv[1])
 """
 
 
-@pytest.mark.skipif(not Path("/proc/self").exists(), reason="PR_SET_PDEATHSIG is Linux's")
-def test_an_attempt_child_does_not_outlive_its_killed_holder(tmp_path: Path) -> None:
+@pytest.mark.parametrize("processes_mode", ["linux", "portable"])
+def test_an_attempt_child_does_not_outlive_its_killed_holder(tmp_path: Path,
+                                                             processes_mode: str) -> None:
     """Found by a probe: a holder killed with ``kill -9`` left its process-isolated attempt
     running; the next holder saw the holder gone, heard "not found" from the service, sent
-    again, and the orphan sent too. The child now dies with the process that started it."""
+    again, and the orphan sent too. The child now dies with the process that started it:
+    by ``PR_SET_PDEATHSIG`` on Linux, by a thread watching its parent elsewhere (forced by
+    ``TWICE_PROCESSES=portable``)."""
     import os
     import signal
     import subprocess
@@ -174,8 +177,12 @@ def test_an_attempt_child_does_not_outlive_its_killed_holder(tmp_path: Path) -> 
     from twice.core import processes
 
     root = Path(__file__).resolve().parents[2]
+    if processes_mode == "linux" and not Path("/proc/self").exists():
+        pytest.skip("PR_SET_PDEATHSIG is Linux's")
+    env = {**os.environ, "TWICE_PROCESSES": processes_mode}
     parent = subprocess.Popen([sys.executable, "-c", ORPHAN_PARENT, str(tmp_path),
-                               str(Path(__file__).parent), str(root / "src")], cwd=root)
+                               str(Path(__file__).parent), str(root / "src")], cwd=root,
+                              env=env)
     deadline = time.monotonic() + 30
     while not (tmp_path / "child.pid").exists():
         assert time.monotonic() < deadline and parent.poll() is None

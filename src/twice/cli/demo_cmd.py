@@ -25,10 +25,16 @@ START = date(2026, 11, 23)
 
 
 def example_dir() -> Path:
-    """examples/funds_positions of the source tree twice is installed from (editable)."""
+    """examples/funds_positions of the source tree twice is installed from (editable), else
+    the copy a wheel installs under ``<prefix>/share/twice`` (pyproject.toml's data-files)."""
+    import sys
+
     import twice
 
-    return Path(twice.__file__).resolve().parents[2] / "examples" / "funds_positions"
+    source = Path(twice.__file__).resolve().parents[2] / "examples" / "funds_positions"
+    if source.is_dir():
+        return source
+    return Path(sys.prefix) / "share" / "twice" / "examples" / "funds_positions"
 
 
 def load_example() -> ModuleType:

@@ -1,7 +1,8 @@
 """Exit codes, decided in one place from the type of the error (never from its message).
 
 - 0: done; 1: the work did not all succeed, or a service failed (ledger, destination);
-- 2: bad input (an option, a file, a definition), nothing was done;
+- 2: bad input (an option, a file, a definition), or an integration whose extra is not installed
+  (``MissingExtraError``: the message names ``pip install 'twice[EXTRA]'``); nothing was done;
 - 3: a conflict (another holder owns it now, a newer writer committed);
 - 130: interrupted (Ctrl-C), what was started is recorded.
 
@@ -18,7 +19,14 @@ from collections.abc import Callable
 from typing import NoReturn, ParamSpec, TypeVar
 
 from twice.cli.console import echo
-from twice.errors import ConflictError, InputError, Interrupted, TwiceError, UnavailableError
+from twice.errors import (
+    ConflictError,
+    InputError,
+    Interrupted,
+    MissingExtraError,
+    TwiceError,
+    UnavailableError,
+)
 
 OK = 0
 FAILED = 1
@@ -36,6 +44,8 @@ def exit_code_for(error: BaseException) -> int:
         return INTERRUPTED
     if isinstance(error, ConflictError):
         return CONFLICT
+    if isinstance(error, MissingExtraError):
+        return BAD_INPUT  # the install lacks an extra: nothing was done, the message says what
     if isinstance(error, UnavailableError):
         return FAILED
     if isinstance(error, InputError | ValueError) and isinstance(error, TwiceError):

@@ -65,6 +65,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as pds
 
+from twice.core.extras import require
 from twice.destinations.base import ArrowScanned, DestinationSpec, WriteResult
 from twice.destinations.columns import (
     ColumnType,
@@ -109,13 +110,7 @@ _URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
 
 def _deltalake() -> Any:
-    try:
-        import deltalake
-    except ImportError:  # pragma: no cover - the extra is installed in tests
-        raise DestinationUnavailableError(
-            "delta destinations need the deltalake package: pip install 'twice[delta]'"
-        ) from None
-    return deltalake
+    return require("deltalake", extra="delta", who="delta:// destinations")
 
 
 class DeltaDestination(ArrowScanned):
@@ -613,6 +608,7 @@ def open_destination(spec: DestinationSpec) -> DeltaDestination:
     """Open ``delta:///abs/path[?partition_column=day&key_columns=a,b]`` (``delta:rel/path``
     for a path relative to the working directory; ``delta:s3://bucket/path`` for object
     storage through delta-rs)."""
+    _deltalake()  # a missing extra is found before anything runs (check_spec)
     if spec.options:
         raise DestinationSpecError(f"delta destination: unknown options {sorted(spec.options)}")
     if spec.fragment:

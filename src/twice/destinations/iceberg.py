@@ -82,6 +82,7 @@ from urllib.parse import quote
 
 import pyarrow as pa
 
+from twice.core.extras import require
 from twice.core.identifiers import validate_identifier
 from twice.destinations.base import (
     ArrowScanned,
@@ -132,6 +133,7 @@ CATALOG_FILE = "twice_catalog.db"
 #: Locked while a writer opens (and so maybe creates) the embedded catalog.
 CATALOG_LOCK_FILE = ".twice_catalog.lock"
 DEFAULT_NAMESPACE = "default"
+WHO = "iceberg:// destinations"
 DEFAULT_CATALOG_NAME = "twice"
 COMMIT_PROPERTY = "twice.commit"  # snapshot summary: the commit record, JSON
 WRITE_PROPERTY = "twice.write"  # snapshot summary: the id of the twice write (all snapshots)
@@ -190,18 +192,12 @@ class IcebergDestination(ArrowScanned):
 
     def _open_catalog(self) -> SqlCatalog:
         if self._catalog is None:
-            try:
-                from pyiceberg.catalog.sql import SqlCatalog
-            except ImportError as exc:  # pragma: no cover - depends on the installed extras
-                raise DestinationUnavailableError(
-                    f"{self.spec}: iceberg destinations need pyiceberg (pip install "
-                    f"'twice[iceberg]'): {exc}"
-                ) from None
+            sql_catalog = require("pyiceberg.catalog.sql", extra="iceberg", who=WHO).SqlCatalog
             self.warehouse.mkdir(parents=True, exist_ok=True)
             uri = self._catalog_uri or f"sqlite:///{self.warehouse / CATALOG_FILE}"
             try:
                 with self._creating_catalog():
-                    self._catalog = SqlCatalog(
+                    self._catalog = sql_catalog(
                         self.catalog_name, uri=uri, warehouse=self.warehouse.as_uri()
                     )
             except Exception as exc:
@@ -828,6 +824,7 @@ def open_destination(spec: DestinationSpec) -> IcebergDestination:
     """Open ``iceberg:///abs/warehouse[?catalog_uri=...&catalog_name=...]#[namespace.]table``."""
     from twice.core.secrets import public_spec, secrets_of
 
+    require("pyiceberg", extra="iceberg", who=WHO)  # found before anything runs (check_spec)
     options = dict(spec.options)
     catalog_uri = options.pop("catalog_uri", None) or None
     catalog_name = options.pop("catalog_name", None) or DEFAULT_CATALOG_NAME
@@ -851,6 +848,7 @@ def open_destination(spec: DestinationSpec) -> IcebergDestination:
                 "iceberg destination: catalog_uri must not carry a password; pass it as "
                 "?password=..., PGPASSWORD or ~/.pgpass"
             )
+        require("psycopg", extra="postgres", who="Iceberg catalogs on PostgreSQL")
         connect_uri = _sqlalchemy_uri(catalog_uri, password)
     elif password is not None:
         raise DestinationSpecError("iceberg destination: password= is for a catalog_uri only")

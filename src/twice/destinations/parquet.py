@@ -54,8 +54,6 @@ multi-partition append completes the partitions that lack the record). Readers l
 
 from __future__ import annotations
 
-import ctypes
-import errno
 import json
 import os
 import shutil
@@ -109,8 +107,6 @@ SCHEMA_FILE = "_twice_schema.arrow"
 LOCK_FILE = ".twice.lock"
 _NEW, _OLD, _DEL = ".twice-new-", ".twice-old-", ".twice-del-"
 _META_PARTITION = b"twice.partition_column"
-_RENAME_EXCHANGE = 2
-_AT_FDCWD = -100
 
 
 class ParquetDestination(HiveDestination, ArrowScanned):
@@ -133,7 +129,7 @@ class ParquetDestination(HiveDestination, ArrowScanned):
         super().__init__(spec=spec, partition_column=partition_column, key_columns=key_columns,
                          overwrite=overwrite)
         self.root = root
-        self.use_exchange = _renameat2 is not None
+        self.use_exchange = processes.can_exchange()
         self._arrow_schema()  # learn (or check) the partition column the dataset records
 
     # -- schema -----------------------------------------------------------------------------
@@ -663,35 +659,11 @@ def _remove_path(path: Path) -> None:
         path.unlink(missing_ok=True)
 
 
-def _load_renameat2() -> Any:
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        function = libc.renameat2
-    except (OSError, AttributeError):
-        return None
-    function.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p,
-                         ctypes.c_uint]
-    function.restype = ctypes.c_int
-    return function
-
-
-_renameat2 = _load_renameat2()
-
-
 def _exchange(a: Path, b: Path) -> bool:
-    """Atomically swap two directories (Linux ``renameat2(RENAME_EXCHANGE)``).
-
-    Returns False when the platform or file system cannot (the caller falls back to two
-    renames); any other failure is raised.
-    """
-    if _renameat2 is None:
-        return False
-    if _renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
-        return True
-    code = ctypes.get_errno()
-    if code in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
-        return False
-    raise OSError(code, f"renameat2 exchange failed: {os.strerror(code)}", str(a))
+    """Atomically swap two directories (Linux ``renameat2(RENAME_EXCHANGE)``,
+    :func:`twice.core.processes.exchange`). Returns False when the platform or file system
+    cannot (the caller falls back to two renames); any other failure is raised."""
+    return processes.exchange(a, b)
 
 
 def open_destination(spec: DestinationSpec) -> ParquetDestination:
@@ -711,21 +683,10 @@ def open_destination(spec: DestinationSpec) -> ParquetDestination:
 
 
 def _flock_holder(handle: Any) -> processes.Process | None:
-    """Another process holding a ``flock`` on ``handle``'s file, as ``/proc/locks`` names it
-    (Linux); None when none is named or it cannot be read."""
+    """Another process holding a ``flock`` on ``handle``'s file (Linux's ``/proc/locks``);
+    None when none is named or it cannot be told."""
     try:
-        found = os.fstat(handle.fileno())
-        with open("/proc/locks", encoding="ascii", errors="replace") as locks:
-            lines = locks.read().splitlines()
-    except OSError:
+        pid = processes.flock_holder(handle.fileno())
+    except (OSError, ValueError):
         return None
-    # /proc/locks names a file as MAJOR:MINOR:INODE, the device numbers in hex
-    file = f"{os.major(found.st_dev):02x}:{os.minor(found.st_dev):02x}:{found.st_ino}"
-    for line in lines:
-        fields = line.split()
-        if len(fields) < 6 or fields[1] != "FLOCK" or fields[4] == "->":
-            continue
-        pid = fields[4]
-        if fields[5] == file and pid.isdigit() and int(pid) != os.getpid():
-            return processes.look(int(pid))
-    return None
+    return None if pid is None else processes.look(pid)

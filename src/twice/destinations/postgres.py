@@ -26,13 +26,13 @@ import itertools
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
-import psycopg
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
+from twice.core.extras import require
 from twice.core.secrets import public_spec, redact
 from twice.destinations.base import DestinationSpec, SqlDestination, SqlDialect, split_table_name
 from twice.destinations.columns import ColumnType, Schema, schema_of
@@ -43,6 +43,11 @@ from twice.destinations.errors import (
     DestinationSpecError,
     DestinationUnavailableError,
 )
+
+if TYPE_CHECKING:
+    import psycopg
+else:  # imported when a postgresql:// destination is opened (this module is imported then)
+    psycopg = require("psycopg", extra="postgres", who="postgresql:// destinations")
 
 _COPY_BATCH_ROWS = 65_536
 #: How long a writer waits for an advisory lock another writer of the same slot holds.

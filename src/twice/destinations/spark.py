@@ -67,6 +67,7 @@ from urllib.parse import unquote
 
 import pyarrow as pa
 
+from twice.core.extras import require
 from twice.core.identifiers import validate_identifier
 from twice.core.schemes import NO_UPSERT
 from twice.destinations.base import DestinationSpec, WriteResult
@@ -102,6 +103,7 @@ from twice.destinations.slices import PartitionSpec, Slice
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
+WHO = "spark:// destinations"
 TABLE_FILE = "_twice_table.json"
 DEFAULT_MASTER = "local[2]"
 _LOCK = threading.RLock()  # session settings are session-wide: one twice operation at a time
@@ -115,17 +117,12 @@ _TIMESTAMP_TEXT = "yyyy-MM-dd HH:mm:ss.SSSSSS"
 def spark_session(master: str = DEFAULT_MASTER, warehouse: str | None = None) -> SparkSession:
     """The active SparkSession, or a new one on ``master`` (a running session wins: Spark
     allows one per process, and its static settings cannot change afterwards)."""
-    try:
-        from pyspark.sql import SparkSession
-    except ImportError:
-        raise DestinationUnavailableError(
-            "spark destination needs pyspark >= 4: pip install 'twice[spark]' (and Java 17+)"
-        ) from None
-    active = SparkSession.getActiveSession()
+    session_class = require("pyspark.sql", extra="spark", who=WHO).SparkSession
+    active = session_class.getActiveSession()
     if active is not None:
         return active
     builder = (
-        SparkSession.builder.master(master).appName("twice")
+        session_class.builder.master(master).appName("twice")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.session.timeZone", "UTC")
@@ -707,6 +704,7 @@ def _distinct(table: pa.Table, column: str) -> list[Any]:
 def open_destination(spec: DestinationSpec) -> SparkDestination:
     """Open ``spark:///abs/warehouse[?partition_column=day&overwrite=static|dynamic
     &master=local[2]]#table`` (``?table=NAME`` may replace ``#table``)."""
+    require("pyspark", extra="spark", who=WHO)  # found before anything runs (check_spec)
     options = dict(spec.options)
     overwrite = options.pop("overwrite", "static")
     master = options.pop("master", DEFAULT_MASTER) or DEFAULT_MASTER

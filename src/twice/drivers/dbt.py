@@ -59,6 +59,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from twice.core import processes
 from twice.core.interval import Interval
 from twice.core.outcomes import RemoteState
 from twice.core.policy import RetryPolicy
@@ -533,11 +534,8 @@ def _alive(pid: int, folder: Path) -> bool:
         os.kill(pid, 0)
     except (ProcessLookupError, PermissionError):
         return False
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
-    except OSError:
-        return True  # no /proc: alive is all we know
-    return str(folder) in cmdline
+    mentions = processes.command_mentions(pid, str(folder))
+    return mentions is not False  # None: cannot tell, alive is all we know
 
 
 def reconciler(project: DbtProject) -> Callable[[str, TaskContext], RemoteState]:

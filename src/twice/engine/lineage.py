@@ -53,6 +53,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from twice.core.extras import require
 from twice.core.secrets import redact
 from twice.engine.dataset_naming import dataset_naming
 from twice.engine.events import (
@@ -65,7 +66,7 @@ from twice.engine.events import (
     Reconciled,
     UnitSettled,
 )
-from twice.errors import InputError
+from twice.errors import InputError, MissingExtraError
 
 if TYPE_CHECKING:
     from twice.core.interval import Interval
@@ -80,6 +81,7 @@ to the console); ``0``/``false``/``off``: never emit. Unset: emit when OpenLinea
 configured (:func:`openlineage_configured`)."""
 
 PRODUCER = "urn:twice:openlineage:0.1.0"
+LINEAGE = "OpenLineage events"
 """The ``producer`` of every event twice emits (a URI, as the spec requires)."""
 
 EXTERNAL_QUERY_SOURCE = "twice"
@@ -150,9 +152,9 @@ def lineage_listeners(pipeline: Pipeline, *, parent: ParentRun | None = None,
         return []
     try:
         return [OpenLineageListener(pipeline, parent=parent)]
-    except ImportError:
-        log.warning("OpenLineage is configured but openlineage-python is not installed "
-                    "(pip install 'twice[openlineage]'): no lineage events are emitted")
+    except MissingExtraError as exc:
+        log.warning("OpenLineage is configured but openlineage-python is not installed (%s): no "
+                    "lineage events are emitted", exc)
     except Exception as exc:
         log.warning("OpenLineage client could not be configured (%s: %s): no lineage events "
                     "are emitted", type(exc).__name__, redact(str(exc)))
@@ -182,10 +184,10 @@ def attempt_run_id(uow_id: str, attempt: int, interval: Interval) -> str:
     spec's recommendation) from the client's ``generate_static_uuid``, its time part the
     interval's start and its random part a hash of ``twice.<uow_id>.<attempt>``, so the same
     attempt has the same run id in every process (Airflow's task run ids are made alike)."""
-    from openlineage.client.uuid import generate_static_uuid
+    uuid = require("openlineage.client.uuid", extra="lineage", who=LINEAGE)
 
     instant = max(interval.start, _EPOCH)
-    return str(generate_static_uuid(instant, f"twice.{uow_id}.{attempt}".encode()))
+    return str(uuid.generate_static_uuid(instant, f"twice.{uow_id}.{attempt}".encode()))
 
 
 def dataset_name(destination: str) -> tuple[str, str]:
@@ -220,6 +222,7 @@ class OpenLineageListener:
 
     def __init__(self, pipeline: Pipeline, *, client: Any = None, namespace: str | None = None,
                  parent: ParentRun | None = None) -> None:
+        require("openlineage.client", extra="lineage", who=LINEAGE)
         from openlineage.client import OpenLineageClient
         from openlineage.client.uuid import generate_new_uuid
 

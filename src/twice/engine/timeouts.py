@@ -149,25 +149,15 @@ def run_with_timeout(
 
 
 def _die_with(parent: int) -> None:
-    """Have the kernel kill this process when its parent dies (Linux ``PR_SET_PDEATHSIG``),
-    and exit now if it already has: an attempt's child must not outlive the holder that
-    started it. A holder killed with ``kill -9`` would otherwise leave it running, unseen:
-    the next holder finds the holder's process gone, asks the service, hears "not found",
-    and sends again while the orphan sends too. Elsewhere: nothing (best effort)."""
-    import ctypes
-    import ctypes.util
-    import signal
-    import sys
+    """End this process when its parent dies, and now if it already has: an attempt's child
+    must not outlive the holder that started it. A holder killed with ``kill -9`` would
+    otherwise leave it running, unseen: the next holder finds the holder's process gone, asks
+    the service, hears "not found", and sends again while the orphan sends too. Linux's
+    ``PR_SET_PDEATHSIG``, or a thread watching the parent elsewhere
+    (:func:`twice.core.processes.die_with_parent`)."""
+    from twice.core import processes
 
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        return
-    if os.getppid() != parent:  # the parent died before the signal was armed
-        os._exit(1)
+    processes.die_with_parent(parent)
 
 
 def _child(conn: Connection, fn: Callable[..., Any], args: tuple[Any, ...],

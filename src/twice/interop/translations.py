@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from twice.core.backoff import jitter_bounds
+from twice.core.extras import require
 from twice.core.policy import PolicyError, RetryPolicy
 from twice.errors import InputError
 
@@ -849,7 +850,7 @@ def to_tenacity(policy: RetryPolicy) -> Translation:
 
 def to_tenacity_retrying(policy: RetryPolicy, **overrides: Any) -> tenacity.Retrying:
     """A real ``tenacity.Retrying`` for ``policy`` (``overrides``, e.g. ``sleep=``, win)."""
-    import tenacity
+    tenacity = require("tenacity", extra=None, who="tenacity Retrying objects")
 
     kind = _tenacity_kind(policy)
     wait: Any

@@ -29,6 +29,7 @@ from sqlalchemy.engine import URL, Connection, RootTransaction, make_url
 from sqlalchemy.exc import ArgumentError, DisconnectionError
 from sqlalchemy.pool import StaticPool
 
+from twice.core.extras import require
 from twice.core.secrets import redact, redact_url
 from twice.ledger.errors import LedgerError
 from twice.ledger.prepared import inserting_new, run
@@ -108,6 +109,7 @@ def create_ledger_engine(
     if url.get_backend_name() == "sqlite":
         return _sqlite_engine(url, busy_timeout=busy_timeout, read_only=read_only,
                               immutable=immutable)
+    require("psycopg", extra="postgres", who="PostgreSQL ledgers")
     connect_args: dict[str, Any] = {"application_name": "twice-ledger"}
     if "connect_timeout" not in url.query:
         connect_args["connect_timeout"] = POSTGRES_CONNECT_TIMEOUT_SECONDS

@@ -4,9 +4,9 @@ SQLite does not say which connection holds its write lock. When a write gives up
 it, the operator's first question is which process to look at; a process stopped inside a
 write transaction (SIGSTOP, Ctrl-Z, a debugger) holds the lock until it is resumed or ended,
 and no timeout on the waiting side changes that. So the error names the processes that have
-the file (or its ``-wal``/``-shm``) open, read from Linux's ``/proc``; elsewhere, or without
-permission to look, it names none. Only the process id, its state and its program name are
-reported (:mod:`twice.core.processes`), never its command line.
+the file (or its ``-wal``/``-shm``) open, read from Linux's ``/proc`` (elsewhere from ``lsof``
+where installed); without permission to look, it names none. Only the process id, its state
+and its program name are reported (:mod:`twice.core.processes`), never its command line.
 """
 
 from __future__ import annotations
@@ -22,33 +22,10 @@ MAX_PROCESSES = 10_000
 
 def holders(path: str, *, proc: Path = processes.PROC) -> list[processes.Process]:
     """Other processes with ``path``, its WAL or its shared-memory file open, by pid."""
-    try:
-        real = os.path.realpath(path)
-        entries = [e.name for e in os.scandir(proc) if e.name.isdigit()][:MAX_PROCESSES]
-    except OSError:
-        return []
-    targets = {real, real + "-wal", real + "-shm"}
-    found = []
-    for name in entries:
-        pid = int(name)
-        if pid == os.getpid() or not _has_open(proc / name / "fd", targets):
-            continue
-        found.append(processes.look(pid, proc=proc))
-    return sorted(found, key=lambda h: h.pid)
-
-
-def _has_open(fd_dir: Path, targets: set[str]) -> bool:
-    try:
-        links = list(os.scandir(fd_dir))
-    except OSError:  # gone, or not ours to look at
-        return False
-    for link in links:
-        try:
-            if os.readlink(link.path) in targets:
-                return True
-        except OSError:
-            continue
-    return False
+    real = os.path.realpath(path)
+    pids = processes.having_open([real, real + "-wal", real + "-shm"], proc=proc,
+                                 limit=MAX_PROCESSES)
+    return [processes.look(pid, proc=proc) for pid in pids]
 
 
 def holders_advice(path: str | None) -> str:

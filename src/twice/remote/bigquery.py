@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
+from twice.core.extras import require
 from twice.remote.jobs import (
     AcknowledgementLost,
     BackendError,
@@ -47,6 +48,7 @@ from twice.remote.jobs import (
 if TYPE_CHECKING:
     from google.cloud import bigquery
 
+WHO = "BigQuery jobs"
 Classification = Literal["transient", "permanent"]
 #: errorResult reasons that a new job may get past (BigQuery's troubleshooting table says
 #: retry); anything else, including reasons we do not know, is permanent: repair the cause.
@@ -140,7 +142,7 @@ class BigQueryJobs:
         return self._name
 
     def _job_config(self, config: Mapping[str, Any], *, dry_run: bool = False) -> Any:
-        from google.cloud import bigquery
+        bigquery = require("google.cloud.bigquery", extra="bigquery", who=WHO)
 
         unknown = sorted(set(config) - CONFIG_KEYS)
         if unknown:
@@ -194,7 +196,8 @@ class BigQueryJobs:
     def submit(self, job_id: str, config: Mapping[str, Any]) -> JobStatus:
         """jobs.insert under ``job_id`` (see the module docstring for the error mapping)."""
         import requests
-        from google.api_core import exceptions
+
+        exceptions = require("google.api_core.exceptions", extra="bigquery", who=WHO)
 
         query = config_query(config)
         job_config = self._job_config(config)
@@ -231,7 +234,7 @@ class BigQueryJobs:
         """``call`` (``get_job`` or ``cancel_job``) for ``job_id``, BigQuery's answers in the
         protocol's errors: 404 ``JobNotFound``, 5xx ``BackendError``. Only a ``read`` turns a
         broken connection into ``BackendError`` too: repeating a read is safe."""
-        from google.api_core import exceptions
+        exceptions = require("google.api_core.exceptions", extra="bigquery", who=WHO)
 
         try:
             job = call(job_id, location=self._location, retry=self._retry)

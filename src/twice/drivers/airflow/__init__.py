@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from twice.core.extras import require
 from twice.drivers.airflow.runner import (
     IntervalRefused,
     TryOutcome,
@@ -40,6 +41,8 @@ if TYPE_CHECKING:
 
 def __getattr__(name: str) -> Any:
     """``to_dag`` and ``TwiceTaskOperator`` load Airflow: import them on first use."""
+    if name in ("to_dag", "TwiceTaskOperator"):
+        require("airflow.sdk", extra="airflow", who="Airflow DAGs and operators")
     if name == "to_dag":
         from twice.drivers.airflow.dag import to_dag
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from twice.core.extras import require
 from twice.core.interval import Interval, IntervalError
 from twice.core.outcomes import AirflowVerdict
 from twice.define.schedule import OpenIntervalError
@@ -206,7 +207,8 @@ def airflow_lineage_parent(context: Mapping[str, Any]) -> ParentRun | None:
         )
     except Exception:  # no provider (or an older one): derive the same ids
         pass
-    from openlineage.client.uuid import generate_static_uuid
+    generate_static_uuid = require("openlineage.client.uuid", extra="lineage",
+                                   who="Airflow lineage parents").generate_static_uuid
 
     dag_run = context.get("dag_run")
     logical = (context.get("logical_date") or getattr(dag_run, "logical_date", None)
