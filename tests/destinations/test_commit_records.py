@@ -98,6 +98,22 @@ def test_stamped_replace_commits_one_record_matching_a_fresh_fingerprint(engine,
         assert again.commit_records() == [record]
 
 
+def test_slot_records_are_the_records_of_one_fence_key(engine, engines) -> None:
+    """What a dependent's pinned inputs read (twice.engine.inputs): one slot's records, the
+    same as filtering all of them, read on the SQL engines' (table, fence_key) index."""
+    other = "pipe/task/2026-11-29"
+    with open_destination(engines.spec(engine)) as dest:
+        assert dest.slot_records(FENCE) == []
+        dest.replace_partition(rows("a"), DAY, stamp=stamp(5))
+        dest.replace_partition(rows("b", days=(D2,)), day_interval(D2, 1),
+                               stamp=stamp(6, uow="uow-b", fence=other))
+        dest.replace_partition(rows("c"), DAY, stamp=stamp(7))
+        every = dest.commit_records()
+        for key in (FENCE, other, "pipe/task/none"):
+            assert dest.slot_records(key) == [r for r in every if r.fence_key == key]
+        assert [r.token for r in dest.slot_records(FENCE)] == [5, 7]
+
+
 def _name(dest: Any) -> str:
     return getattr(dest, "table", None) or dest.root.name
 

@@ -98,6 +98,7 @@ class Destination(Protocol):
         self, rows: RowsLike, *, partition: PartitionSpec = None, stamp: StampArg = ACTIVE
     ) -> WriteResult: ...
     def commit_records(self, uow_id: str | None = None) -> list[CommitRecord]: ...
+    def slot_records(self, fence_key: str) -> list[CommitRecord]: ...
     def marked_attempt(self, uow_id: str) -> tuple[int, int] | None: ...
     def seal(self, stamp: WriteStamp) -> bool: ...
     def adopt(self, stamp: WriteStamp, *, note: str, operator: str) -> CommitRecord: ...
@@ -233,6 +234,15 @@ class BaseDestination(Closeable):
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.spec}>"
+
+    def commit_records(self, uow_id: str | None = None) -> list[CommitRecord]:
+        raise NotImplementedError  # every engine keeps them its own way
+
+    def slot_records(self, fence_key: str) -> list[CommitRecord]:
+        """The commit records of one slot (``fence_key``), by (token, committed_at): what a
+        dependent's pinned inputs compare (``twice.engine.inputs``). Engines that can filter
+        where the records live do (the SQL engines, on their (table, fence_key) index)."""
+        return [r for r in self.commit_records() if r.fence_key == fence_key]
 
     def marked_attempt(self, uow_id: str) -> tuple[int, int] | None:
         """(generation, attempt) of the unit's last stamped write as the table's metadata keeps
@@ -697,6 +707,17 @@ class SqlDestination(BaseDestination, ABC, Generic[ConnT]):
             params.append(uow_id)
         sql += f" ORDER BY {self.dialect.quote('token')}, {self.dialect.quote('committed_at')}"
         return [CommitRecord.from_row(row) for row in self._query(sql, params)]
+
+    def slot_records(self, fence_key: str) -> list[CommitRecord]:
+        """See :meth:`BaseDestination.slot_records`: read on the (table, fence_key) index."""
+        if not self._commits_table_exists():
+            return []
+        q, p = self.dialect.quote, self.dialect.placeholder
+        sql = (f"SELECT {self._commit_names()} FROM {self.commits_qualified} "
+               f"WHERE {q('table_name')} = {p} AND {q('fence_key')} = {p} "
+               f"ORDER BY {q('token')}, {q('committed_at')}")
+        return [CommitRecord.from_row(row)
+                for row in self._query(sql, [self.table_label, fence_key])]
 
     def seal(self, stamp: WriteStamp) -> bool:
         """See :meth:`BaseDestination.seal`: a ``fence`` record in ``twice_commits``, in the

@@ -142,8 +142,8 @@ def newest_write(destination: str, fence_key: str) -> CommitRecord | None:
     from twice.destinations import open_destination
 
     with open_destination(destination) as dest:
-        records = [r for r in dest.commit_records()
-                   if r.fence_key == fence_key and r.mode not in (FENCE_MODE, ADOPT_MODE)]
+        records = [r for r in dest.slot_records(fence_key)
+                   if r.mode not in (FENCE_MODE, ADOPT_MODE)]
     return max(records, key=lambda record: record.sort_key, default=None)
 
 
