@@ -122,6 +122,38 @@ def test_time_travel_returns_the_old_slice(iceberg_spec: SpecFactory) -> None:
         dest.read_partition_at(NOV30, 12345)
 
 
+def test_the_diff_help_iceberg_example_takes_snapshot_ids(iceberg_spec: SpecFactory) -> None:
+    """Issue 37: ``twice diff --help`` showed ``--from 1 --to 2`` on Iceberg, which holds no
+    version 1. The example now gives snapshot ids, and says what a wrong one does: refused,
+    exit 2, listing the ids the table holds, which then work as written."""
+    import json
+    import re
+
+    from click.testing import CliRunner
+
+    from twice.cli import cli
+
+    help_text = CliRunner().invoke(cli, ["diff", "--help"]).output
+    example = help_text[help_text.index("twice diff 'iceberg:"):]
+    shown = [int(v) for v in re.findall(r"--(?:from|to) (\d+)", example)[:2]]
+    assert all(v > 2**32 for v in shown), example  # snapshot ids, not sequence numbers
+    assert "snapshot id" in example and "exit 2" in example
+    spec = iceberg_spec(key_columns=("id",))
+    dest = open_destination(spec)
+    dest.replace_partition(rows("v1"), NOV30, stamp=stamp(1))
+    dest.replace_partition(rows("v2", n=2), NOV30, stamp=stamp(2))
+    ids = dest.versions()
+    dest.close()
+    wrong = CliRunner().invoke(cli, ["diff", spec, "--partition", "2026-11-30", "--from", "1",
+                                     "--to", "2"])
+    assert wrong.exit_code == 2 and "Traceback" not in wrong.output
+    assert f"versions held: {ids[0]}, {ids[1]}" in wrong.output, wrong.output
+    right = CliRunner().invoke(cli, ["diff", spec, "--partition", "2026-11-30", "--from",
+                                     str(ids[0]), "--to", str(ids[1]), "--json"])
+    assert right.exit_code == 0, right.output
+    assert json.loads(right.stdout)["removed"] == 1  # id 2 of v1 is not in v2
+
+
 def test_rolled_back_writes_are_not_in_the_log(iceberg_spec: SpecFactory) -> None:
     dest = open_destination(iceberg_spec())
     assert isinstance(dest, IcebergDestination)

@@ -147,7 +147,13 @@ def test_a_ledger_url_keeps_a_user_name_that_is_also_a_registered_password() -> 
     remember("postgresql://twice:twice@127.0.0.1:5432/wh#public.t")
     assert mask_url(resolve_url("postgresql://twice:twice@127.0.0.1:1/nowhere")) == (
         "postgresql+psycopg://twice:***@127.0.0.1:1/nowhere")
-    assert redact("password twice") == "password ***"  # free text still masks it
+    # it is also the user's name, which the public spec shows: free text keeps it readable
+    # (a message naming user or database "twice"), and still masks it as a URL's password
+    assert redact("password authentication failed for user \"twice\"") == (
+        "password authentication failed for user \"twice\"")
+    assert redact("postgresql://twice:twice@h/db") == "postgresql://twice:***@h/db"
+    remember("postgresql://etl:twice2@127.0.0.1:5432/wh#public.t")
+    assert redact("password twice2") == "password ***"  # any other password: masked
 
 
 def test_remember_of_a_public_spec_registers_nothing() -> None:

@@ -59,6 +59,7 @@ def adopt(destination: str, note: str | None, operator: str | None, ledger_url: 
     from twice.core.secrets import redact, remember
     from twice.destinations import DestinationError, open_destination
     from twice.destinations.commits import FencedWriteError
+    from twice.destinations.errors import DestinationUnavailableError
 
     if note is None or not note.strip():
         raise InputError("--note: say why this ledger is to own the destination (e.g. \"ledger "
@@ -72,6 +73,8 @@ def adopt(destination: str, note: str | None, operator: str | None, ledger_url: 
     with ledger:
         try:
             dest = open_destination(destination)
+        except DestinationUnavailableError as exc:  # a service that failed (exit 1)
+            raise UnavailableError(redact(str(exc))) from None
         except DestinationError as exc:
             raise InputError(f"DESTINATION: {redact(str(exc))}") from None
         try:

@@ -25,7 +25,10 @@ Examples:
   twice diff 'delta:///data/positions?partition_column=day&key_columns=fund_id' \\
       --partition 2026-11-25 --from 3 --to 4
   twice diff 'iceberg:///data/wh?partition_column=day#ns.positions' \\
-      --partition 2026-11-25 --from 1 --to 2 --key-columns fund_id,day --json
+      --partition 2026-11-25 --from 5183206472713245313 --to 3051729365127465922 \\
+      --key-columns fund_id,day --json
+  (An Iceberg version is a snapshot id: a version the table does not hold is
+  refused, exit 2, listing the ones it holds, oldest first.)
 """)
 @click.argument("destination")
 @click.option(
@@ -50,15 +53,17 @@ def diff(destination: str, partition_text: str, from_version: int, to_version: i
     DESTINATION is a table with time travel: delta:///data/table?partition_column=day or
     iceberg:///warehouse?partition_column=day#ns.table, or a SQL table written with
     ?keep_previous=DAYS (its versions count per partition: 1 is the first content written,
-    each write adds one). Rows are matched by their key columns;
-    a key on both sides whose other columns differ in any value (compared exactly, floats
-    included) is changed. Counts first, then up to --samples keys of each kind.
+    each write adds one). Delta versions count from 0; Iceberg's are snapshot ids. Rows are
+    matched by their key columns; a key on both sides whose other columns differ in any value
+    (compared exactly, floats included) is changed. Counts first, then up to --samples keys
+    of each kind.
     """
     from twice.cli.fingerprint_cmd import _parse_partition
     from twice.core.interval import IntervalError
     from twice.core.secrets import redact, remember
     from twice.destinations import DestinationError, open_destination
     from twice.destinations.diff import DiffError, diff_versions
+    from twice.destinations.errors import DestinationUnavailableError
 
     remember(destination)
     keys = [k.strip() for k in key_columns.split(",") if k.strip()] if key_columns else None
@@ -76,6 +81,8 @@ def diff(destination: str, partition_text: str, from_version: int, to_version: i
             dest.close()
     except DiffError as exc:
         raise InputError(redact(str(exc))) from None
+    except DestinationUnavailableError as exc:  # a service that failed (exit 1)
+        raise UnavailableError(redact(str(exc))) from None
     except (DestinationError, IntervalError) as exc:
         raise InputError(redact(str(exc))) from None
     except InputError:

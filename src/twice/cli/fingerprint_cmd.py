@@ -48,6 +48,7 @@ def fingerprint(destination: str, partition_text: str, key_columns: str | None,
     from twice.core.interval import IntervalError
     from twice.core.secrets import redact, remember
     from twice.destinations import DestinationError, open_destination
+    from twice.destinations.errors import DestinationUnavailableError
     from twice.destinations.fingerprint import fingerprint as compute
 
     remember(destination)  # its password, if any, is used to connect and masked in messages
@@ -59,6 +60,8 @@ def fingerprint(destination: str, partition_text: str, key_columns: str | None,
             result = compute(dest, partition, keys)
         finally:
             dest.close()
+    except DestinationUnavailableError as exc:  # a service that failed (exit 1)
+        raise UnavailableError(redact(str(exc))) from None
     except (DestinationError, IntervalError) as exc:
         raise InputError(redact(str(exc))) from None
     except Exception as exc:  # engine errors: report, do not dump a traceback on operators

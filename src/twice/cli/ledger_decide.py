@@ -62,9 +62,11 @@ def parse_as_of(text: str | None) -> datetime | None:
 def open_existing_ledger(url: str | None, *, writes: bool = False) -> Ledger:
     """Open a ledger that must already exist (SQLite: the file must be there). Without
     ``writes`` it is opened read-only: a command that only reads creates nothing (an empty
-    file stays empty) and migrates nothing (an older ledger is read as it is)."""
+    file stays empty) and migrates nothing (an older ledger is read as it is). A server or
+    storage that failed or refused the connection is not bad input: its error passes
+    unchanged (exit 1)."""
     from twice.cli.ledger_open import check_ledger_url
-    from twice.ledger import Ledger, LedgerError
+    from twice.ledger import Ledger, LedgerError, LedgerStorageError, LedgerUnavailableError
     from twice.ledger.engine import mask_url
 
     resolved = check_ledger_url(url)  # a URL no ledger can have is refused naming --ledger
@@ -83,6 +85,8 @@ def open_existing_ledger(url: str | None, *, writes: bool = False) -> Ledger:
             )
     try:
         return Ledger.open(url, read_only=None if writes else True)
+    except (LedgerUnavailableError, LedgerStorageError):
+        raise  # a service that failed (exit 1), not bad input
     except LedgerError as exc:
         raise InputError(f"cannot use ledger {mask_url(resolved)}: {exc}") from None
 

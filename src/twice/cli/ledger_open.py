@@ -60,14 +60,18 @@ def check_ledger_url(url: str | None) -> URL:
 
 def open_ledger(url: str | None, *, durable: bool = False) -> Ledger:
     """``Ledger.open(url, durable=durable)`` for a command: a URL or ledger that cannot be
-    used is ``InputError`` (``durable``: the command records evidence, see ``Ledger.open``)."""
+    used is ``InputError``; a server or storage that failed or refused the connection stays
+    ``LedgerUnavailableError``/``LedgerStorageError`` (exit 1) (``durable``: the command
+    records evidence, see ``Ledger.open``)."""
     from sqlalchemy.exc import ArgumentError
 
-    from twice.ledger import Ledger, LedgerError
+    from twice.ledger import Ledger, LedgerError, LedgerStorageError, LedgerUnavailableError
 
     resolved = check_ledger_url(url)
     try:
         return Ledger.open(url, durable=durable)
+    except (LedgerUnavailableError, LedgerStorageError):
+        raise  # a service that failed (exit 1), not bad input
     except LedgerError as exc:  # the ledger named cannot be used: nothing was done
         raise InputError(str(exc)) from exc
     except ArgumentError as exc:

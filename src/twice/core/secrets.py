@@ -20,7 +20,8 @@ with it. So a spec has two forms:
 :func:`redact` masks passwords in free text (a driver's error message can echo the connection
 string it was given): URL passwords, ``password=`` pairs, and every password registered here
 (one made of word characters only where it stands as a word: a development password such as
-``postgres`` leaves ``postgresql`` readable).
+``postgres`` leaves ``postgresql`` readable; one equal to the spec's user or database name only
+in the URL's password field, since the public spec shows that name anyway).
 
 Standard library only, like the rest of ``twice.core``.
 """
@@ -161,10 +162,26 @@ def remember(spec: str) -> str:
     """
     public = public_spec(spec)
     if public != spec:
+        names = _names_of(public)
         with _lock:
             _registered[public] = spec
-            _secrets.update(secrets_of(spec))
+            _secrets.update(secret for secret in secrets_of(spec) if secret not in names)
     return public
+
+
+def _names_of(public: str) -> set[str]:
+    """The user and database names a public spec shows (``etl`` and ``wh`` of
+    ``postgresql://etl@db/wh#t``). A password equal to one of them is not masked in free text:
+    the public spec shows it anyway, and masking it would hide which database or user a
+    message is about (the development default ``twice:twice@.../twice``)."""
+    parts = _split(public)
+    if parts is None:
+        return set()
+    _, authority, path, _, _ = parts
+    userinfo, at, _ = authority.rpartition("@")
+    names = {unquote(userinfo.partition(":")[0])} if at else set()
+    database = path.strip("/").split("/")[0] if path else ""
+    return names | ({unquote(database)} if database else set())
 
 
 def with_credentials(spec: str) -> str:

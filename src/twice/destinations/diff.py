@@ -154,6 +154,11 @@ def diff_versions(destination: Any, partition: Any, old: int, new: int,
             if per_slice:
                 shown = ", ".join(map(str, available)) or "none"
                 where = f"{spec}, slice {partition}"
+            elif getattr(destination, "engine", "") == "iceberg":  # snapshot ids: no range
+                shown = (", ".join(map(str, available[-20:])) or "none") + (
+                    f" (the last 20 of {len(available)}, oldest first)"
+                    if len(available) > 20 else "")
+                where = spec
             else:
                 shown = f"{available[0]}..{available[-1]}" if available else "none"
                 where = spec

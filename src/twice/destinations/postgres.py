@@ -101,8 +101,20 @@ class PostgresDestination(SqlDestination["psycopg.Connection[Any]"]):
         except psycopg.Error as exc:
             # libpq may echo the connection string it could not parse: mask it.
             raise DestinationUnavailableError(
-                f"{self.spec}: cannot connect: {redact(str(exc).strip())}"
+                f"{self.spec}: cannot connect{self._whom()}: {redact(str(exc).strip())}"
             ) from None
+
+    def _whom(self) -> str:
+        """`` to database D as user U on H:P``, as far as the spec says (libpq's defaults
+        apply to the rest); never the password."""
+        try:
+            said = psycopg.conninfo.conninfo_to_dict(self._conninfo)
+        except psycopg.Error:
+            return ""
+        parts = [f" to database {said['dbname']}" if said.get("dbname") else "",
+                 f" as user {said['user']}" if said.get("user") else "",
+                 f" on {said['host']}:{said.get('port') or 5432}" if said.get("host") else ""]
+        return redact("".join(str(part) for part in parts))
 
     def _usable(self, conn: psycopg.Connection[Any]) -> bool:
         return not conn.closed

@@ -15,6 +15,7 @@ reported as ``LedgerUnavailableError`` saying the write may or may not have been
 from __future__ import annotations
 
 import random
+import re
 import sqlite3
 from dataclasses import dataclass
 from typing import Literal
@@ -23,7 +24,9 @@ from sqlalchemy import exc as sa_exc
 
 from twice.ledger.lock_holders import holders_advice
 
-FaultKind = Literal["transient", "storage"]
+#: ``refused``: the server answered and refused this connection (no such database or role, a
+#: wrong password): not retried, and not the storage's fault either.
+FaultKind = Literal["transient", "storage", "refused"]
 
 #: Where in a transaction an exception was raised: "connect", "commit" (else: the body).
 PHASE_ATTRIBUTE = "_twice_phase"
@@ -53,6 +56,16 @@ _PG_STORAGE = {
     "25006": "the database server is read-only (a standby, or default_transaction_read_only)",
 }
 
+#: libpq's refusals of a connection (no SQLSTATE reaches the client): what is missing or wrong,
+#: and the name the server gave.
+_PG_REFUSED = (
+    (re.compile(r'database "([^"]*)" does not exist'), "database"),
+    (re.compile(r'role "([^"]*)" does not exist'), "role"),
+    (re.compile(r'(?:password|SCRAM) authentication failed for user "([^"]*)"'), "password"),
+    (re.compile(r"(no password supplied)"), "password"),
+    (re.compile(r'permission denied for database "([^"]*)"'), "permission"),
+)
+
 # Backoff between tries: capped exponential with jitter ("equal jitter": half fixed, half
 # random), so workers that failed together do not come back together.
 FIRST_DELAY_SECONDS = 0.05
@@ -71,6 +84,7 @@ class Fault:
     disk_full: bool = False
     read_only: bool = False
     corrupt: bool = False
+    refused: str | None = None  # kind "refused": "database", "role", "password", "permission"
 
 
 def mark_phase(exc: BaseException, phase: str) -> None:
@@ -144,6 +158,14 @@ def _sqlite_fault(exc: BaseException, original: BaseException) -> Fault | None:
     return None
 
 
+_REFUSALS = {
+    "database": "the server refused the connection: the database does not exist",
+    "role": "the server refused the connection: the role (user) does not exist",
+    "password": "the server refused the connection: password authentication failed",
+    "permission": "the server refused the connection: the role may not connect to the database",
+}
+
+
 def _postgres_fault(exc: BaseException, original: BaseException) -> Fault | None:
     sqlstate = getattr(original, "sqlstate", None)
     if isinstance(sqlstate, str) and sqlstate:
@@ -159,6 +181,11 @@ def _postgres_fault(exc: BaseException, original: BaseException) -> Fault | None
         return None
     # No SQLSTATE: libpq's own connection errors (refused, closed, server gone away).
     names = {cls.__name__ for cls in type(original).__mro__}
+    if "OperationalError" in names:
+        message = str(original)
+        for pattern, refused in _PG_REFUSED:
+            if pattern.search(message):
+                return Fault("refused", _REFUSALS[refused], exc, refused=refused)
     if names & {"OperationalError", "InterfaceError"}:
         return Fault("transient", f"connection lost ({first_line(original)})", exc,
                      connection_lost=True)
@@ -185,6 +212,24 @@ def classify(exc: BaseException) -> Fault | None:
     return None
 
 
+def refusal_advice(fault: Fault, *, host: str, port: int | None, database: str,
+                   user: str) -> str:
+    """What to do about a PostgreSQL server refusing the connection, naming the database and
+    user (never the password)."""
+    where = f"-h {host or '127.0.0.1'}" + (f" -p {port}" if port else "")
+    if fault.refused == "database":
+        return (f"create database {database} (`createdb {where} -U {user} {database}` as a "
+                f"role that may create databases, or CREATE DATABASE {database}), or point "
+                "--ledger (or $TWICE_LEDGER) at a database that exists")
+    if fault.refused == "role":
+        return (f"create role {user} on the server (CREATE ROLE {user} LOGIN PASSWORD ...), "
+                "or connect as a user that exists")
+    if fault.refused == "permission":
+        return f"grant role {user} CONNECT on database {database}, or connect as another user"
+    return (f"check the password of user {user} for database {database} (in PGPASSWORD, "
+            "~/.pgpass or the URL); twice never prints it")
+
+
 class Backoff:
     """Capped exponential delays with jitter (the caller keeps the total time budget)."""
 
@@ -200,7 +245,7 @@ class Backoff:
 
 
 def advice(fault: Fault, *, dialect: str, path: str | None) -> str:
-    """What the operator can do about ``fault``."""
+    """What the operator can do about ``fault`` (:func:`refusal_advice` for a refusal)."""
     if fault.disk_full:
         if dialect == "postgresql":
             return ("ask the database administrator to free space on the PostgreSQL server; "

@@ -11,6 +11,7 @@ still commits them at once. ``retrying`` runs a whole transaction again on a tra
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -21,6 +22,7 @@ from typing import Any, TypeVar, cast
 from sqlalchemy import Engine
 from sqlalchemy.engine import Connection, RootTransaction
 
+from twice.core.secrets import redact_url
 from twice.ledger.checks import aware
 from twice.ledger.engine import begin
 from twice.ledger.errors import (
@@ -38,6 +40,7 @@ from twice.ledger.faults import (
     first_line,
     mark_phase,
     phase_of,
+    refusal_advice,
     root_failure,
 )
 
@@ -321,6 +324,8 @@ class Session:
                     if fault is None:
                         raise
                     phase = phase_of(exc) or phase_of(fault.original)
+                    if fault.kind == "refused":
+                        raise self._refused_error(fault, what, opening=opening) from None
                     if fault.kind == "storage":
                         raise self._storage_error(fault, what, opening=opening) from None
                     if phase == "commit" and fault.connection_lost:
@@ -353,6 +358,8 @@ class Session:
         fault = classify(exc)
         if fault is None:
             return None
+        if fault.kind == "refused":
+            return self._refused_error(fault, what)
         if fault.kind == "storage":
             return self._storage_error(fault, what)
         if (phase_of(exc) or phase_of(fault.original)) == "commit" and fault.connection_lost:
@@ -360,7 +367,32 @@ class Session:
         return self._unavailable_error(fault, what, 1, 0.0, note=note)
 
     def scrub(self, text: str) -> str:
-        return text.replace(self.password, "***") if self.password else text
+        """``text`` with the password masked: in a URL or ``password=`` pair it shows, and
+        wherever it stands as a word of its own, except as the database's or user's name (a
+        development password equal to the database name, ``twice``, must not hide which
+        database the server says does not exist: that name is in the ledger's URL anyway)."""
+        text = redact_url(text)
+        if not self.password:
+            return text
+        url = self.engine.url
+        if self.password in (url.database, url.username):
+            return text
+        return re.sub(rf"(?<![\w-]){re.escape(self.password)}(?![\w-])", "***", text)
+
+    def _refused_error(self, fault: Fault, what: str, *, opening: bool = True) -> LedgerError:
+        """The server refused the connection (no such database or role, a wrong password):
+        not retried, a service that cannot be used (exit 1); names the database and user."""
+        url = self.engine.url
+        database, user = url.database or "(libpq default)", url.username or "(libpq default)"
+        head = f"cannot open ledger {self.label}" if opening else f"ledger {self.label}"
+        todo = refusal_advice(fault, host=url.host or "", port=url.port, database=database,
+                              user=user)
+        return LedgerUnavailableError(
+            f"{head}: {fault.cause}{self._driver_says(fault)} (database {database}, user "
+            f"{user}, server {url.host or 'local socket'}:{url.port or 5432}) during {what}: "
+            f"nothing of it was recorded. What to do: {todo}",
+            original=fault.original,
+        )
 
     def _driver_says(self, fault: Fault) -> str:
         said = self.scrub(first_line(root_failure(fault.original)))

@@ -83,7 +83,7 @@ def load_evidence(
     Raises ``ReportError`` for a missing, unreadable or foreign ledger, or when ``pipeline``
     names no recorded unit of work (most likely a typo, which an empty report would hide).
     """
-    from twice.ledger import Ledger, LedgerError
+    from twice.ledger import Ledger, LedgerError, LedgerStorageError, LedgerUnavailableError
     from twice.ledger.engine import resolve_url
 
     shown = describe(url)
@@ -96,6 +96,8 @@ def load_evidence(
             require_pipeline(ledger, pipeline, shown)
             return gather(ledger, as_of=as_of, pipeline=pipeline, deadline=deadline,
                           max_observation_age=max_observation_age)
+    except (LedgerUnavailableError, LedgerStorageError):
+        raise  # a service that failed (exit 1), not a bad report request
     except LedgerError as exc:
         raise ReportError(f"ledger {shown}: {exc}") from None
 
