@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -35,29 +36,42 @@ def test_unit_prefixes_are_unique_readable_and_never_shorter_than_the_day() -> N
         assert [other for other in ids if other.startswith(prefix)] == [uow_id]
 
 
+class Uncropped(Console):
+    """A 100-column terminal that shows what a table drew past its width (a console crops
+    it, so a line cut at 100 columns would pass for one that fits)."""
+
+    def __init__(self) -> None:
+        super().__init__(file=io.StringIO(), width=100, force_terminal=True,
+                         force_interactive=False, record=True, color_system=None)
+
+    def print(self, *objects: Any, **options: Any) -> None:
+        super().print(*objects, **{**options, "crop": False})
+
+
 @pytest.mark.parametrize("command", [["status"], ["worker", "PIPELINE", "--start", "2026-11-23",
                                                   "--end", "2026-11-26", "--deadline", "none",
                                                   "--once"]])
 def test_tables_fit_100_columns_and_ids_are_whole(command: list[str], ran: str,
-                                                  pipeline_file: Path) -> None:
+                                                  pipeline_file: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    console = Uncropped()
+    monkeypatch.setattr(twice.cli.console, "make_console", lambda **_options: console)
     args = [str(pipeline_file) if arg == "PIPELINE" else arg for arg in command]
-    result = CliRunner().invoke(cli, [*args, "--ledger", ran], env={"COLUMNS": "100"})
+    result = CliRunner().invoke(cli, [*args, "--ledger", ran])
     assert result.exit_code in (0, 1), result.output
-    lines = result.stdout.splitlines()
-    # from the table on (the worker's lines of units as they ended come first, unwrapped)
-    lines = lines[next(n for n, line in enumerate(lines) if line.startswith(("Units of",
-                                                                             "twice worker"))):]
-    assert max(len(line) for line in lines) <= 100, "\n".join(lines)
-    assert "…" not in result.stdout  # nothing cut
+    text = console.export_text()
+    lines = text.splitlines()
+    assert max(len(line) for line in lines) <= 100, text
+    assert "…" not in text  # nothing cut
     # each unit's id prefix is printed (folded only when longer than its column), and any
     # command taking UOW_ID accepts it
     ids = [record["id"] for record in json.loads(CliRunner().invoke(
         cli, ["status", "--ledger", ran, "--json"]).stdout)["units"]]
     prefixes = unit_prefixes(ids)
-    text = "".join(line.split()[0] if line.strip() else "" for line in lines[3:])
-    shown = [prefix for prefix in prefixes.values() if prefix in text]
-    assert len(shown) == 6, text
-    for prefix in shown:
+    column = "".join(line.split()[0] if line.startswith(" ") and line.strip() else ""
+                     for line in lines)
+    assert all(prefix in column for prefix in prefixes.values()), column
+    for prefix in prefixes.values():
         explained = CliRunner().invoke(cli, ["explain", prefix, "--ledger", ran, "--json"])
         assert explained.exit_code == 0, explained.output
 
@@ -82,8 +96,7 @@ def test_run_prints_a_line_per_unit_as_it_ends_when_not_on_a_terminal(
 def _run_on_a_terminal(pipeline_file: Path, tmp_path: Path,
                        monkeypatch: pytest.MonkeyPatch) -> str:
     """``twice run`` drawn on a 100-column terminal (Rich records what it drew)."""
-    console = Console(file=io.StringIO(), width=100, force_terminal=True,
-                      force_interactive=False, record=True, color_system=None)
+    console = Uncropped()
     monkeypatch.setattr(twice.cli.console, "make_console", lambda **_options: console)
     monkeypatch.chdir(tmp_path)
     result = CliRunner().invoke(cli, ["run", str(pipeline_file), "--start", "2026-11-23",
@@ -102,6 +115,9 @@ def test_run_shows_a_progress_bar_on_a_terminal_within_100_columns(
     assert "6/6" in bar and "not succeeded 1" in bar
     assert any(line.startswith("2026-11-25 reconcile_against_general_ledger failed-permanent")
                for line in lines)
+    # nothing cropped: the table's last cell ends with the error's last words
+    table = " ".join(" ".join(lines[lines.index(bar) + 1:]).split())
+    assert table.count("finished without error") == 5 and "its trailer row" in table
     if os.environ.get("TWICE_WRITE_CAPTURES"):
         CAPTURE.parent.mkdir(exist_ok=True)
         CAPTURE.write_text(text, encoding="utf-8")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import importlib
 import importlib.util
 from typing import Any
@@ -82,6 +83,28 @@ class LazyGroup(click.Group):
         except click.Abort as exc:
             exits.click_failed(exc, _path(None))
         exits.returned(value)
+
+    def invoke(self, ctx: click.Context) -> object:
+        """Run the subcommand; a ``TwiceError`` it did not handle becomes one message and the
+        exit code of its type (``twice.cli.exits``), never a traceback; standard output that
+        cannot be written ends the command through ``exits.output_lost``."""
+        from twice.errors import TwiceError
+
+        def name() -> str:  # known once the group has picked the subcommand
+            return " ".join(["twice", *filter(None, [ctx.invoked_subcommand])])
+
+        try:
+            return super().invoke(ctx)
+        except (TwiceError, KeyboardInterrupt) as exc:
+            from twice.cli.exits import fail
+
+            fail(exc, name())
+        except OSError as exc:
+            if exc.errno not in (errno.EPIPE, errno.ENOSPC, errno.EIO):
+                raise
+            from twice.cli.exits import output_lost
+
+            output_lost(exc, name())
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = [(name, COMMANDS[name][2]) for name in self.list_commands(ctx)]

@@ -101,7 +101,18 @@ def unit_prefixes(ids: list[str]) -> dict[str, str]:
     return prefixes
 
 
-def unit_width(prefixes: Iterable[str], width: int, *, reserve: int) -> int:
-    """The width of a table's unit column: its longest prefix, as far as ``width`` less what
-    the other columns need at least (``reserve``) allows; longer ids are folded."""
-    return max(12, min(max((len(prefix) for prefix in prefixes), default=12), width - reserve))
+def last_width(prefixes: Iterable[str], width: int, *, others: int, least: int = 20) -> int:
+    """The most a table's last (wrapping) column may take so that its unit column keeps its
+    longest prefix on one line: ``width`` less that prefix and what the other columns need at
+    least (``others``, their padding included), and never under ``least``. (Rich widens a
+    table past the console for a column's ``min_width``, and cuts it; a bounded last column
+    leaves the unit column its width instead, or Rich folds both proportionally.)"""
+    longest = max((len(prefix) for prefix in prefixes), default=12)
+    return max(least, width - others - longest)
+
+
+def unit_fits(prefixes: Iterable[str], width: int, *, others: int, least: int = 20) -> bool:
+    """Whether a table's unit column can keep every prefix on one line (then it is never
+    folded: Rich would otherwise shrink it with the other wrapping columns)."""
+    longest = max((len(prefix) for prefix in prefixes), default=12)
+    return width - others - longest >= least

@@ -46,11 +46,9 @@ def rows() -> list[tuple[str, str, str]]:
         for param in command.params:
             if not isinstance(param, click.Option) or param.hidden:
                 continue
-            names = param.envvar if isinstance(param.envvar, list | tuple) else [param.envvar]
+            names = [param.envvar] if isinstance(param.envvar, str) else list(param.envvar or [])
             option = max(param.opts, key=len)
             for name in names:
-                if name is None:
-                    continue
                 if name in ("TWICE_LOG_LEVEL", "TWICE_LOG_FORMAT"):
                     shared[name] = option
                 else:
@@ -74,17 +72,16 @@ def render(page: str) -> str:
     return f"{head}{START}\n{table()}\n{END}{tail}"
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Rewrite the table in the page named (default docs/reference/cli.md)."""
+def main(argv: list[str] | None = None) -> None:
+    """Rewrite the table in the page named (default docs/reference/cli.md); a page without
+    the markers is refused (``ValueError``), untouched."""
     args = sys.argv[1:] if argv is None else argv
     path = Path(args[0] if args else "docs/reference/cli.md")
     page = path.read_text(encoding="utf-8")
     if START not in page or END not in page:
-        print(f"{path}: no {START} ... {END} markers", file=sys.stderr)
-        return 2
+        raise ValueError(f"{path}: no {START} ... {END} markers")
     path.write_text(render(page), encoding="utf-8")
-    return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -9,8 +9,9 @@ name. ``json`` prints one object per line: ``time`` (ISO-8601 UTC), ``level``, `
 ``message`` and the structured fields a record carries (``uow_id``, ``task``, ``interval``,
 ``attempt``, ...; :data:`FIELDS`), for a log shipper to index without parsing sentences.
 
-Every line is made inert (``twice.core.inert``) like everything else the CLI prints: an error
-message from outside twice cannot drive the operator's terminal or forge a line.
+Every line is inert like everything else the CLI prints (text through ``twice.core.inert``,
+JSON as ASCII with ``\\u`` escapes): an error message from outside twice cannot drive the
+operator's terminal or forge a line.
 """
 
 from __future__ import annotations
@@ -63,8 +64,6 @@ class JsonFormatter(logging.Formatter):
     """One JSON object per record: time, level, logger, message, then its fields."""
 
     def format(self, record: logging.LogRecord) -> str:
-        from twice.core.inert import inert
-
         document: dict[str, Any] = {
             "time": _time(record), "level": record.levelname.lower(), "logger": record.name,
             "message": record.getMessage(),
@@ -73,7 +72,8 @@ class JsonFormatter(logging.Formatter):
             document[name] = value if isinstance(value, int | float | bool) else str(value)
         if record.exc_info:
             document["exception"] = self.formatException(record.exc_info)
-        return inert(json.dumps(document, sort_keys=False, ensure_ascii=False))
+        # ASCII only: every control or bidirectional character is a \\u escape, inert as is
+        return json.dumps(document, ensure_ascii=True)
 
 
 class TextFormatter(logging.Formatter):

@@ -77,6 +77,11 @@ class UnitProgress:
                     self._ended(unit.interval, unit.task, unit.outcome, unit, unit.uow_id)
             self._update()
 
+    def elsewhere(self, count: int) -> None:
+        """Count ``count`` units another process settled (a worker's) as ended, silently."""
+        if self.progress is not None and self.bar is not None and count:
+            self.progress.advance(self.bar, count)
+
     def _ended(self, interval: Interval, task: str, outcome: str, result: Any,
                uow_id: str | None) -> None:
         assert self.console is not None

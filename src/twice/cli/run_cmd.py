@@ -115,7 +115,7 @@ def _summary(result: RunResult, label: str, unseen: tuple[str, ...] = ()) -> Non
     from rich.markup import escape
     from rich.table import Table
 
-    from twice.cli.console import WIDE, make_console, shown, unit_prefixes, unit_width
+    from twice.cli.console import WIDE, last_width, make_console, shown, unit_fits, unit_prefixes
     from twice.cli.pipeline_run import why
 
     console = make_console()
@@ -125,11 +125,13 @@ def _summary(result: RunResult, label: str, unseen: tuple[str, ...] = ()) -> Non
                   box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False)
     # a unique prefix of the unit's id (`twice explain` takes it), folded only when longer than
     # its column; outcome names are never broken; "next, why" wraps between words
-    table.add_column("unit", overflow="fold",
-                     min_width=unit_width(prefixes.values(), console.width, reserve=52))
+    table.add_column("unit", overflow="fold", no_wrap=unit_fits(
+        prefixes.values(), console.width, others=40 + (63 if wide else 0), least=24))
     for column in ("outcome", "attempts", *(("job id",) if wide else ())):
         table.add_column(column, no_wrap=True)
-    table.add_column("next, why", overflow="fold")
+    table.add_column("next, why", overflow="fold",
+                     max_width=last_width(prefixes.values(), console.width,
+                                          others=40 + (63 if wide else 0), least=24))
     for unit in result.units:
         style = _STYLE.get(unit.outcome, "white")
         # a success is verified before it is recorded: nothing to do (--json keeps the

@@ -103,7 +103,7 @@ def _print(label: str, at: Any, rows: list[dict[str, Any]], headline: str) -> No
     from rich import box
     from rich.table import Table
 
-    from twice.cli.console import WIDE, make_console, shown, unit_prefixes, unit_width
+    from twice.cli.console import WIDE, last_width, make_console, shown, unit_fits, unit_prefixes
     from twice.core.interval import Interval
     from twice.engine.evidence import iso
     from twice.ledger import OPERATOR_SOURCE_PREFIX
@@ -120,12 +120,14 @@ def _print(label: str, at: Any, rows: list[dict[str, Any]], headline: str) -> No
                   title_justify="left", pad_edge=False)
     # a unit's id (a unique prefix: any command taking UOW_ID accepts it) is folded only when
     # longer than its column, the interval never; the other cells wrap between words
-    table.add_column("unit", overflow="fold",
-                     min_width=unit_width(prefixes.values(), console.width, reserve=62))
+    table.add_column("unit", overflow="fold", no_wrap=unit_fits(
+        prefixes.values(), console.width, others=50 + (63 if wide else 0), least=14))
     table.add_column("interval", no_wrap=True)
-    for column in ("health", "attempt", "evidence (age)", *(("job id",) if wide else ()),
-                   "decision now"):
+    for column in ("health", "attempt", "evidence (age)", *(("job id",) if wide else ())):
         table.add_column(column, overflow="fold", no_wrap=column == "job id")
+    table.add_column("decision now", overflow="fold",
+                     max_width=last_width(prefixes.values(), console.width,
+                                          others=50 + (63 if wide else 0), least=14))
     for row in rows:
         attempt = "-" if row["attempt"] is None else f"#{row['attempt']} {row['outcome']}"
         if row["basis"] == "asserted":

@@ -131,6 +131,8 @@ def worker(pipeline_file: str, ledger_url: str | None, interval: str | None, sta
             report = runner.run()
             progress.rest(unit.result for unit in report.units
                           if unit.settlement == "ran" and unit.result is not None)
+            progress.elsewhere(sum(unit.settlement in ("done-elsewhere", "ended-elsewhere")
+                                   for unit in report.units))
         label = ledger.url
     show_and_finish(report, label, as_json, _summary)
 
@@ -140,7 +142,7 @@ def _summary(report: WorkerReport, label: str) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from twice.cli.console import make_console, shown, unit_prefixes, unit_width
+    from twice.cli.console import last_width, make_console, shown, unit_fits, unit_prefixes
     from twice.cli.pipeline_run import why
 
     console = make_console()
@@ -150,11 +152,12 @@ def _summary(report: WorkerReport, label: str) -> None:
                   pad_edge=False)
     # a unit's id (a unique prefix: any command taking UOW_ID accepts it) is folded only when
     # longer than its column; labels are never broken; "why" wraps between words
-    table.add_column("unit", overflow="fold",
-                     min_width=unit_width(prefixes.values(), console.width, reserve=56))
+    table.add_column("unit", overflow="fold", no_wrap=unit_fits(
+        prefixes.values(), console.width, others=46, least=20))
     for column in ("settled", "outcome", "attempts"):
         table.add_column(column, no_wrap=True)
-    table.add_column("why", overflow="fold")
+    table.add_column("why", overflow="fold",
+                     max_width=last_width(prefixes.values(), console.width, others=46))
     for unit in report.units:
         style = _STYLE[unit.settlement]
         result = unit.result
