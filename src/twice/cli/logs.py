@@ -97,20 +97,29 @@ def configure(level: str = "warning", fmt: str = "text") -> None:
     """Send the ``twice`` logger's records at ``level`` and above to standard error in
     ``fmt``; called again, it replaces the handler it installed (never another's)."""
     logger = logging.getLogger("twice")
-    for handler in list(logger.handlers):
-        if handler.get_name() == _HANDLER_NAME:
-            logger.removeHandler(handler)
+    reset()
     handler = _Stderr()
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
     logger.addHandler(handler)
     logger.setLevel(level.upper())
-    logger.propagate = False
+
+
+def reset() -> None:
+    """Remove the handler :func:`configure` installed and the level it set (when the command
+    ends: a program that runs the CLI in-process keeps its own logging as it was)."""
+    logger = logging.getLogger("twice")
+    for handler in list(logger.handlers):
+        if handler.get_name() == _HANDLER_NAME:
+            logger.removeHandler(handler)
+            logger.setLevel(logging.NOTSET)
 
 
 def _apply(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
     """Callback of both options: remember the value given (on the root context, so a later
     default does not undo an earlier choice) and configure logging with both."""
     root = ctx.find_root()
+    if "twice.logs" not in root.meta:
+        root.call_on_close(reset)
     settings = root.meta.setdefault("twice.logs", {"level": "warning", "format": "text"})
     from click.core import ParameterSource
 

@@ -59,6 +59,7 @@ if TYPE_CHECKING:
 StopReason = Literal["finished", "once", "max-units", "signal"]
 
 log = logging.getLogger("twice.worker")
+log.addHandler(logging.NullHandler())  # silent unless the program configured logging
 
 
 def default_worker_name() -> str:

@@ -26,6 +26,9 @@ from twice.engine.events import (
 )
 
 log = logging.getLogger("twice.engine")
+# a program that configured no logging sees nothing from the engine (Python's last-resort
+# handler would print its warnings); a configured one (the CLI's, Airflow's) gets every record
+log.addHandler(logging.NullHandler())
 
 
 def _fields(event: Event, pipeline: str | None) -> dict[str, Any]:
