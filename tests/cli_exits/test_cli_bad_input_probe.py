@@ -224,7 +224,7 @@ def test_as_of_inside_the_supported_years_still_works(ledger: str, args: list[st
     result = _invoke([*args, "--ledger", ledger, "--as-of", "1000-01-01T00:00:00Z"])
     assert result.exit_code == 0, result.output
     if "--json" in args:
-        assert '"asOf": "1000-01-01T00:00:00' in result.output, result.output[:300]
+        assert '"as_of": "1000-01-01T00:00:00' in result.output, result.output[:300]
 
 
 

@@ -44,10 +44,10 @@ def _command(error: BaseException | None, ok: bool = True) -> click.Command:
     (None, True, OK, ""),
     (None, False, FAILED, ""),
     (InputError("--interval: not a date"), True, BAD_INPUT,
-     "twice probe: --interval: not a date\n"),
+     "twice probe: error: --interval: not a date\n"),
     (UnavailableError("the ledger failed during the run: locked"), True, FAILED,
-     "twice probe: the ledger failed during the run: locked\n"),
-    (KeyboardInterrupt(), True, INTERRUPTED, "twice probe: KeyboardInterrupt\n"),
+     "twice probe: error: the ledger failed during the run: locked\n"),
+    (KeyboardInterrupt(), True, INTERRUPTED, "twice probe: error: KeyboardInterrupt\n"),
 ])
 def test_a_typed_error_is_one_line_and_the_code_of_its_type(
     error: BaseException | None, ok: bool, code: int, stderr: str
@@ -63,5 +63,5 @@ def test_a_command_invoked_on_its_own_keeps_its_prefix(tmp_path: Path) -> None:
 
     result = CliRunner().invoke(airflow, ["describe", str(tmp_path / "p.py"), "--dag-id", "a b"])
     assert result.exit_code == BAD_INPUT
-    assert result.stderr.startswith("twice airflow describe: --dag-id 'a b': use letters")
+    assert result.stderr.startswith("twice airflow describe: error: --dag-id 'a b': use letters")
     assert "Traceback" not in result.output

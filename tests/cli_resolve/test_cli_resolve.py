@@ -71,7 +71,7 @@ def test_resolve_then_every_report_says_asserted_by_an_operator(
     status_json = json.loads(invoke("status", "--ledger", db, "--json").stdout)
     rows = {row["id"]: row for row in status_json["units"]}
     lost = rows[_lost()]
-    assert (lost["basis"], lost["assertedBy"], lost["assertion"]) == ("asserted", "alice", NOTE)
+    assert (lost["basis"], lost["asserted_by"], lost["assertion"]) == ("asserted", "alice", NOTE)
     assert rows[make_uow(6).uow_id]["basis"] is None
 
     explain = invoke("explain", _lost(), "--ledger", db)
@@ -83,7 +83,7 @@ def test_resolve_then_every_report_says_asserted_by_an_operator(
     assert all("asserted by an operator (alice)" in text for text in resolved)
     assert "verified" not in explain.stdout
     events = json.loads(invoke("explain", _lost(), "--ledger", db, "--json").stdout)["events"]
-    assert [e["assertedBy"] for e in events if e["assertedBy"]] == ["alice", "alice"]
+    assert [e["asserted_by"] for e in events if e["asserted_by"]] == ["alice", "alice"]
 
     handover = invoke("handover", "--ledger", db)
     assert handover.exit_code == 0, handover.output
@@ -136,7 +136,7 @@ def test_resolve_as_failed_and_json(ledger_path: Path) -> None:
                     "--json")
     assert result.exit_code == 0, result.output
     body = json.loads(result.stdout)
-    assert (body["asserted"], body["attemptOutcome"], body["previousOutcome"]) == (
+    assert (body["asserted"], body["attempt_outcome"], body["previous_outcome"]) == (
         "failed", "failed-transient", "unknown")
     assert (body["source"], body["state"], body["basis"], body["repeated"]) == (
         "operator:bob", "resolved-failed", "asserted", False)

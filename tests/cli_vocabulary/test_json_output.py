@@ -135,3 +135,56 @@ def test_each_documented_command_prints_exactly_the_documented_keys(
     assert set(printed) == documented()[section], (
         f"{section}: undocumented {sorted(set(printed) - documented()[section])}, "
         f"documented but absent {sorted(documented()[section] - set(printed))}")
+
+
+IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+SNAKE = re.compile(r"[a-z][a-z0-9_]*")
+
+
+def _identifier_keys(document: object) -> set[str]:
+    """Every key at any depth that is an identifier (keys that are data, such as outcomes
+    ``failed-permanent`` or health labels with spaces, are not a style)."""
+    if isinstance(document, dict):
+        return {key for key in document if IDENTIFIER.fullmatch(key)}.union(
+            *(_identifier_keys(value) for value in document.values()))
+    if isinstance(document, list):
+        return set().union(*(_identifier_keys(value) for value in document))
+    return set()
+
+
+@pytest.mark.parametrize("section", sorted(documented()))
+def test_every_key_of_every_command_is_snake_case(
+        section: str, ledgers: dict[str, str], monkeypatch: pytest.MonkeyPatch,
+        tmp_path: Path) -> None:
+    if section.startswith("twice dbt "):
+        pytest.skip("needs dbt: tests/on_dbt/test_dbt_backfill.py checks these keys")
+    monkeypatch.setenv("TWICE_FUNDS_WORKDIR", ledgers["work"])
+    monkeypatch.chdir(ledgers["root"])
+    args = arguments(section, ledgers)
+    if section == "twice init --json":  # a new directory: init never writes into a full one
+        args = ["init", str(tmp_path / "acme_orders"), "--json"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code in (0, 1), result.output
+    keys = _identifier_keys(json.loads(result.stdout))
+    assert keys and not {key for key in keys if not SNAKE.fullmatch(key)}, section
+
+
+def test_the_old_camel_case_keys_are_printed_on_request(
+        ledgers: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from twice.cli.jsonkeys import RENAMED
+
+    args = ["status", "--ledger", ledgers["ledger"], "--json"]
+    now = json.loads(CliRunner().invoke(cli, args).stdout)
+    monkeypatch.setenv("TWICE_JSON_KEYS", "camel")
+    old = json.loads(CliRunner().invoke(cli, args).stdout)
+    assert "as_of" in now and "asOf" in old and "as_of" not in old
+    assert {RENAMED.get(key, key) for key in old["units"][0]} == set(now["units"][0])
+
+
+def test_the_compatibility_table_is_the_renaming() -> None:
+    from twice.cli.jsonkeys import RENAMED
+
+    page = DOC.read_text(encoding="utf-8")
+    table = page[page.index("<!-- renamed-keys"):]
+    rows = dict(re.findall(r"^\| `([A-Za-z]+)` \| `([a-z_]+)` \|$", table, re.M))
+    assert rows == RENAMED

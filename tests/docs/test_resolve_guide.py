@@ -82,12 +82,20 @@ def run(root: Path, command: str) -> subprocess.CompletedProcess[str]:
 
 
 def task_rows(lines: list[str]) -> dict[str, list[str]]:
-    """``task -> cells`` of the table rows (``│``-separated) that start a task's row."""
+    """``task -> cells`` of the table rows that start a task's row: ``│``-separated with the
+    task first (as the guide shows them), or ``twice run``'s table at any width, whose rows
+    start with a unique prefix of the unit's id (``PIPELINE.TASK.DAY``), cells two spaces
+    apart."""
     rows = {}
     for line in lines:
-        cells = [c.strip() for c in line.strip().strip("│").split("│")]
-        if len(cells) > 2 and cells[0] and cells[0] != "task":
-            rows[cells[0]] = cells
+        if "│" in line:
+            cells = [c.strip() for c in line.strip().strip("│").split("│")]
+            if len(cells) > 2 and cells[0] and cells[0] != "task":
+                rows[cells[0]] = cells
+            continue
+        cells = re.split(r"\s{2,}", line.strip())
+        if len(cells) > 2 and cells[0].count(".") >= 2 and " " not in cells[0]:
+            rows[cells[0].split(".")[1]] = [cells[0].split(".")[1], *cells[1:]]
     return rows
 
 

@@ -81,7 +81,7 @@ def test_run_json_then_status_explain_decide(pipeline_file: Path, db: str) -> No
     units = {unit["task"]: unit for unit in report["units"]}
     assert units["extract"]["attempts"] == 2 and units["extract"]["outcome"] == "succeeded"
     assert units["load"]["outcome"] == "failed-permanent"
-    assert report["ok"] is False and report["outputsVerified"] is False
+    assert report["ok"] is False and report["outputs_verified"] is False
 
     status = invoke("status", "--ledger", db, "--json")
     assert status.exit_code == 0
@@ -90,12 +90,12 @@ def test_run_json_then_status_explain_decide(pipeline_file: Path, db: str) -> No
     assert rows["extract"]["source"] == "executor" and rows["extract"]["age"] >= 0
     assert rows["extract"]["decision"] == "validate-output"
     assert rows["load"]["decision"] == "repair-cause"
-    assert rows["load"]["policySource"] == "ledger"  # recorded by the run itself
+    assert rows["load"]["policy_source"] == "ledger"  # recorded by the run itself
 
     with_file = invoke("status", "--ledger", db, "--pipeline-file", str(pipeline_file),
                        "--json")
     rows = {row["task"]: row for row in json.loads(with_file.stdout)["units"]}
-    assert rows["load"]["policySource"] == "pipeline"
+    assert rows["load"]["policy_source"] == "pipeline"
 
     table = invoke("status", "--ledger", db)
     assert table.exit_code == 0 and "funds.extract" in table.output
@@ -211,7 +211,7 @@ def test_decide_over_the_ledger_asks_nothing_of_a_verified_unit(tmp_path: Path) 
     assert table.exit_code == 0, table.output
     assert "verified" in table.output and "validate-output" not in table.output
     [row] = json.loads(invoke("decide", "--ledger", db).output)["tasks"]
-    assert (row["health"], row["nextAction"], row["decision"]) == (
+    assert (row["health"], row["next_action"], row["decision"]) == (
         "verified", None, "validate-output")
 
 

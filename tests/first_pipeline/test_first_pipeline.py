@@ -133,7 +133,7 @@ def units(root: Path) -> dict[tuple[str, str], dict[str, Any]]:
     new input version shows as superseded and is left out)."""
     document = json.loads(sh(root, f"{STATUS} --json"))
     current = [u for u in document["units"] if u["health"] != "superseded"]
-    found = {(u["task"], u["intervalStart"][:10]): u for u in current}
+    found = {(u["task"], u["interval_start"][:10]): u for u in current}
     assert len(found) == len(current)
     assert set(found) == {(task, day) for task in TASKS for day in DAYS}
     assert document["headline"].startswith("done: 6/6 verified")

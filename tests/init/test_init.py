@@ -146,7 +146,7 @@ def refused(cwd: Path, name: str) -> str:
     done = twice(cwd, "init", name)
     assert done.returncode == 2, done.stdout + done.stderr
     assert "Traceback" not in done.stderr and done.stdout == ""
-    assert done.stderr.startswith("twice init: NAME: "), done.stderr
+    assert done.stderr.startswith("twice init: error: NAME: "), done.stderr
     return done.stderr
 
 

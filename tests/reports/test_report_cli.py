@@ -6,6 +6,7 @@ with one message naming it and exit 2, never a traceback, and never by creating 
 
 from __future__ import annotations
 
+import re
 import sqlite3
 import subprocess
 import sys
@@ -29,7 +30,7 @@ def run(*args: str, env: dict[str, str] | None = None) -> Result:
 def refused(result: Result, *fragments: str) -> None:
     assert result.exit_code == 2, result.output
     assert "Traceback" not in result.output
-    assert result.stderr.startswith("error: ")
+    assert re.match(r"twice [a-z]+: error: ", result.stderr), result.stderr
     for fragment in fragments:
         assert fragment in result.stderr
 
@@ -282,12 +283,12 @@ def test_decide_ledger_json_does_not_tell_settled_units_to_validate(tmp_path: Pa
     result = run("decide", "--ledger", ledger, "--format", "json")
     assert result.exit_code == 0, result.output
     report = json.loads(result.output)
-    settled = [t for t in report["tasks"] if t["nextAction"] is None and t["decision"]]
+    settled = [t for t in report["tasks"] if t["next_action"] is None and t["decision"]]
     assert any(t["health"] == "verified" for t in settled)
     for task in settled:
-        assert task["reason"] == task["healthReason"]
+        assert task["reason"] == task["health_reason"]
         assert "validate the output" not in task["reason"]
     assert report["summary"].get("settled") == len(settled)
-    awaiting = [t for t in report["tasks"] if t["nextAction"] is not None]
+    awaiting = [t for t in report["tasks"] if t["next_action"] is not None]
     assert sum(v for k, v in report["summary"].items() if k not in ("settled", "undecided")) \
         == len(awaiting)

@@ -98,8 +98,8 @@ def test_twice_status_shows_it(tmp_path: Path) -> None:
                                catch_exceptions=False)
     assert shown.exit_code == 0, shown.output
     row = json.loads(shown.output)["units"][0]
-    assert (row["health"], row["healthBasis"]) == ("unknown", "observed")
-    assert row["needsAttention"] is True and "has exited" in row["healthReason"]
+    assert (row["health"], row["health_basis"]) == ("unknown", "observed")
+    assert row["needs_attention"] is True and "has exited" in row["health_reason"]
     # the evidence column agrees with explain and update (found by a probe: it said
     # "executor (attempt record)", aged from the attempt's start)
     assert row["source"] == "process table" and row["age"] < 60

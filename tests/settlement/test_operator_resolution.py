@@ -238,8 +238,8 @@ def test_reports_show_which_resolution_was_asserted(
 
     status = twice(root, "status", "--json")
     (unit,) = json.loads(status.stdout)["units"]
-    assert (unit["asserted"], unit["assertedBy"], unit["health"]) == (asserted, OPERATOR, health)
-    assert unit["healthBasis"] == "asserted" and said in unit["healthReason"]
+    assert (unit["asserted"], unit["asserted_by"], unit["health"]) == (asserted, OPERATOR, health)
+    assert unit["health_basis"] == "asserted" and said in unit["health_reason"]
     assert said in twice(root, "status", columns=500).stdout
 
     explain = twice(root, "explain", uow).stdout

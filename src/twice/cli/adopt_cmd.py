@@ -14,11 +14,11 @@ written to a destination that already belongs to this ledger.
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING
 
 import click
 
+from twice.cli import jsonkeys
 from twice.cli.console import echo
 from twice.cli.exits import exit_on_error
 from twice.cli.options import json_option, ledger_option, operator_name
@@ -87,7 +87,7 @@ def adopt(destination: str, note: str | None, operator: str | None, ledger_url: 
             dest.close()
     record, previous, new = result
     if as_json:
-        echo(json.dumps({
+        echo(jsonkeys.dumps({
             "destination": dest.spec, "ledger": ledger.identity, "ledgerUrl": ledger.url,
             "previousLedger": previous.ledger if previous else None,
             "previousLedgerUrl": (previous.ledger_at or None) if previous else None,

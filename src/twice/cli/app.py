@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import importlib
 import importlib.util
+from typing import Any
 
 import click
 
@@ -61,25 +62,50 @@ class LazyGroup(click.Group):
                 return None
             raise
         command: click.Command = getattr(module, attribute)
+        prepare(command, f"TWICE_{cmd_name.upper()}")
         return command
+
+    def main(self, args: Any = None, prog_name: str | None = None,
+             complete_var: str | None = None, standalone_mode: bool = True,
+             **extra: Any) -> Any:
+        """Click's ``main``, with Click's own errors (a usage error, an aborted prompt) in the
+        one error form (``twice COMMAND: error: ...``, ``twice.cli.exits.error_line``) after
+        the usage lines Click shows."""
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, False, **extra)
+        from twice.cli import exits
+
+        try:
+            value = super().main(args, prog_name, complete_var, False, **extra)
+        except click.UsageError as exc:
+            exits.click_failed(exc, _path(exc.ctx), _usage(exc.ctx))
+        except click.ClickException as exc:
+            exits.click_failed(exc, _path(getattr(exc, "ctx", None)))
+        except click.Abort as exc:
+            exits.click_failed(exc, _path(None))
+        exits.returned(value)
 
     def invoke(self, ctx: click.Context) -> object:
         """Run the subcommand; a ``TwiceError`` it did not handle becomes one message and the
-        exit code of its type (``twice.cli.exits``), never a traceback."""
+        exit code of its type (``twice.cli.exits``), never a traceback; standard output that
+        cannot be written ends the command through ``exits.output_lost``."""
         from twice.errors import TwiceError
+
+        def name() -> str:  # known once the group has picked the subcommand
+            return " ".join(["twice", *filter(None, [ctx.invoked_subcommand])])
 
         try:
             return super().invoke(ctx)
         except (TwiceError, KeyboardInterrupt) as exc:
             from twice.cli.exits import fail
 
-            fail(exc, f"twice {ctx.invoked_subcommand or 'twice'}")
+            fail(exc, name())
         except OSError as exc:
             if exc.errno not in (errno.EPIPE, errno.ENOSPC, errno.EIO):
                 raise
             from twice.cli.exits import output_lost
 
-            output_lost(exc, f"twice {ctx.invoked_subcommand or 'twice'}")
+            output_lost(exc, name())
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = [(name, COMMANDS[name][2]) for name in self.list_commands(ctx)]
@@ -92,7 +118,62 @@ class LazyGroup(click.Group):
         return importlib.util.find_spec(COMMANDS[name][0]) is not None
 
 
-@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]},
+def _log_options() -> list[click.Option]:
+    from twice.cli.logs import log_options
+
+    return log_options()
+
+
+def _path(ctx: click.Context | None) -> str:
+    """``twice COMMAND`` of the context an error came from (the root spelled ``twice``)."""
+    names: list[str] = []
+    while ctx is not None:
+        names.append(ctx.info_name or "")
+        ctx = ctx.parent
+    return " ".join(["twice", *[name for name in reversed(names[:-1]) if name]])
+
+
+def _usage(ctx: click.Context | None) -> str | None:
+    """Click's usage lines and hint for a usage error in ``ctx``."""
+    if ctx is None:
+        return None
+    usage = ctx.get_usage().replace(ctx.command_path, _path(ctx), 1)
+    return f"{usage}\nTry '{_path(ctx)} --help' for help.\n"
+
+
+def prepare(command: click.Command, envvar_prefix: str) -> None:
+    """Once per command (and its subcommands): every option settable from the environment as
+    ``<envvar_prefix>_<LONG_OPTION>`` (``TWICE_RUN_DEADLINE``; Click's ``auto_envvar_prefix``
+    would spell the destination, ``TWICE_RUN_LEDGER_URL`` for ``--ledger``) and the name shown
+    in ``--help``; ``--log-level`` and ``--log-format`` added; the exit codes
+    (``twice.cli.exits.EXIT_CODES``) at the end of the help."""
+    if getattr(command, "_twice_prepared", False):
+        return
+    from twice.cli.exits import help_section
+    from twice.cli.logs import log_options
+
+    command._twice_prepared = True  # type: ignore[attr-defined]
+    if isinstance(command, click.Group):
+        for name, sub in command.commands.items():
+            prepare(sub, f"{envvar_prefix}_{name.upper().replace('-', '_')}")
+    else:
+        command.params.extend(log_options())
+    for param in command.params:
+        if not isinstance(param, click.Option) or param.name in ("help", "version"):
+            continue
+        if param.envvar is None:
+            flag = max(param.opts, key=len).lstrip("-")
+            param.envvar = f"{envvar_prefix}_{flag.upper().replace('-', '_')}"
+        param.show_envvar = True
+    command.epilog = f"{command.epilog.rstrip()}\n\n{help_section()}" if command.epilog \
+        else help_section()
+
+
+# help as wide as the terminal up to 120 columns (Click's default stops at 80, which breaks
+# the longest environment variable names mid-word)
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"],
+                                              "auto_envvar_prefix": "TWICE",
+                                              "max_content_width": 120},
              epilog="""\b
 Examples:
   twice demo --workdir twice-demo
@@ -106,3 +187,7 @@ def cli() -> None:
     Retries, manual reruns and backfills never duplicate or lose rows, and every decision is
     made from recorded evidence (its source and how old it is).
     """
+
+
+cli.params.extend(_log_options())
+prepare(cli, "TWICE")

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from twice.cli import jsonkeys
 from twice.cli.console import echo, shown
 from twice.cli.exits import exit_on_error, finish
 from twice.cli.options import (
@@ -95,7 +96,7 @@ def parse_point(text: str, option: str) -> date | datetime:
 @refresh_snapshots_option()
 @yes_option()
 @json_option("Print one JSON object (no progress bar).")
-@exit_on_error("error")
+@exit_on_error("twice backfill")
 def backfill(pipeline_file: str, interval_text: str | None, start_text: str | None,
              end_text: str | None, tasks_text: str | None, concurrency: int | None,
              max_workers: int | None, ledger_url: str | None, force: bool,
@@ -209,7 +210,7 @@ def backfill(pipeline_file: str, interval_text: str | None, start_text: str | No
             else:
                 result = run_with_progress(pipeline, ledger, intervals, total=count, **options)
         if as_json:
-            echo(json.dumps(result.to_dict(), sort_keys=True))
+            echo(jsonkeys.dumps(result.to_dict(), sort_keys=True))
         else:
             print_summary(result)
     except (PipelineError, BackfillError, DestinationSpecError) as exc:

@@ -14,8 +14,10 @@ work id mid-word, which breaks copy-paste and line-oriented tools. ``$COLUMNS`` 
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
+from collections.abc import Iterable
 from typing import IO, TYPE_CHECKING, Any
 
 from twice.core.inert import inert
@@ -41,11 +43,18 @@ def make_console(*, stderr: bool = False, file: IO[str] | None = None,
             except MarkupError:  # a bracket in text from outside twice: print it as it is
                 return super().render_str(text, **{**options, "markup": False})
 
+        def on_broken_pipe(self) -> None:
+            # Rich exits 1 here; the command decides (twice.cli.exits.output_lost: 0, or the
+            # code the work earned), so the error goes on, and this console writes no more
+            self.quiet = True
+            raise BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE))
+
     stream = file if file is not None else (sys.stderr if stderr else sys.stdout)
     isatty = getattr(stream, "isatty", None)
     piped = not (callable(isatty) and isatty())
-    width = PIPED_WIDTH if piped and not os.environ.get("COLUMNS") else None
-    return InertConsole(file=stream, width=width, soft_wrap=piped, highlight=highlight)
+    unwrapped = piped and not os.environ.get("COLUMNS")
+    return InertConsole(file=stream, width=PIPED_WIDTH if unwrapped else None,
+                        soft_wrap=unwrapped, highlight=highlight)
 
 
 def echo(text: str, *, err: bool = False, nl: bool = True) -> None:
@@ -62,3 +71,48 @@ def shown(text: object) -> str:
     from rich.markup import escape
 
     return escape(inert(str(text)))
+
+
+#: A table's job id column (ids of 60 characters and more, never broken) is shown from this
+#: width up; narrower, the table says where the job ids are instead.
+WIDE = 140
+
+
+def unit_prefixes(ids: list[str]) -> dict[str, str]:
+    """The shortest prefix of each unit of work id that no other id in ``ids`` starts with,
+    and at least ``PIPELINE.TASK.YYYYMMDD`` (readable; every command taking a UOW_ID accepts a
+    unique prefix, ``twice.cli.ledger_decide.unit_id``)."""
+    known = sorted(set(ids))
+
+    def common(a: str, b: str) -> int:
+        n = 0
+        while n < min(len(a), len(b)) and a[n] == b[n]:
+            n += 1
+        return n
+
+    prefixes: dict[str, str] = {}
+    for n, uow_id in enumerate(known):
+        parts = uow_id.split(".")
+        least = (len(".".join(parts[:2])) + 1 + min(8, len(parts[2])) if len(parts) >= 3
+                 else len(uow_id))
+        shared = max([common(uow_id, known[m]) for m in (n - 1, n + 1) if 0 <= m < len(known)]
+                     or [0])
+        prefixes[uow_id] = uow_id[:max(least, shared + 1)]
+    return prefixes
+
+
+def last_width(prefixes: Iterable[str], width: int, *, others: int, least: int = 20) -> int:
+    """The most a table's last (wrapping) column may take so that its unit column keeps its
+    longest prefix on one line: ``width`` less that prefix and what the other columns need at
+    least (``others``, their padding included), and never under ``least``. (Rich widens a
+    table past the console for a column's ``min_width``, and cuts it; a bounded last column
+    leaves the unit column its width instead, or Rich folds both proportionally.)"""
+    longest = max((len(prefix) for prefix in prefixes), default=12)
+    return max(least, width - others - longest)
+
+
+def unit_fits(prefixes: Iterable[str], width: int, *, others: int, least: int = 20) -> bool:
+    """Whether a table's unit column can keep every prefix on one line (then it is never
+    folded: Rich would otherwise shrink it with the other wrapping columns)."""
+    longest = max((len(prefix) for prefix in prefixes), default=12)
+    return width - others - longest >= least

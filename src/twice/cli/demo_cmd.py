@@ -130,7 +130,7 @@ Examples:
               help="Where to build the source, warehouses and ledgers (default: a new temp dir).")
 @click.option("--days", default=7, show_default=True, type=click.IntRange(1, 31),
               help="Days of source data from 2026-11-23.")
-@exit_on_error("error")
+@exit_on_error("twice demo")
 def demo(workdir: str | None, days: int) -> None:
     """Run the funds-positions demo: faults, reconcile, rerun, backfill, compare to clean."""
     from rich.table import Table

@@ -10,10 +10,9 @@ an engine failure while reading exits 1.
 
 from __future__ import annotations
 
-import json
-
 import click
 
+from twice.cli import jsonkeys
 from twice.cli.console import echo
 from twice.cli.exits import exit_on_error
 from twice.cli.options import json_option
@@ -45,7 +44,7 @@ Examples:
 @click.option("--samples", default=10, show_default=True, type=click.IntRange(min=0),
               metavar="N", help="Keys shown of each kind (added, removed, changed).")
 @json_option("Print one JSON object.")
-@exit_on_error("error")
+@exit_on_error("twice diff")
 def diff(destination: str, partition_text: str, from_version: int, to_version: int,
          key_columns: str | None, samples: int, as_json: bool) -> None:
     """Keys added, removed and changed in one partition of DESTINATION between two versions.
@@ -91,7 +90,7 @@ def diff(destination: str, partition_text: str, from_version: int, to_version: i
         raise UnavailableError(redact(f"{type(exc).__name__}: {exc}".strip())) from None
     shown = redact(dest.spec)
     if as_json:
-        echo(json.dumps({"destination": shown, "partition": partition_text,
+        echo(jsonkeys.dumps({"destination": shown, "partition": partition_text,
                          "from_version": from_version, "to_version": to_version,
                          **result.to_dict()}, sort_keys=True, default=str))
         return

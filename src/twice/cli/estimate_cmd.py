@@ -8,12 +8,12 @@ dataset (the table name in the SQL is the directory's name, or ``NAME=DIR``), an
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import click
 
+from twice.cli import jsonkeys
 from twice.cli.console import echo
 from twice.cli.exits import finish
 from twice.cli.options import json_option
@@ -36,7 +36,7 @@ def _datasets(values: tuple[str, ...]) -> dict[str, Any]:
 def _show(check: Any, as_json: bool) -> None:
     estimate = check.estimate
     if as_json:
-        echo(json.dumps(check.to_detail(), indent=2, sort_keys=True))
+        echo(jsonkeys.dumps(check.to_detail(), indent=2, sort_keys=True))
         return
     bound = " (upper bound)" if estimate.upper_bound else ""
     echo(f"task:      {check.task}")

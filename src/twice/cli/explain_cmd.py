@@ -8,11 +8,11 @@ first line after the identity is the unit's health, in the vocabulary every repo
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import click
 
+from twice.cli import jsonkeys
 from twice.cli.console import echo
 from twice.cli.exits import exit_on_error
 from twice.cli.options import json_option, ledger_option
@@ -59,7 +59,7 @@ def explain(uow_id: str, ledger_url: str | None, as_json: bool) -> None:
     from twice.core.secrets import redact
 
     if as_json:
-        echo(redact(json.dumps({"uow_id": unit.uow_id, "identity": unit.to_unit_of_work()
+        echo(redact(jsonkeys.dumps({"uow_id": unit.uow_id, "identity": unit.to_unit_of_work()
                                 .identity(), "health": str(status.state),
                                 "healthBasis": status.basis, "healthReason": status.text,
                                 "events": rows}, sort_keys=True, default=str)))

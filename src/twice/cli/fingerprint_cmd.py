@@ -8,11 +8,11 @@ an engine failure while reading exits with 1.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import click
 
+from twice.cli import jsonkeys
 from twice.cli.console import echo
 from twice.cli.exits import exit_on_error
 from twice.cli.options import json_option
@@ -35,7 +35,7 @@ Examples:
               help="Columns to checksum (default: EVERY column, key or not, floats included; "
               "--key-columns is the older spelling).")
 @json_option("Print one JSON object.")
-@exit_on_error("error")
+@exit_on_error("twice fingerprint")
 def fingerprint(destination: str, partition_text: str, key_columns: str | None,
                 as_json: bool) -> None:
     """Row count + order-independent checksum of one partition of DESTINATION.
@@ -68,7 +68,7 @@ def fingerprint(destination: str, partition_text: str, key_columns: str | None,
         raise UnavailableError(redact(f"{type(exc).__name__}: {exc}".strip())) from None
     shown = redact(dest.spec)  # an engine's spec is public already; belt and braces
     if as_json:
-        echo(json.dumps({"destination": shown, **result.to_dict()}, sort_keys=True))
+        echo(jsonkeys.dumps({"destination": shown, **result.to_dict()}, sort_keys=True))
         return
     echo(f"{shown}  {result.partition}")
     echo(f"  rows       {result.row_count}")

@@ -8,7 +8,6 @@ not known rather than guessing. ``--json`` writes the health document every repo
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from twice.cli import jsonkeys
 from twice.cli.console import echo
 from twice.cli.exits import exit_on_error
 from twice.cli.options import json_option, ledger_option, pipeline_file_option, pipeline_name_option
@@ -54,7 +54,7 @@ Examples:
               type=click.Path(dir_okay=False, path_type=Path),
               help="Write the runbook here instead of standard output.")
 @json_option("JSON instead of Markdown: the headline and every unit's health.")
-@exit_on_error("error")
+@exit_on_error("twice handover")
 def handover(ledger_url: str | None, pipeline_file: str | None, pipeline: str | None,
              as_of: str | None, output: Path | None, as_json: bool) -> None:
     """Write a Markdown runbook: identifiers, jobs, sources, errors, limits, owners, examples."""
@@ -84,7 +84,7 @@ def handover(ledger_url: str | None, pipeline_file: str | None, pipeline: str | 
     except ReportError as exc:
         raise InputError(str(exc)) from exc
     if as_json:
-        text = json.dumps(health_document(evidence, "handover"), sort_keys=True) + "\n"
+        text = jsonkeys.dumps(health_document(evidence, "handover"), sort_keys=True) + "\n"
     else:
         text = render_handover(evidence, definition)
     if output is None:

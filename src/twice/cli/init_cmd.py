@@ -11,11 +11,11 @@ already exists and is not an empty directory.
 
 from __future__ import annotations
 
-import json
 import shlex
 
 import click
 
+from twice.cli import jsonkeys
 from twice.cli.console import echo
 from twice.cli.exits import exit_on_error
 from twice.cli.options import json_option
@@ -52,7 +52,7 @@ def init(name: str, as_json: bool) -> None:
     ]
     files = [str(path) for path in created.files]
     if as_json:
-        echo(json.dumps({
+        echo(jsonkeys.dumps({
             "directory": str(created.directory),
             "pipeline": created.name,
             "workdirEnv": created.env,

@@ -8,11 +8,11 @@ deletes the slices of active versions past their retention and records each expi
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any
 
 import click
 
+from twice.cli import jsonkeys
 from twice.cli.console import echo
 from twice.cli.exits import exit_on_error, finish
 from twice.cli.options import FiniteRange, json_option, ledger_option
@@ -64,7 +64,7 @@ def intermediates(ledger_url: str | None, name: str | None, status: str | None,
         rows = [_row(ledger, entry, cost) for entry in entries]
         label, now = ledger.url, ledger.now()
     if as_json:
-        echo(json.dumps({
+        echo(jsonkeys.dumps({
             "ledger": label, "asOf": now.isoformat(), "intermediates": rows,
             "expired": [_expiry_dict(e) for e in expired],
         }, sort_keys=True))

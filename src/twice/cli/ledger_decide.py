@@ -11,13 +11,13 @@ must not create an empty database at a mistyped path) and building one row per u
 
 from __future__ import annotations
 
-import json
 import sys
 from collections import Counter
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TextIO
 
+from twice.cli import jsonkeys
 from twice.cli.exits import OK, exit_code_for
 from twice.errors import InputError
 
@@ -296,7 +296,9 @@ def decide_over_ledger(ledger_url: str, as_of: str | None, output_format: str) -
         at = parse_as_of(as_of)
         ledger = open_existing_ledger(ledger_url)
     except InputError as exc:
-        print(f"twice decide: {exc}", file=sys.stderr)
+        from twice.cli.exits import error_line
+
+        print(error_line("twice decide", str(exc)), file=sys.stderr)
         return exit_code_for(exc)
     with ledger:
         # with the health: a verified unit needs nothing
@@ -305,7 +307,7 @@ def decide_over_ledger(ledger_url: str, as_of: str | None, output_format: str) -
     if output_format == "table":
         _table(report, sys.stdout)
     else:
-        print(json.dumps(report, sort_keys=True))
+        print(jsonkeys.dumps(report, sort_keys=True))
     return OK
 
 

@@ -8,7 +8,7 @@ problem found late is bad input. After it: the result as JSON or a table, and th
 
 from __future__ import annotations
 
-import json
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeVar
 
 import click
 
+from twice.cli import jsonkeys
 from twice.cli.console import echo
-from twice.cli.exits import finish
+from twice.cli.exits import FAILED, OK, finish, output_lost
 from twice.errors import InputError, UnavailableError
 
 if TYPE_CHECKING:
@@ -225,11 +226,19 @@ T = TypeVar("T")
 def show_and_finish(outcome: OutcomeT, label: str, as_json: bool,
                     summary: Callable[[OutcomeT, str], None]) -> NoReturn:
     """Print the outcome (``--json``: one object with the ledger's label; else ``summary``)
-    and end with the exit code of its ``ok``."""
-    if as_json:
-        echo(json.dumps({**outcome.to_dict(), "ledger": label}, sort_keys=True))
-    else:
-        summary(outcome, label)
+    and end with the exit code of its ``ok``, also when the reader of the output went away."""
+    import errno
+
+    try:
+        if as_json:
+            echo(jsonkeys.dumps({**outcome.to_dict(), "ledger": label}, sort_keys=True))
+        else:
+            summary(outcome, label)
+        sys.stdout.flush()
+    except OSError as exc:  # the reader went away (| head): the work's code, not 0
+        if exc.errno != errno.EPIPE:
+            raise
+        output_lost(exc, code=OK if outcome.ok else FAILED)
     finish(outcome.ok)
 
 

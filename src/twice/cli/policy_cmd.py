@@ -9,13 +9,13 @@ is printed; ``--json`` never loads it.
 from __future__ import annotations
 
 import itertools
-import json
 import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import click
 
+from twice.cli import jsonkeys
 from twice.cli.console import echo
 from twice.core.backoff import jitter_bounds
 from twice.core.policy import JITTERS, PolicyError, RetryPolicy
@@ -395,7 +395,7 @@ def _emit(retry_policy: RetryPolicy, source: Translation | None, duration: float
             for n, delay, wait, start in rows
         ]
         data["translations"] = [t.to_dict(duration) for t in translations]
-        echo(json.dumps(data, indent=2))
+        echo(jsonkeys.dumps(data, indent=2))
         return
 
     from rich.table import Table

@@ -10,11 +10,11 @@ happened".
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
 
+from twice.cli import jsonkeys
 from twice.cli.console import echo
 from twice.cli.exits import exit_on_error
 from twice.cli.options import json_option, ledger_option, pipeline_name_option
@@ -45,7 +45,7 @@ asserted by an operator.
 @click.option("--deadline", default=None, metavar="INSTANT",
               help="Deadline for units whose decisions recorded none (marked as given).")
 @json_option("Print the headline and every unit's health as JSON (standard output).")
-@exit_on_error("error")
+@exit_on_error("twice report")
 def report(html_path: Path | None, ledger_url: str | None, pipeline: str | None,
            as_of: str | None, deadline: str | None, as_json: bool) -> None:
     """Write a self-contained HTML report of the runs and backfills in the ledger."""
@@ -80,4 +80,4 @@ def report(html_path: Path | None, ledger_url: str | None, pipeline: str | None,
     if as_json:
         document = health_document(evidence, "report")
         document["html"] = None if html_path is None else str(html_path)
-        echo(json.dumps(document, sort_keys=True))
+        echo(jsonkeys.dumps(document, sort_keys=True))

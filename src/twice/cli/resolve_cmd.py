@@ -15,11 +15,11 @@ the name and the note, never as verified.
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, cast
 
 import click
 
+from twice.cli import jsonkeys
 from twice.cli.console import echo
 from twice.cli.exits import exit_on_error
 from twice.cli.options import json_option, ledger_option, operator_name
@@ -99,7 +99,7 @@ def resolve(uow_id: str, outcome: str, note: str | None, attempt: int | None,
     observation = record.observation
     previous = observation.detail.get("previous_outcome")
     if as_json:
-        echo(json.dumps({
+        echo(jsonkeys.dumps({
             "uow_id": record.uow_id,
             "attempt": record.attempt.number,
             "asserted": record.outcome,

@@ -77,6 +77,7 @@ def run(pipeline_file: str, interval: str | None, start: str | None, end: str | 
         run_failures,
         show_and_finish,
     )
+    from twice.cli.progress import unit_progress
     from twice.engine.executor import Executor
     from twice.engine.lineage import lineage_listeners, lineage_run
     from twice.errors import Interrupted
@@ -84,18 +85,21 @@ def run(pipeline_file: str, interval: str | None, start: str | None, end: str | 
     inputs = load_run_inputs(pipeline_file, interval=interval, start=start, end=end,
                              tasks=tasks, deadline=deadline, repeat=repeat, yes=yes)
     listeners = lineage_listeners(inputs.pipeline)  # before the ledger opens: bad input first
-    with open_durable_ledger(ledger_url) as ledger:
+    total = len(inputs.spans) * len(inputs.tasks or inputs.pipeline.tasks)
+    with open_durable_ledger(ledger_url) as ledger, \
+            unit_progress(total, verb="run", enabled=not as_json) as progress:
         refuse_open_spans(inputs.spans, ledger.now(), allow_open)
         executor = Executor(
             inputs.pipeline, ledger, max_workers=concurrency or max_workers or 4,
             rng=None if seed is None else random.Random(seed), repeat=inputs.repeat,
             lease_ttl=lease_ttl, allow_open=allow_open, refresh_snapshots=refresh_snapshots,
             force=(inputs.named or list(inputs.pipeline.tasks)) if force else (),
-            listeners=listeners,
+            listeners=[*listeners, progress],
         )
         with run_failures(), lineage_run(listeners):
             try:
                 result = executor.run(inputs.spans, inputs.tasks)
+                progress.rest(result.units)
             except Interrupted as exc:
                 raise Interrupted(f"interrupted: {exc}") from exc
         label = ledger.url
@@ -107,30 +111,44 @@ def run(pipeline_file: str, interval: str | None, start: str | None, end: str | 
 def _summary(result: RunResult, label: str, unseen: tuple[str, ...] = ()) -> None:
     """The run's table and what it established; ``unseen``: the tasks without a destination
     twice can read (their successes are executed, not verified)."""
+    from rich import box
     from rich.markup import escape
     from rich.table import Table
 
-    from twice.cli.console import make_console, shown
+    from twice.cli.console import WIDE, last_width, make_console, shown, unit_fits, unit_prefixes
     from twice.cli.pipeline_run import why
 
     console = make_console()
-    table = Table(title=f"twice run {result.pipeline}  (ledger {shown(label)})")
-    for column in ("task", "interval", "outcome", "attempts", "job id", "next", "why"):
-        table.add_column(column, overflow="fold", no_wrap=column == "job id",
-                         ratio=3 if column == "why" else None)
+    wide = console.width >= WIDE
+    prefixes = unit_prefixes([unit.uow_id for unit in result.units if unit.uow_id])
+    table = Table(title=f"twice run {result.pipeline}  (ledger {shown(label)})",
+                  box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False)
+    # a unique prefix of the unit's id (`twice explain` takes it), folded only when longer than
+    # its column; outcome names are never broken; "next, why" wraps between words
+    table.add_column("unit", overflow="fold", no_wrap=unit_fits(
+        prefixes.values(), console.width, others=40 + (63 if wide else 0), least=24))
+    for column in ("outcome", "attempts", *(("job id",) if wide else ())):
+        table.add_column(column, no_wrap=True)
+    table.add_column("next, why", overflow="fold",
+                     max_width=last_width(prefixes.values(), console.width,
+                                          others=40 + (63 if wide else 0), least=24))
     for unit in result.units:
         style = _STYLE.get(unit.outcome, "white")
+        # a success is verified before it is recorded: nothing to do (--json keeps the
+        # planner's raw decision, validate-output, which the engine already carried out)
+        # a held unit runs again only when named with --repeat (its reason says so)
+        after = None if unit.ok or unit.outcome == "held" else unit.next_decision
         table.add_row(
-            unit.task, unit.interval.short, f"[{style}]{unit.outcome}[/]",
+            shown(prefixes.get(unit.uow_id or "", f"{unit.task} {unit.interval.short}")),
+            f"[{style}]{unit.outcome}[/]",
             "?" if unit.ledger_failed else f"{unit.attempts} ({unit.total_attempts})",
-            unit.job_id or "-",
-            # a success is verified before it is recorded: nothing to do (--json keeps the
-            # planner's raw decision, validate-output, which the engine already carried out)
-            # a held unit runs again only when named with --repeat (its reason says so)
-            "-" if unit.ok or unit.outcome == "held" else unit.next_decision or "-",
-            escape(why(unit.reason, unit)),
+            *((unit.job_id or "-",) if wide else ()),
+            (f"next: [bold]{after}[/]\n" if after else "") + escape(why(unit.reason, unit)),
         )
     console.print(table)
+    if not wide and any(unit.job_id for unit in result.units):
+        console.print(f"Job ids: --json, or `twice explain UNIT` (the table shows them from "
+                      f"{WIDE} columns up).", markup=False, highlight=False)
     skipped = sum(1 for unit in result.units if unit.skipped)
     if skipped:
         console.print(f"{skipped} unit(s) had already succeeded and were not run again; "

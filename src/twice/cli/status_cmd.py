@@ -18,11 +18,11 @@ the pipelines it did, as ``twice update`` refuses it.
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any
 
 import click
 
+from twice.cli import jsonkeys
 from twice.cli.console import echo
 from twice.cli.exits import exit_on_error
 from twice.cli.options import (
@@ -93,16 +93,17 @@ def status(ledger_url: str | None, pipeline: str | None, pipeline_file: str | No
     if as_json:
         from twice.engine.evidence import iso
 
-        echo(json.dumps({"ledger": label, "asOf": iso(at), "headline": headline.headline,
+        echo(jsonkeys.dumps({"ledger": label, "asOf": iso(at), "headline": headline.headline,
                          "done": headline.done, "units": rows}, sort_keys=True))
         return
     _print(label, at, rows, headline.headline)
 
 
 def _print(label: str, at: Any, rows: list[dict[str, Any]], headline: str) -> None:
+    from rich import box
     from rich.table import Table
 
-    from twice.cli.console import make_console, shown
+    from twice.cli.console import WIDE, last_width, make_console, shown, unit_fits, unit_prefixes
     from twice.core.interval import Interval
     from twice.engine.evidence import iso
     from twice.ledger import OPERATOR_SOURCE_PREFIX
@@ -113,10 +114,20 @@ def _print(label: str, at: Any, rows: list[dict[str, Any]], headline: str) -> No
         console.print(f"{shown(label)}: no units of work recorded yet")
         return
     console.print(headline, markup=False, highlight=False)
-    table = Table(title=f"Units of work in {shown(label)} as of {iso(at)}")
-    for column in ("task", "interval", "health", "attempt", "evidence (age)", "job id",
-                   "decision now"):
-        table.add_column(column, overflow="fold")
+    wide = console.width >= WIDE
+    prefixes = unit_prefixes([row["id"] for row in rows])
+    table = Table(title=f"Units of work in {shown(label)} as of {iso(at)}", box=box.SIMPLE_HEAD,
+                  title_justify="left", pad_edge=False)
+    # a unit's id (a unique prefix: any command taking UOW_ID accepts it) is folded only when
+    # longer than its column, the interval never; the other cells wrap between words
+    table.add_column("unit", overflow="fold", no_wrap=unit_fits(
+        prefixes.values(), console.width, others=50 + (63 if wide else 0), least=14))
+    table.add_column("interval", no_wrap=True)
+    for column in ("health", "attempt", "evidence (age)", *(("job id",) if wide else ())):
+        table.add_column(column, overflow="fold", no_wrap=column == "job id")
+    table.add_column("decision now", overflow="fold",
+                     max_width=last_width(prefixes.values(), console.width,
+                                          others=50 + (63 if wide else 0), least=14))
     for row in rows:
         attempt = "-" if row["attempt"] is None else f"#{row['attempt']} {row['outcome']}"
         if row["basis"] == "asserted":
@@ -131,10 +142,14 @@ def _print(label: str, at: Any, rows: list[dict[str, Any]], headline: str) -> No
         if row["note"] and (row["nextAction"] or row["needsAttention"]):
             decision += f"\n[dim]{shown(row['note'])}[/]"
         table.add_row(
-            f"{row['pipeline']}.{row['task']}", Interval.parse(row["interval"]).short,
-            row["health"] or "-", attempt, evidence, row["jobId"] or "-", decision,
+            shown(prefixes[row["id"]]), Interval.parse(row["interval"]).short,
+            row["health"] or "-", attempt, evidence,
+            *((row["jobId"] or "-",) if wide else ()), decision,
         )
     console.print(table)
+    if not wide and any(row["jobId"] for row in rows):
+        console.print(f"Job ids: `twice explain UNIT` or --json (the table shows them from "
+                      f"{WIDE} columns up).", markup=False, highlight=False)
     console.print("Decisions are the planner's over recorded evidence; nothing was executed.")
     if any(row["health"] == "verified" for row in rows):
         console.print("verified: the engine checked the output (acceptance, then the partition "

@@ -8,10 +8,9 @@ prints the health document every report shares (``twice.reports.health.health_do
 
 from __future__ import annotations
 
-import json
-
 import click
 
+from twice.cli import jsonkeys
 from twice.cli.console import echo
 from twice.cli.exits import exit_on_error
 from twice.cli.options import json_option, ledger_option, pipeline_name_option
@@ -28,7 +27,7 @@ Examples:
 @click.option("--as-of", "as_of", default=None, metavar="INSTANT",
               help="Update as of this ISO-8601 instant (default: now).")
 @json_option("JSON output: the headline and every unit's health.")
-@exit_on_error("error")
+@exit_on_error("twice update")
 def update(ledger_url: str | None, pipeline: str | None, as_of: str | None,
            as_json: bool) -> None:
     """Print a short status update: headline, attention, next action, next evidence."""
@@ -44,6 +43,6 @@ def update(ledger_url: str | None, pipeline: str | None, as_of: str | None,
     except ReportError as exc:
         raise InputError(str(exc)) from exc
     if as_json:
-        echo(json.dumps(health_document(evidence, "update"), sort_keys=True))
+        echo(jsonkeys.dumps(health_document(evidence, "update"), sort_keys=True))
         return
     echo(render_update(evidence), nl=False)

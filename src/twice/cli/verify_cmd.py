@@ -9,11 +9,11 @@ input exits 2; exit 0 means all matched.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import click
 
+from twice.cli import jsonkeys
 from twice.cli.console import echo
 from twice.cli.exits import exit_on_error, finish
 from twice.cli.options import json_option, ledger_option
@@ -45,7 +45,7 @@ Examples:
               help="Pipeline file whose destinations' credentials to connect with (the ledger "
               "records destinations without passwords).")
 @json_option("Print one JSON object.")
-@exit_on_error("error")
+@exit_on_error("twice verify")
 def verify(ledger_url: str | None, destination: str | None, pipeline_file: str | None,
            as_json: bool) -> None:
     """Recompute fingerprints of recorded partitions and compare with the ledger's latest.
@@ -96,7 +96,7 @@ def verify(ledger_url: str | None, destination: str | None, pipeline_file: str |
     mismatches = [r for r in results if not r["matches"]]
     older = [r for r in results if r["older"] and r["matches"]]
     if as_json:
-        echo(json.dumps({"ok": not mismatches, "partitions": results}, sort_keys=True))
+        echo(jsonkeys.dumps({"ok": not mismatches, "partitions": results}, sort_keys=True))
     else:
         for r in results:
             covers = f"[{r['algorithm']} over {', '.join(r['columns']) or 'no listed columns'}]"

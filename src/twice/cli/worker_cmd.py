@@ -100,6 +100,7 @@ def worker(pipeline_file: str, ledger_url: str | None, interval: str | None, sta
         run_failures,
         show_and_finish,
     )
+    from twice.cli.progress import unit_progress
     from twice.define.pipeline import PipelineError
     from twice.define.schedule import ScheduleError
     from twice.drivers.worker import Worker
@@ -111,7 +112,9 @@ def worker(pipeline_file: str, ledger_url: str | None, interval: str | None, sta
     inputs = load_run_inputs(pipeline_file, interval=interval, start=start, end=end,
                              tasks=tasks, deadline=deadline, repeat=repeat, yes=yes)
     listeners = lineage_listeners(inputs.pipeline)  # before the ledger opens: bad input first
-    with open_durable_ledger(ledger_url) as ledger:
+    total = len(inputs.spans) * len(inputs.tasks or inputs.pipeline.tasks)
+    with open_durable_ledger(ledger_url) as ledger, \
+            unit_progress(total, verb="worker", enabled=not as_json) as progress:
         refuse_open_spans(inputs.spans, ledger.now(), allow_open)
         try:
             runner = Worker(
@@ -120,35 +123,49 @@ def worker(pipeline_file: str, ledger_url: str | None, interval: str | None, sta
                 max_units=max_units, since=since_at,
                 rng=None if seed is None else random.Random(seed), repeat=inputs.repeat,
                 allow_open=allow_open,
-                listeners=listeners,
+                listeners=[*listeners, progress],
             )
         except (ValueError, PipelineError, ScheduleError) as exc:
             raise InputError(str(exc)) from exc
         with run_failures(), runner.stop_on_signals(), lineage_run(listeners):
             report = runner.run()
+            progress.rest(unit.result for unit in report.units
+                          if unit.settlement == "ran" and unit.result is not None)
+            progress.elsewhere(sum(unit.settlement in ("done-elsewhere", "ended-elsewhere")
+                                   for unit in report.units))
         label = ledger.url
     show_and_finish(report, label, as_json, _summary)
 
 
 def _summary(report: WorkerReport, label: str) -> None:
+    from rich import box
     from rich.markup import escape
     from rich.table import Table
 
-    from twice.cli.console import make_console, shown
+    from twice.cli.console import last_width, make_console, shown, unit_fits, unit_prefixes
     from twice.cli.pipeline_run import why
 
     console = make_console()
+    prefixes = unit_prefixes([unit.uow_id for unit in report.units if unit.uow_id])
     table = Table(title=f"twice worker {shown(report.worker)}: {report.pipeline}  "
-                        f"(ledger {shown(label)})")
-    for column in ("task", "interval", "settled", "outcome", "attempts", "why"):
-        table.add_column(column, overflow="fold")
+                        f"(ledger {shown(label)})", box=box.SIMPLE_HEAD, title_justify="left",
+                  pad_edge=False)
+    # a unit's id (a unique prefix: any command taking UOW_ID accepts it) is folded only when
+    # longer than its column; labels are never broken; "why" wraps between words
+    table.add_column("unit", overflow="fold", no_wrap=unit_fits(
+        prefixes.values(), console.width, others=46, least=20))
+    for column in ("settled", "outcome", "attempts"):
+        table.add_column(column, no_wrap=True)
+    table.add_column("why", overflow="fold",
+                     max_width=last_width(prefixes.values(), console.width, others=46))
     for unit in report.units:
         style = _STYLE[unit.settlement]
         result = unit.result
         attempts = "-" if result is None else f"{result.attempts} ({result.total_attempts})"
         table.add_row(
-            unit.task, unit.interval.short, f"[{style}]{unit.settlement}[/]",
-            unit.outcome or "-", attempts, escape(why(unit.reason, result)),
+            shown(prefixes.get(unit.uow_id or "", f"{unit.task} {unit.interval.short}")),
+            f"[{style}]{unit.settlement}[/]", unit.outcome or "-", attempts,
+            escape(why(unit.reason, result)),
         )
     console.print(table)
     counts = ", ".join(f"{count} {what}" for what, count in report.counts().items())

@@ -34,6 +34,7 @@ data through their destinations (as they must across machines), not return value
 from __future__ import annotations
 
 import contextlib
+import logging
 import signal
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -56,6 +57,9 @@ if TYPE_CHECKING:
     from twice.ledger import AttemptRecord, Ledger
 
 StopReason = Literal["finished", "once", "max-units", "signal"]
+
+log = logging.getLogger("twice.worker")
+log.addHandler(logging.NullHandler())  # silent unless the program configured logging
 
 
 def default_worker_name() -> str:
@@ -257,6 +261,8 @@ class Worker:
                 signal.signal(signum, previous.get(signum, signal.SIG_DFL))
                 signal.raise_signal(signum)
                 return
+            log.warning("received %s: stopping after the attempts in flight",
+                        signal.Signals(signum).name, extra={"worker": self.name})
             self.request_stop(f"received {signal.Signals(signum).name}")
 
         for signum in signals:
@@ -284,6 +290,8 @@ class Worker:
         notes: list[str] = []
         runs = passes = 0
         stopped: StopReason = "finished"
+        log.info("worker started: %d unit(s) to settle", len(open_units),
+                 extra={"worker": self.name, "pipeline": self.pipeline.name})
         while open_units:
             passes += 1
             progressed = False
@@ -319,12 +327,19 @@ class Worker:
                 stopped = "once"
                 notes.append("one pass only (--once): open units are left for other workers")
                 break
+            if not progressed:
+                log.debug("pass %d: %d unit(s) open, leased elsewhere or waiting; next pass in "
+                          "%s s", passes, len(open_units), self.poll,
+                          extra={"worker": self.name, "pipeline": self.pipeline.name})
             if not progressed and self._stop.wait(self.poll):
                 continue  # the stop is handled at the top of the next pass
         for item in open_units:
             done.append(WorkerUnit(item.task, item.interval, "left", item.why, uow_id=item.uow_id))
         if stopped == "finished" and self.stopping:
             stopped = "signal"
+        log.info("worker stopped (%s) after %d pass(es): %d unit(s) settled here or elsewhere, "
+                 "%d left", stopped, passes, len(done) - len(open_units), len(open_units),
+                 extra={"worker": self.name, "pipeline": self.pipeline.name})
         return WorkerReport(
             self.pipeline.name, self.name, tuple(done), stopped, passes, started,
             self.ledger.now(), tuple(notes),

@@ -55,6 +55,7 @@ from twice.define.schedule import refuse_open_intervals
 from twice.engine import snapshots
 from twice.engine.attempt import Isolation
 from twice.engine.claim import claim_and_drive
+from twice.engine.eventlog import log_event
 from twice.engine.events import Event, Listener, UnitSettled
 from twice.engine.evidence import EXECUTOR_SOURCE
 from twice.engine.leases import Renewals, default_holder
@@ -223,7 +224,10 @@ class Executor:
         return self._clock()
 
     def emit(self, event: Event) -> None:
-        """Hand ``event`` to every listener; a failing listener never changes the outcome."""
+        """Log ``event`` (``twice.engine.eventlog``, logger ``twice.engine``), then hand it to
+        every listener; a failing listener never changes the outcome."""
+        with contextlib.suppress(Exception):
+            log_event(event, self.pipeline.name)
         for listener in self.listeners:
             with contextlib.suppress(Exception):
                 listener(event)
