@@ -79,9 +79,8 @@ class Shop:
 
     def count(self, table: str) -> int:
         with duckdb.connect(str(self.database), read_only=True) as conn:
-            found = conn.sql(f"SELECT count(*) FROM {table}").fetchone()
-        assert found is not None
-        return int(found[0])
+            [(found,)] = conn.execute(f"SELECT count(*) FROM {table}").fetchall()
+        return int(found)
 
     def attempt_folders(self) -> list[Path]:
         return sorted((self.project / "target" / "twice" / "runs").glob("*/attempt-*"))

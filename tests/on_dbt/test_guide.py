@@ -40,7 +40,7 @@ def test_the_guides_commands_run_as_written(tmp_path: Path) -> None:
     done = subprocess.run(["bash", "-c", text], cwd=work, env=env, capture_output=True,
                           text=True, timeout=1200)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "raw_events  whole relation  succeeded  None -> 9 rows (new)" in done.stdout
-    assert "daily_totals  2026-11-01  succeeded  None -> 1 rows (new)" in done.stdout
+    assert "raw_events  whole relation  succeeded  rows 12 (new)" in done.stdout
+    assert "daily_totals  2026-11-01  succeeded  rows 1 (new)" in done.stdout
     again = json.loads(done.stdout.strip().splitlines()[-1])
     assert again["ok"] and again["counts"] == {"skipped": 5}, again["counts"]

@@ -230,8 +230,8 @@ def _print_finished(kind: str, data: Mapping[str, Any]) -> None:
     interval = data.get("interval") or ""
     scope = "whole relation" if interval == WHOLE_RELATION.label else interval[:10]
     diff = data.get("diff") or {}
-    rows = "" if not diff else (f"  {diff.get('rows_before')} -> {diff.get('rows_after')} "
-                                f"rows ({diff.get('verdict')})")
+    before = "" if diff.get("rows_before") is None else f"{diff['rows_before']} -> "
+    rows = "" if not diff else f"  rows {before}{diff.get('rows_after')} ({diff.get('verdict')})"
     reason = "" if data.get("status") in ("succeeded",) else f"  {data.get('reason') or ''}"
     echo(f"{data.get('task')}  {scope}  {data.get('status')}{rows}{reason}".rstrip())
 

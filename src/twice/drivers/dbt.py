@@ -14,8 +14,9 @@ backfill driver runs (``twice dbt backfill``: ``twice.cli.dbt_backfill``):
   fingerprinted whole. An ephemeral model is no unit: its SQL is part of its readers'.
 - **Attempts.** Each attempt is one dbt subprocess (``dbt run``/``seed``/``snapshot
   --select NODE``): a microbatch model's day gets ``--event-time-start/--event-time-end``; a
-  day's unit gets the variables ``twice_start``/``twice_end`` (an incremental model that is not
-  microbatch must replace the slice they name itself), every unit ``twice_job_id``. Its
+  day's unit gets the variables ``twice_start``/``twice_end``/``twice_job_id`` (an incremental
+  model that is not microbatch must replace the slice they name itself), every unit its job
+  id in ``$TWICE_JOB_ID``. Its
   ``run_results.json``, JSON log, output and pid stay in
   ``STATE/runs/<job id>/attempt-<n>/``, and the node's result (status, message,
   ``adapter_response``, ``batch_results``, its dbt tests) is recorded in the ledger as an
@@ -103,6 +104,7 @@ throttling and 5xx answers. Everything else is permanent."""
 VAR_START, VAR_END, VAR_JOB = "twice_start", "twice_end", "twice_job_id"
 ENV_DATABASE = "TWICE_DBT_DUCKDB"
 ENV_DBT = "TWICE_DBT"
+ENV_JOB = "TWICE_JOB_ID"
 ENV_BYTES = "TWICE_DBT_MAXIMUM_BYTES_BILLED"
 EVIDENCE_SOURCE = "dbt"
 
@@ -266,6 +268,14 @@ class DbtProject:
             cmd += ["--target", self.target]
         return cmd
 
+    def base_vars(self) -> dict[str, Any]:
+        """The variables every dbt command gets (``dbt ls`` too: the same variables let dbt
+        reuse its parse, which a change of variables discards)."""
+        found = dict(self.vars)
+        if self.maximum_bytes_billed is not None:
+            found["twice_maximum_bytes_billed"] = self.maximum_bytes_billed
+        return found
+
     def environment(self) -> dict[str, str]:
         env = {**os.environ, ENV_DATABASE: str(self.database),
                "DBT_SEND_ANONYMOUS_USAGE_STATS": "false", "DBT_VERSION_CHECK": "false"}
@@ -328,6 +338,8 @@ def resolve(project: DbtProject, select: str | None = None, exclude: str | None 
     args = ["ls", "--output", "json", "--output-keys", "unique_id", "--quiet"]
     for kind in RESOURCE_TYPES:
         args += ["--resource-type", kind]
+    if project.base_vars():
+        args += ["--vars", json.dumps(project.base_vars())]
     if select:
         args += ["--select", select]
     if exclude:
@@ -660,19 +672,21 @@ class _Runner:
         parsed = project.state / "manifest" / "partial_parse.msgpack"
         if parsed.is_file():  # dbt reparses only what changed since `dbt ls`
             shutil.copy2(parsed, folder / "partial_parse.msgpack")
-        variables: dict[str, Any] = {**project.vars, VAR_JOB: ctx.job_id}
+        # A whole-relation unit gets the variables `dbt ls` had, so dbt reuses its parse (new
+        # variables make dbt parse the project again); its job id is in $TWICE_JOB_ID.
+        variables = project.base_vars()
         start, end = _utc(ctx.interval.start), _utc(ctx.interval.end)
         if not self.whole:
-            variables.update({VAR_START: start, VAR_END: end})
-        if project.maximum_bytes_billed is not None:
-            variables["twice_maximum_bytes_billed"] = project.maximum_bytes_billed
+            variables.update({VAR_START: start, VAR_END: end, VAR_JOB: ctx.job_id})
         verb = COMMANDS.get(str(self.node.get("resource_type")), "run")
-        args = [verb, "--select", name, "--vars", json.dumps(variables)]
+        args = [verb, "--select", name]
+        if variables:
+            args += ["--vars", json.dumps(variables)]
         microbatch = (self.node.get("config") or {}).get("incremental_strategy") == "microbatch"
         if microbatch and not self.whole:
             args += ["--event-time-start", start, "--event-time-end", end]
         cmd = project.command(*args, target_path=folder)
-        code = _wait(cmd, project, folder)
+        code = _wait(cmd, project, folder, ctx.job_id)
         result = model_result(folder, str(self.node["unique_id"]))
         status = "" if result is None else str(result.get("status") or "")
         message = "" if result is None else str(result.get("message") or "")
@@ -706,10 +720,13 @@ class _Runner:
         rows and first error line."""
         tests = folder / "tests"
         tests.mkdir()
-        variables = {**self.project.vars, VAR_JOB: ctx.job_id}
-        cmd = self.project.command("test", "--select", name, "--vars", json.dumps(variables),
-                                   target_path=tests)
-        _wait(cmd, self.project, tests)
+        parsed = folder / "partial_parse.msgpack"
+        if parsed.is_file():
+            shutil.copy2(parsed, tests / "partial_parse.msgpack")
+        variables = self.project.base_vars()
+        more = ["--vars", json.dumps(variables)] if variables else []
+        cmd = self.project.command("test", "--select", name, *more, target_path=tests)
+        _wait(cmd, self.project, tests, ctx.job_id)
         found = []
         for result in _run_results(tests):
             node = str(result.get("unique_id") or "")
@@ -724,11 +741,13 @@ class _Runner:
         return found
 
 
-def _wait(cmd: list[str], project: DbtProject, folder: Path) -> int:
-    """Run ``cmd`` with its output in ``folder/dbt.out`` and its pid in ``folder/pid``."""
+def _wait(cmd: list[str], project: DbtProject, folder: Path, job_id: str) -> int:
+    """Run ``cmd`` with its output in ``folder/dbt.out`` and its pid in ``folder/pid``; the
+    unit's job id in ``$TWICE_JOB_ID``."""
+    env = {**project.environment(), ENV_JOB: job_id}
     with open(folder / "dbt.out", "w", encoding="utf-8") as out:
         try:
-            process = subprocess.Popen(cmd, env=project.environment(), stdout=out,
+            process = subprocess.Popen(cmd, env=env, stdout=out,
                                        stderr=subprocess.STDOUT, text=True)
         except FileNotFoundError:
             raise DbtNotFoundError(f"dbt executable {project.dbt!r} not found") from None
