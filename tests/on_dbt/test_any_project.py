@@ -167,8 +167,10 @@ def test_a_failing_model_shows_its_cause_in_one_line(
     assert line.startswith("failed: stg_events whole relation: ") and line.endswith(cause + ")")
     assert "\x1b" not in done.stdout + done.stderr
     assert "Runtime Error in model" not in done.stderr  # dbt's heading, not the cause
-    for reader in ("page_events", "daily_revenue"):
-        assert f"{reader}  {DAYS[0]}  blocked  blocked: upstream stg_events" in done.stdout
+    for reader, upstream in (("page_events", "stg_events"), ("daily_revenue", "page_events")):
+        for day in DAYS:
+            assert f"{reader}  {day}  blocked  blocked: upstream {upstream} " in done.stdout
+    assert "customer_activity  whole relation  blocked" in done.stdout
     with Ledger.open(str(house.ledger)) as ledger:
         units = [u for u in ledger.units(pipeline=PIPELINE, task="stg_events")]
         messages = [e.message for u in units for e in ledger.errors(u.uow_id)]
@@ -179,7 +181,7 @@ def test_a_failing_dbt_test_rejects_the_build(
         broken: tuple[Shop, subprocess.CompletedProcess[str]]) -> None:
     house, done = broken
     [line] = [line for line in done.stderr.splitlines() if line.startswith("failed: orders")]
-    assert "dbt tests rejected orders's output: accepted_values_orders_status" in line, line
+    assert "dbt tests rejected the output of orders: accepted_values_orders_status" in line, line
     assert "customers  whole relation  blocked  blocked: upstream orders" in done.stdout
     assert "raw_orders  whole relation  succeeded" in done.stdout
     assert house.count("orders") == 7  # dbt built it; twice did not accept it

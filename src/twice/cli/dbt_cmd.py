@@ -100,7 +100,7 @@ def dbt() -> None:
               help="Passed to dbt as $TWICE_DBT_MAXIMUM_BYTES_BILLED and the variable "
               "twice_maximum_bytes_billed (for profiles that bill by bytes, e.g. BigQuery).")
 @click.option("--max-attempts", default=3, show_default=True, type=click.IntRange(1, 20),
-              help="Attempts per model x day within one backfill (transient errors only).")
+              help="Attempts per unit within one backfill (transient errors only).")
 @click.option("--deadline", "deadline_text", default="none", show_default=True,
               metavar="INSTANT|none",
               help="The backfill's own deadline: no attempt starts that cannot finish before it.")

@@ -706,7 +706,7 @@ class _Runner:
             failed = [t for t in detail.get("tests") or [] if t["status"] in ("fail", "error")]
             if failed:
                 shown = "; ".join(f"{t['name']} {t['status']}: {t['message']}" for t in failed)
-                raise DbtTestsFailedError(f"dbt tests rejected {name}'s output: {shown}",
+                raise DbtTestsFailedError(f"dbt tests rejected the output of {name}: {shown}",
                                           model=name, status="fail")
             return detail
         why = failure_text(message, folder / LOG_FILE, folder / "dbt.out")
