@@ -145,6 +145,11 @@ def test_the_same_backfill_again_executes_nothing(shop: tuple[Shop, dict[str, An
     again = house.backfill()
     assert again["ok"] and again["counts"] == {"skipped": len(WHOLE) + 2 * len(PER_DAY)}
     assert house.attempt_folders() == before  # no dbt run at all
+    # a unit's identity does not depend on the selection: orders alone is verified too
+    alone = house.run("--json", "--select", "orders")
+    assert alone.returncode == 0, alone.stderr
+    assert json.loads(alone.stdout)["counts"] == {"skipped": 1}
+    assert house.attempt_folders() == before
 
 
 @pytest.fixture(scope="module")

@@ -5,10 +5,11 @@ It composes two drivers (``twice.drivers.dbt`` builds each stage's pipeline,
 
 A project mixes units of two scopes (``twice.drivers.dbt.scope_of``): incremental models with
 ``event_time`` own one slice per day; tables, views, seeds and snapshots are built over the
-whole relation. :func:`twice.drivers.dbt.plan_stages` orders the selection into stages of one
-scope each, and :func:`backfill_project` runs them in order through ``twice.drivers.backfill``
-(one plan, ledger and verification for every unit): an interval stage over the range's days,
-a whole-relation stage once, under :data:`~twice.drivers.dbt.WHOLE_RELATION`. So a table over
+whole relation. :func:`twice.drivers.dbt.plan_stages` orders the selection one node at a time
+in dependency order, and :func:`backfill_project` runs them in order through
+``twice.drivers.backfill`` (one plan, ledger and verification for every unit): an incremental
+model over the range's days, a whole relation once, under
+:data:`~twice.drivers.dbt.WHOLE_RELATION`. So a table over
 an incremental model is built once per backfill, after every day of the model, and recorded
 as one whole-relation fingerprint, not as per-day slices.
 

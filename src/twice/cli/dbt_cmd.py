@@ -30,7 +30,7 @@ from twice.cli.options import (
 from twice.errors import InputError, UnavailableError
 
 if TYPE_CHECKING:
-    from twice.drivers.backfill import BackfillResult, TaskRun
+    from twice.drivers.backfill import BackfillPlan, BackfillResult, TaskRun
     from twice.drivers.dbt import DbtManifest, DbtProject
     from twice.ledger import Ledger
 
@@ -126,13 +126,13 @@ def backfill(project_dir: str, database: str, select: str | None, exclude: str |
     recorded in the ledger with dbt's run results; a unit already verified with the same inputs
     and node is skipped; a killed run is settled from dbt's run results on the next one.
     """
-    from twice.cli.backfill_cmd import _print_plan_json, _print_plan_stream, parse_deadline
+    from twice.cli.backfill_cmd import parse_deadline
     from twice.cli.dbt_backfill import backfill_project, plan_project
     from twice.cli.pipeline_run import open_durable_ledger
     from twice.define.pipeline import PipelineError
     from twice.define.schedule import OpenIntervalError, Schedule, ScheduleError
     from twice.destinations import DestinationError
-    from twice.drivers.backfill import BackfillError
+    from twice.drivers.backfill import BackfillError, BackfillPlan
     from twice.drivers.dbt import DbtError, pipeline_name, resolve
 
     project = _project(project_dir, database, dbt_executable, profiles_dir, target, vars_text,
@@ -156,12 +156,13 @@ def backfill(project_dir: str, database: str, select: str | None, exclude: str |
             raise UnavailableError(str(exc)) from exc
         names = [str(resolved.node(uid)["name"]) for uid in resolved.units()]
         if dry_run:
-            header = {"pipeline": pipeline_name(resolved), "tasks": names, "dependents": [],
-                      "force": force}
+            plan = BackfillPlan(pipeline_name(resolved), tuple(intervals), tuple(names), (),
+                                tuple(items), force)
             if as_json:
-                _print_plan_json(header, [i.label for i in intervals], items)
+                shown = _whole_shown({"dry_run": True, "runs": [], "plan": plan.to_dict()})
+                echo(json.dumps({"dry_run": True, **shown["plan"]}, sort_keys=True))
             else:
-                _print_plan_stream(header, len(intervals), items)
+                _print_plan(plan)
             return
         options: dict[str, Any] = {
             "concurrency": 1, "deadline": deadline, "lease_ttl": lease_ttl,
@@ -219,6 +220,20 @@ def _whole_shown(data: dict[str, Any]) -> dict[str, Any]:
         if whole:
             entry["interval"] = None
     return data
+
+
+def _print_plan(plan: BackfillPlan) -> None:
+    """The dry run: one line per unit (node, day or whole relation, action, why), the totals."""
+    from twice.drivers.dbt import is_whole
+
+    echo(f"backfill plan for {plan.pipeline} (dry run: nothing changed)")
+    for item in plan.items:
+        scope = "whole relation" if is_whole(item.interval) else item.interval.short
+        echo(f"{item.task}  {scope}  {item.action}  {item.reason}")
+    runs = sum(item.action == "run" for item in plan.items)
+    echo(f"{len(plan.intervals)} days, {len(plan.items)} units: {runs} would run, "
+         f"{len(plan.items) - runs} would be skipped (a later stage's plan reads the warehouse "
+         "as it is now)")
 
 
 def _print_finished(kind: str, data: Mapping[str, Any]) -> None:

@@ -2,7 +2,7 @@
 
 :func:`resolve` asks dbt which nodes a selection names (``dbt ls --output json``, every
 model, seed and snapshot without ``--select``; it also writes the project's
-``manifest.json``). :func:`plan_stages` orders them into stages of one scope, and
+``manifest.json``). :func:`plan_stages` orders them one node at a time, and
 :func:`build_stage` turns a stage into a twice :class:`~twice.define.pipeline.Pipeline` that the
 backfill driver runs (``twice dbt backfill``: ``twice.cli.dbt_backfill``):
 
@@ -30,11 +30,10 @@ backfill driver runs (``twice dbt backfill``: ``twice.cli.dbt_backfill``):
   in Python (``ErrorTable().extended(...)``) or with a TOML file (:meth:`ErrorTable.from_file`).
 - **Versions.** The transform version is a hash of the node's manifest checksum, the config
   that decides what it writes and its ephemeral models' checksums, so a changed model is a new
-  unit of work. The input version covers what the unit reads from outside its stage,
-  fingerprinted now: a day's slice of a relation declaring ``event_time`` (for a day's unit),
-  else the whole relation. Upstream units of its stage are covered by twice itself (a
-  dependent's input version includes its upstream tasks' recorded fingerprints), so a changed
-  upstream day reruns the downstream models for that day only.
+  unit of work. The input version covers what the unit reads, fingerprinted when it is
+  identified (after its upstreams ran): a day's slice of a relation declaring ``event_time``
+  (for a day's unit), else the whole relation, whether that relation was selected or not; so a
+  changed upstream day reruns the downstream models for that day only.
 - **Unknown outcomes.** A killed or timed-out attempt is settled by :func:`reconciler` from the
   attempt's own folder: dbt still running (its pid alive) is ``running``; ``run_results.json``
   saying success is ``succeeded`` (then the slice is fingerprinted); an error result, or a dbt
@@ -398,8 +397,9 @@ def is_whole(interval: Interval) -> bool:
 
 @dataclass(frozen=True)
 class Stage:
-    """Units of one scope that can run together: every unit a stage's unit reads is in an
-    earlier stage or in the same one (then twice orders them)."""
+    """Units of one scope that run as one twice pipeline: every unit a stage's unit reads is in
+    an earlier stage or in the same one (then twice orders them). :func:`plan_stages` makes
+    stages of one node each."""
 
     scope: str
     units: tuple[str, ...]  # unique ids, dbt's order
@@ -427,34 +427,32 @@ def upstream_units(resolved: DbtManifest, uid: str, units: set[str]) -> set[str]
 
 
 def plan_stages(resolved: DbtManifest) -> list[Stage]:
-    """The selected units in stages of one scope each, in dependency order: a whole-relation
-    model runs once, after every interval of the units it reads (a table over an incremental
-    model), and an incremental model's intervals after the whole relations it reads."""
+    """The selected units one node at a time, in dependency order (dbt's order among nodes
+    that do not depend on each other): a whole-relation model runs once, after every interval
+    of the units it reads (a table over an incremental model), and an incremental model's
+    intervals after the whole relations it reads.
+
+    One node per stage keeps a unit's identity independent of the selection: its input version
+    is always the fingerprints of what it reads, taken when it is identified (after its
+    upstreams ran), whichever of them were selected with it."""
     units = resolved.units()
     chosen = set(units)
-    upstream = {uid: upstream_units(resolved, uid, chosen) for uid in units}
-    stage: dict[str, int] = {}
+    order: list[str] = []
+    placed: set[str] = set()
 
-    def place(uid: str, path: tuple[str, ...] = ()) -> int:
-        if uid in stage:
-            return stage[uid]
+    def place(uid: str, path: tuple[str, ...] = ()) -> None:
+        if uid in placed:
+            return
         if uid in path:
             raise DbtProjectError(f"dbt manifest: a cycle through {uid}")
-        parity = 0 if scope_of(resolved.node(uid)) == WHOLE else 1
-        at = parity
-        for parent in upstream[uid]:
-            before = place(parent, (*path, uid))
-            same = (before % 2) == parity
-            at = max(at, before if same else before + 1)
-        stage[uid] = at
-        return at
+        for parent in sorted(upstream_units(resolved, uid, chosen), key=units.index):
+            place(parent, (*path, uid))
+        placed.add(uid)
+        order.append(uid)
 
     for uid in units:
         place(uid)
-    count = max(stage.values(), default=-1) + 1
-    return [Stage(WHOLE if n % 2 == 0 else INTERVAL,
-                  tuple(u for u in units if stage[u] == n))
-            for n in range(count) if any(stage[u] == n for u in units)]
+    return [Stage(scope_of(resolved.node(uid)), (uid,)) for uid in order]
 
 
 # ------------------------------------------------------------------------------ the pipeline
