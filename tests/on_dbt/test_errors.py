@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -70,17 +71,40 @@ def test_a_bad_table_is_refused_with_its_file(tmp_path: Path) -> None:
         ErrorTable.from_file(path)
 
 
-def test_a_message_that_says_only_error_is_read_from_dbts_output(tmp_path: Path) -> None:
+def _event(name: str, level: str, msg: str) -> str:
+    """One line of dbt's JSON log (``--log-format-file json``), as dbt-core 1.9+ writes it."""
+    return json.dumps({"info": {"name": name, "level": level, "msg": msg}, "data": {}})
+
+
+def test_a_message_that_says_only_error_is_read_from_dbts_log(tmp_path: Path) -> None:
     """Found by a probe: a failed microbatch model's run_results message is only "ERROR",
-    so a transient database error was classified permanent and its text was lost; dbt's own
-    output holds it."""
+    so a transient database error was classified permanent and its text was lost; dbt's
+    structured log holds it."""
     from twice.drivers.dbt import failure_text
 
-    out = tmp_path / "dbt.out"
-    out.write_text("Running with dbt\n  Runtime Error in model stg_sales\n"
-                   "  IO Error: database is locked, try again\n")
-    said = failure_text("ERROR", out)
-    assert "database is locked" in said
+    log = tmp_path / "dbt.log"
+    log.write_text("\n".join([
+        _event("MainReportVersion", "info", "Running with dbt=1.11"),
+        _event("LogModelResult", "error", "1 of 1 ERROR creating sql microbatch model stg"),
+        _event("RunResultFailure", "error", "Failure in model stg_sales (models/stg.sql)"),
+        _event("RunResultError", "error", "  Runtime Error in model stg_sales (models/stg.sql)\n"
+               "  IO Error: database is locked, try again\n  LINE 3: ..."),
+    ]) + "\n")
+    said = failure_text("ERROR", log)
+    assert said == "IO Error: database is locked, try again"
     assert ErrorTable(DEFAULT_TRANSIENT).classify(said)[0] == "transient"
-    assert failure_text("Conversion Error: bad", out) == "Conversion Error: bad"
-    assert failure_text("", tmp_path / "missing.out") == ""
+    assert failure_text("Conversion Error: bad", log) == "Conversion Error: bad"
+    assert failure_text("", tmp_path / "missing.log") == "dbt said nothing more"
+
+
+def test_the_first_real_line_without_headings_or_colour() -> None:
+    """Reported (issue 37): a failing model showed ANSI codes and dbt's summary line; the
+    cause is the line under dbt's heading (this message is dbt-duckdb's, from run_results)."""
+    from twice.drivers.dbt import first_error
+
+    message = ("Runtime Error in model stg_events (models/staging/stg_events.sql)\n"
+               "  Catalog Error: Table with name raw_events does not exist!\n"
+               "  Did you mean \"raw_customers\"?\n  \n  LINE 8: from \"w\".\"main\"...")
+    assert first_error(message) == "Catalog Error: Table with name raw_events does not exist!"
+    coloured = "\x1b[31mCompilation Error in model x (m.sql)\x1b[0m\n  'foo' is undefined"
+    assert first_error(coloured) == "'foo' is undefined"

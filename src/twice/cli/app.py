@@ -35,7 +35,7 @@ _HELP: dict[str, str] = {
                      "trade-off.",
     "estimate": "Estimate bytes a query reads; refuse over maximum_bytes_billed.",
     "init": "Scaffold a new pipeline (owned writes, interval-keyed input, a test).",
-    "dbt": "Run dbt models under twice: one unit of work per model x day.",
+    "dbt": "Run a dbt project under twice: units of work as each materialization decides.",
 }
 
 # command name -> (module, attribute, one-line help)

@@ -110,10 +110,22 @@ class DuckDBDestination(EmbeddedSqlDestination[duckdb.DuckDBPyConnection]):
         ).fetchall()
         return bool(found[0][0])
 
+    def _is_view(self, name: str) -> bool:
+        found = self.connection.execute(
+            "SELECT count(*) FROM information_schema.tables WHERE table_schema = ? AND "
+            "table_name = ? AND table_type = 'VIEW'", [self.schema_name or "main", name],
+        ).fetchall()
+        return bool(found[0][0])
+
     def _read_schema(self) -> Schema | None:
         if not self._has_table(self.table):
             return None
-        relation = self.connection.sql(f"SELECT * FROM {self.qualified} LIMIT 0")
+        try:
+            relation = self.connection.sql(f"SELECT * FROM {self.qualified} LIMIT 0")
+        except (duckdb.CatalogException, duckdb.BinderException):
+            if self._is_view(self.table):
+                return None  # a view over a table dropped since: it holds nothing now
+            raise
         schema: Schema = {}
         for column in relation.to_arrow_table().schema:
             try:
