@@ -73,6 +73,9 @@ def test_a_cancel_is_recorded_as_a_request_and_the_next_run_reconciles(tmp_path:
                                  "--json"])
     assert result.exit_code == 0, result.output
     request = json.loads(result.stdout)
+    from tests.cli_vocabulary.test_json_output import documented
+
+    assert set(request) == documented()["twice cancel --json"]  # docs/reference/json-output.md
     assert request["answer"] == "cancel accepted" and request["basis"] == "asserted"
     assert request["attempt_outcome"] == "unknown"
     jobs = json.loads((tmp_path / "jobs.json").read_text())

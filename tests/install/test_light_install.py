@@ -65,14 +65,15 @@ def test_the_cli_and_the_embedded_path_run_without_any_optional_package(tmp_path
 
 @pytest.mark.parametrize(("destination", "line"), [
     ("postgresql://etl@127.0.0.1:1/db?partition_column=day#public.t",
-     "twice run: postgresql:// destinations need the postgres extra: "
+     "twice run: error: postgresql:// destinations need the postgres extra: "
      "pip install 'twice[postgres]'"),
     ("spark:///w?partition_column=day#t",
-     "twice run: spark:// destinations need the spark extra: pip install 'twice[spark]'"),
+     "twice run: error: spark:// destinations need the spark extra: pip install 'twice[spark]'"),
     ("delta:///d?partition_column=day",
-     "twice run: delta:// destinations need the delta extra: pip install 'twice[delta]'"),
+     "twice run: error: delta:// destinations need the delta extra: pip install 'twice[delta]'"),
     ("iceberg:///w?partition_column=day#ns.t",
-     "twice run: iceberg:// destinations need the iceberg extra: pip install 'twice[iceberg]'"),
+     "twice run: error: iceberg:// destinations need the iceberg extra: "
+     "pip install 'twice[iceberg]'"),
 ])
 def test_a_destination_whose_extra_is_missing_is_one_line_and_exit_2(
         tmp_path: Path, destination: str, line: str) -> None:
@@ -90,7 +91,7 @@ def test_a_postgresql_ledger_without_the_extra_is_one_line_and_exit_2(tmp_path: 
     ran = twice_without_extras("status", "--ledger", "postgresql://etl@127.0.0.1:1/twice",
                                cwd=tmp_path)
     assert (ran.returncode, ran.stderr) == (
-        2, "twice status: PostgreSQL ledgers need the postgres extra: "
+        2, "twice status: error: PostgreSQL ledgers need the postgres extra: "
            "pip install 'twice[postgres]'\n")
 
 

@@ -39,7 +39,8 @@ def test_no_dbt_anywhere_is_one_line_naming_all_three(tmp_path: Path) -> None:
 def test_a_wrong_path_names_where_it_came_from(tmp_path: Path) -> None:
     done = twice_dbt(tmp_path, os.environ["PATH"], TWICE_DBT=str(tmp_path / "nope"))
     assert done.returncode == 2
-    assert done.stderr.strip() == f"error: TWICE_DBT: {tmp_path / 'nope'} is not an executable dbt"
+    assert done.stderr.strip() == (
+        f"twice dbt backfill: error: TWICE_DBT: {tmp_path / 'nope'} is not an executable dbt")
     done = twice_dbt(tmp_path, os.environ["PATH"], "--dbt", str(tmp_path / "nope"))
     assert done.returncode == 2 and "--dbt: " in done.stderr
 

@@ -224,11 +224,39 @@ def _cells(line: str) -> list[str]:
     return [cell.strip() for cell in line.strip().strip("│┃").split("│" if "│" in line else "┃")]
 
 
-def _rows(lines: list[str]) -> dict[tuple[str, str], dict[str, str]]:
-    """``(first cell, interval) -> {column: cell}`` of the table rows in ``lines``, read under
-    the header row before them (its first cell is ``task``, ``interval`` or ``unit of work``)."""
+#: A unit's id as the terminal tables show it (a unique prefix): pipeline, task, interval day.
+UNIT_ID = re.compile(r"^([\w-]+)\.([\w-]+)\.(\d{4})(\d{2})(\d{2})")
+
+
+def _plain_rows(lines: list[str]) -> dict[tuple[str, str], dict[str, str]]:
+    """The rows of the terminal's borderless tables (``twice run``, ``twice status``): a
+    header whose first cell is ``unit``, cells apart by two spaces or more, each row keyed by
+    the task and day its unit id names, as ``_rows`` keys a boxed table's (so a document's
+    table of either layout is checked against the other)."""
     header: list[str] = []
     rows: dict[tuple[str, str], dict[str, str]] = {}
+    for line in lines:
+        cells = re.split(r"\s{2,}", line.strip())
+        if cells and cells[0] == "unit" and len(cells) > 1:
+            header = cells
+            continue
+        unit = UNIT_ID.match(cells[0]) if header and cells else None
+        if unit is None:
+            continue
+        row = dict(zip(header, cells, strict=False))
+        day = f"{unit.group(3)}-{unit.group(4)}-{unit.group(5)}"
+        for name in (unit.group(2), f"{unit.group(1)}.{unit.group(2)}"):  # task, pipeline.task
+            rows.setdefault((name, day), row)
+            rows.setdefault((name, ""), row)
+    return rows
+
+
+def _rows(lines: list[str]) -> dict[tuple[str, str], dict[str, str]]:
+    """``(first cell, interval) -> {column: cell}`` of the table rows in ``lines``, read under
+    the header row before them (its first cell is ``task``, ``interval`` or ``unit of work``);
+    the borderless tables' rows too (``_plain_rows``)."""
+    header: list[str] = []
+    rows: dict[tuple[str, str], dict[str, str]] = _plain_rows(lines)
     for line in lines:
         if "│" not in line and "┃" not in line:
             continue
@@ -321,6 +349,8 @@ def environment(workdir: Path, databases: tuple[str, ...] = ()
         if venv and Path(venv, "bin", program).exists():
             (workdir / f".venv-{name}").symlink_to(venv)
             available.add(name)
+            if name == "dbt":  # what the guide's skipped set-up block exports
+                env["TWICE_DBT"] = str(Path(venv, "bin", "dbt"))
     if importlib.util.find_spec("pyspark") is not None and shutil.which("java"):
         available.add("spark")
     return env, available
