@@ -47,7 +47,6 @@ def test_text_and_json_output(spec: str) -> None:
         (["{spec}", "--partition", "day=2026-11-30T00:00Z/2026-11-30T00:00Z"], "zero-width"),
         (["nope://x#t", "--partition", "day=1"], "unknown destination scheme"),
         (["{spec}", "--partition", "2026-11-30"], "no partition_column"),
-        (["sqlite:///definitely/missing/dir/x.db#t", "--partition", "day=1"], "missing"),
     ],
 )
 def test_bad_input_exits_2_without_traceback(spec: str, args: list[str], message: str) -> None:
@@ -55,3 +54,13 @@ def test_bad_input_exits_2_without_traceback(spec: str, args: list[str], message
     assert result.exit_code == 2, result.output
     assert message in result.output and "Traceback" not in result.output
     assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+def test_a_destination_that_cannot_be_reached_exits_1_without_traceback() -> None:
+    """A destination whose directory is missing is unavailable (DestinationUnavailableError, an
+    UnavailableError): a service that failed, exit 1, as docs/reference/cli.md says."""
+    result = CliRunner().invoke(cli, ["fingerprint", "sqlite:///definitely/missing/dir/x.db#t",
+                                      "--partition", "day=1"])
+    assert result.exit_code == 1, result.output
+    assert "directory /definitely/missing/dir missing" in result.output
+    assert "Traceback" not in result.output and isinstance(result.exception, SystemExit)
