@@ -65,5 +65,5 @@ def test_pipeline_on_postgres(postgres_url: str) -> None:
                                       "--as-of", clock().isoformat()])
     assert status.exit_code == 0, status.output
     units = {row["task"]: row for row in json.loads(status.stdout)["units"]}
-    assert units["load"]["jobId"] == load_unit.job_id and units["load"]["attempt"] == 2
+    assert units["load"]["job_id"] == load_unit.job_id and units["load"]["attempt"] == 2
     assert "***" in json.loads(status.stdout)["ledger"]  # the password is masked
