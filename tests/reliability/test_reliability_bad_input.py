@@ -85,9 +85,10 @@ def invoke(args: list[str], stdin: str | bytes | None = None) -> Outcome:
     return outcome
 
 
-def refused(outcome: Outcome, *names: str) -> None:
-    """Exit 2 with a one-paragraph message on stderr that names one of ``names``."""
-    assert outcome.code == 2, outcome
+def refused(outcome: Outcome, *names: str, codes: tuple[int, ...] = (2,)) -> None:
+    """Exit with one of ``codes`` (2: bad input) and a one-paragraph message on stderr that
+    names one of ``names``."""
+    assert outcome.code in codes, outcome
     message = outcome.stderr.strip()
     assert message, outcome
     lowered = message.lower()
@@ -446,6 +447,16 @@ def test_missing_and_directory_pipeline_paths(workspace: Workspace) -> None:
         record(SUITE, trials=1, faults=1)
 
 
+UNREACHABLE = "postgresql://twice:twice@127.0.0.1:1/twice"
+
+
+#: A refused ledger exits 2 (bad input: no ledger, a directory, a bad URL) or 1 (a ledger that
+#: cannot be used: damaged, read-only, a server nobody answers at). Which of the two each
+#: command gives a damaged ledger is not one rule yet (issue 39); that it refuses, says why in
+#: one paragraph and writes nothing is what these tests hold it to.
+REFUSED = (1, 2)
+
+
 def _bad_ledgers(workspace: Workspace) -> dict[str, Path | None]:
     """Ledger targets that must be refused; a Path is a file that must not change."""
     foreign = workspace.root / "orders.db"
@@ -464,7 +475,7 @@ def _bad_ledgers(workspace: Workspace) -> dict[str, Path | None]:
         "sqlite://": None,  # in memory: the evidence would vanish
         ":memory:": None,
         "mysql://twice@localhost/twice": None,
-        "postgresql://twice:twice@127.0.0.1:1/twice": None,  # nothing listens there
+        UNREACHABLE: None,  # nothing listens there
         "postgresql://twice@127.0.0.1:notaport/twice": None,
         "": None,
     }
@@ -479,7 +490,7 @@ def test_bad_ledgers_are_refused_and_nothing_is_written_to_them(
     for target, keep in _bad_ledgers(workspace).items():
         before = digest(keep) if keep is not None else None
         outcome = invoke([command, str(workspace.pipeline), *span, "--ledger", target])
-        refused(outcome, "ledger")
+        refused(outcome, "ledger", codes=REFUSED)
         if keep is not None:
             assert digest(keep) == before, f"{target} was modified"
         record(SUITE, trials=1, faults=1)
@@ -494,7 +505,7 @@ def test_reports_on_bad_ledgers_are_refused(workspace: Workspace, command: list[
             continue  # a report on an empty in-memory ledger is merely empty
         before = digest(keep) if keep is not None else None
         outcome = invoke([*command, "--ledger", target])
-        assert outcome.code == 2, (command, target, outcome)
+        assert outcome.code in REFUSED, (command, target, outcome)
         assert outcome.stderr.strip(), outcome
         if keep is not None:
             assert digest(keep) == before, f"{target} was modified by {command}"

@@ -889,9 +889,11 @@ def test_lifecycle_faults(fault: str, engine: str, tmp_path: Path, zygote: Zygot
 
 def test_control_a_zombie_without_fencing_is_caught(tmp_path: Path, zygote: Zygote) -> None:
     """The zombie trial with the fencing check switched off in the child: its stale rows
-    overwrite the newer run's, and the trial's checks say so."""
+    overwrite the newer run's, and the trial's checks say so. Input pinning is off too: the
+    zombie's inputs were rewritten meanwhile, so its pins alone would refuse the stale write
+    (twice.engine.inputs), and this control is about fencing."""
     story = Story(tmp_path / "control", "sqlite", None, zygote, random.Random("zombie"), 0)
-    story.controls.append("no-fencing")
+    story.controls.extend(["no-fencing", "no-input-pinning"])
     try:
         zombie(story, point="transform", takeover=False)
     finally:
