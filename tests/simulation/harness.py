@@ -154,6 +154,14 @@ class Simulation:
         w.clock.advance(LEASE_TTL * 1.5)
         self._run(w.rng.choice(others), self._days())
 
+    def _main_owns_all(self) -> bool:
+        """The second ledger runs only once the main ledger's writes have claimed every owned
+        destination: a destination belongs to the first ledger that writes it, so a second
+        ledger that wrote first would own it (and refusing the main ledger would be right)."""
+        owned = {spec for task, spec in self.dest.items()
+                 if task != "remote" or "reconcile_with_owned_write" in self.world.features}
+        return len(self.world.owners) >= len(owned)
+
     def _days(self) -> list[date]:
         w = self.world
         return sorted(w.rng.sample(w.days, w.rng.randint(1, len(w.days))))
@@ -192,7 +200,7 @@ class Simulation:
         action = w.rng.choices(names, weights=[wt for _, wt in ACTIONS])[0]
         w.steps += 1
         if action == "run":
-            ready = [h for h in self.holders if not h.second_ledger or self.report.runs > 3]
+            ready = [h for h in self.holders if not h.second_ledger or self._main_owns_all()]
             self._run(w.rng.choice(ready), self._days())
             return True
         if action == "source":

@@ -149,7 +149,7 @@ class Model:
             if n > 1:
                 found.append(f"2: {task} {day} v{v} took effect {n} times")
         for holder, spec in w.foreign_writes:
-            found.append(f"5: {holder} (a second ledger) wrote {spec}")
+            found.append(f"5: {holder} wrote {spec}, which another ledger owns")
         return found
 
     def converged(self) -> list[str]:

@@ -155,7 +155,10 @@ class World:
         self.holder: Any = None  # the holder acting now (harness.Holder)
         self.on_pause: Callable[[], None] | None = None
         self.pausing = False
-        #: destinations written by a holder of a second ledger (invariant 5)
+        #: the ledger (its URL) whose write first landed in each destination: the product's
+        #: rule (a destination belongs to the first ledger that writes it)
+        self.owners: dict[str, str] = {}
+        #: destinations written by a holder of a ledger other than their owner (invariant 5)
         self.foreign_writes: list[tuple[str, str]] = []
         self.sleeps = 0
 
@@ -217,7 +220,9 @@ class World:
 
     def destination_committed(self, spec: str) -> None:
         holder = self.holder
-        if holder is not None and holder.second_ledger:
+        if holder is None:
+            return
+        if self.owners.setdefault(spec, holder.url) != holder.url:
             self.foreign_writes.append((holder.name, spec))
 
     # -- source changes -----------------------------------------------------------------------
