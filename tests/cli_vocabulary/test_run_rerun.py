@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -104,6 +105,12 @@ def test_a_second_run_skips_and_says_so_and_force_reruns_one_day(env: dict[str, 
     text = twice(env, "run", "--interval", DAYS[1])
     assert "2 unit(s) had already succeeded and were not run again" in text.output
     assert "--force" in text.output
+    # a run that made no attempt does not say it succeeded or executed anything
+    summary = " ".join(text.output.split())
+    assert "2 already succeeded (not run again)" in summary
+    assert not re.search(r"(?<![\w.])2 succeeded", summary)
+    assert "Executed and recorded" not in summary
+    assert "no attempt was made" in summary
 
     forced = twice(env, "run", "--interval", DAYS[1], "--force", "--json")
     assert forced.exit_code == 0, forced.output

@@ -450,15 +450,15 @@ def test_missing_and_directory_pipeline_paths(workspace: Workspace) -> None:
 UNREACHABLE = "postgresql://twice:twice@127.0.0.1:1/twice"
 
 
-#: A refused ledger exits 2 (bad input: no ledger, a directory, a bad URL) or 1 (a ledger that
-#: cannot be used: damaged, read-only, a server nobody answers at). Which of the two each
-#: command gives a damaged ledger is not one rule yet (issue 39); that it refuses, says why in
-#: one paragraph and writes nothing is what these tests hold it to.
-REFUSED = (1, 2)
+#: One rule for every command (``twice.cli.exits.exit_code_for``): a target that is not a
+#: ledger twice can use as given (not a ledger, a directory, a bad or in-memory URL, a folder
+#: that does not exist) is bad input, exit 2; a ledger that is there but damaged, or a server
+#: nobody answers at, is a failed service, exit 1.
+BAD_INPUT, FAILED = 2, 1
 
 
-def _bad_ledgers(workspace: Workspace) -> dict[str, Path | None]:
-    """Ledger targets that must be refused; a Path is a file that must not change."""
+def _bad_ledgers(workspace: Workspace) -> dict[str, tuple[Path | None, int]]:
+    """Ledger targets that must be refused -> (a file that must not change, the exit code)."""
     foreign = workspace.root / "orders.db"
     if not foreign.exists():
         with sqlite3.connect(foreign) as conn:
@@ -467,17 +467,18 @@ def _bad_ledgers(workspace: Workspace) -> dict[str, Path | None]:
     truncated = workspace.root / "truncated.db"
     truncated.write_bytes(workspace.ledger.read_bytes()[:3000])
     return {
-        str(workspace.pipeline): workspace.pipeline,  # the pipeline file itself, not a database
-        str(foreign): foreign,  # another application's database
-        str(truncated): truncated,  # a ledger cut short by a bad copy
-        str(workspace.root): None,  # a directory
-        str(workspace.root / "missing" / "ledger.db"): None,
-        "sqlite://": None,  # in memory: the evidence would vanish
-        ":memory:": None,
-        "mysql://twice@localhost/twice": None,
-        UNREACHABLE: None,  # nothing listens there
-        "postgresql://twice@127.0.0.1:notaport/twice": None,
-        "": None,
+        # the pipeline file itself, not a database
+        str(workspace.pipeline): (workspace.pipeline, BAD_INPUT),
+        str(foreign): (foreign, BAD_INPUT),  # another application's database
+        str(truncated): (truncated, FAILED),  # a ledger cut short by a bad copy: damaged
+        str(workspace.root): (None, BAD_INPUT),  # a directory
+        str(workspace.root / "missing" / "ledger.db"): (None, BAD_INPUT),
+        "sqlite://": (None, BAD_INPUT),  # in memory: the evidence would vanish
+        ":memory:": (None, BAD_INPUT),
+        "mysql://twice@localhost/twice": (None, BAD_INPUT),
+        UNREACHABLE: (None, FAILED),  # nothing listens there
+        "postgresql://twice@127.0.0.1:notaport/twice": (None, BAD_INPUT),
+        "": (None, BAD_INPUT),
     }
 
 
@@ -487,10 +488,10 @@ def test_bad_ledgers_are_refused_and_nothing_is_written_to_them(
 ) -> None:
     span = (["--interval", RECORDED_DAY] if command == "run"
             else ["--start", RECORDED_DAY, "--end", "2026-11-02"])
-    for target, keep in _bad_ledgers(workspace).items():
+    for target, (keep, code) in _bad_ledgers(workspace).items():
         before = digest(keep) if keep is not None else None
         outcome = invoke([command, str(workspace.pipeline), *span, "--ledger", target])
-        refused(outcome, "ledger", codes=REFUSED)
+        refused(outcome, "ledger", codes=(code,))
         if keep is not None:
             assert digest(keep) == before, f"{target} was modified"
         record(SUITE, trials=1, faults=1)
@@ -498,18 +499,22 @@ def test_bad_ledgers_are_refused_and_nothing_is_written_to_them(
 
 
 @pytest.mark.parametrize("command", [["status"], ["decide"], ["update"], ["handover"],
-                                     ["explain", "fuzz.extract.x"]])
+                                     ["explain", "fuzz.extract.x"], ["verify"],
+                                     ["report", "--json"]])
 def test_reports_on_bad_ledgers_are_refused(workspace: Workspace, command: list[str]) -> None:
-    for target, keep in _bad_ledgers(workspace).items():
+    wrong = []
+    for target, (keep, code) in _bad_ledgers(workspace).items():
         if target in ("sqlite://", ":memory:", ""):
             continue  # a report on an empty in-memory ledger is merely empty
         before = digest(keep) if keep is not None else None
         outcome = invoke([*command, "--ledger", target])
-        assert outcome.code in REFUSED, (command, target, outcome)
         assert outcome.stderr.strip(), outcome
+        if outcome.code != code:
+            wrong.append((target, outcome.code, code, outcome.stderr[:200]))
         if keep is not None:
             assert digest(keep) == before, f"{target} was modified by {command}"
         record(SUITE, trials=1, faults=1)
+    assert not wrong, f"{command}: (target, exit, expected): {wrong}"
 
 
 # -- real processes: what an operator's terminal would show ----------------------------------

@@ -76,10 +76,16 @@ def load(name: str) -> list[dict[str, Any]]:
 
 def replay_client(name: str, *, location: str | None = "EU") -> tuple[Any, ReplayAdapter]:
     """A real ``bigquery.Client`` answered by fixture ``name``, and its adapter."""
+    return client_for(load(name), location=location)
+
+
+def client_for(exchanges: list[dict[str, Any]], *,
+               location: str | None = "EU") -> tuple[Any, ReplayAdapter]:
+    """A real ``bigquery.Client`` answered by ``exchanges``, and its adapter."""
     from google.auth.credentials import AnonymousCredentials
     from google.cloud import bigquery
 
-    adapter = ReplayAdapter(load(name))
+    adapter = ReplayAdapter(exchanges)
     session = requests.Session()
     session.mount("https://", adapter)
     session.is_mtls = False  # type: ignore[attr-defined]  # google-cloud-core asks the session

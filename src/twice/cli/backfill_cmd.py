@@ -134,7 +134,7 @@ def backfill(pipeline_file: str, interval_text: str | None, start_text: str | No
     from twice.destinations.errors import DestinationSpecError
     from twice.drivers.backfill import BackfillError, iter_plan, run_backfill, selected_tasks
     from twice.engine.lineage import lineage_listeners, lineage_run
-    from twice.ledger import LedgerError
+    from twice.ledger import LedgerError, LedgerStorageError, LedgerUnavailableError
 
     if interval_text is not None and (start_text is not None or end_text is not None):
         raise InputError("give either --interval or --start/--end, not both")
@@ -175,6 +175,8 @@ def backfill(pipeline_file: str, interval_text: str | None, start_text: str | No
                     param_hint="--deadline")
         listeners = lineage_listeners(pipeline)  # before the ledger opens: bad input first
         ledger = open_durable_ledger(ledger_url)
+    except (LedgerStorageError, LedgerUnavailableError):
+        raise  # a service that failed (exit 1): twice.cli.exits decides, not this wrapper
     except (PipelineFileError, PipelineError, ScheduleError, IntervalError, BackfillError,
             LedgerError, ValueError) as exc:
         raise InputError(str(exc)) from exc

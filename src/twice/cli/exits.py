@@ -3,9 +3,11 @@
 :data:`EXIT_CODES` lists them (every command's ``--help`` shows that list):
 
 - 0: done (also when the reader of standard output went away, ``| head``: see
-  :func:`output_lost`); 1: the work did not all succeed, or a service failed (ledger,
-  destination);
-- 2: bad input (an option, a file, a definition), or an integration whose extra is not installed
+  :func:`output_lost`); 1: the work did not all succeed, or a service failed (a ledger or
+  destination that is unreachable, locked past waiting, on a full disk or damaged);
+- 2: bad input (an option, a file, a definition; a ``--ledger`` that names no usable ledger:
+  another file, a directory, a malformed or in-memory URL), or an integration whose extra is
+  not installed
   (``MissingExtraError``: the message names ``pip install 'twice[EXTRA]'``); nothing was done;
 - 3: a conflict (another holder owns it now, a newer writer committed);
 - 130: interrupted (Ctrl-C), what was started is recorded.

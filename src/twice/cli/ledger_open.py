@@ -55,6 +55,14 @@ def check_ledger_url(url: str | None) -> URL:
         resolved.get_dialect()().create_connect_args(resolved)
     except (ArgumentError, ValueError) as exc:
         raise invalid_ledger_url(url, exc, sqlite=sqlite) from None
+    from twice.ledger.engine import sqlite_path
+
+    path = sqlite_path(resolved)
+    if path is not None and path.is_dir():  # SQLite would say only "cannot open": storage
+        from twice.reports.source import describe
+
+        raise InputError(f"--ledger: {describe(url)} is a directory; give the ledger's file "
+                         "(e.g. DIRECTORY/twice-ledger.db)")
     return resolved
 
 

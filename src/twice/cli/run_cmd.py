@@ -153,7 +153,7 @@ def _summary(result: RunResult, label: str, unseen: tuple[str, ...] = ()) -> Non
     if skipped:
         console.print(f"{skipped} unit(s) had already succeeded and were not run again; "
                       "--force runs them again (a new job generation each).")
-    counts = ", ".join(f"{count} {outcome}" for outcome, count in result.counts().items())
+    counts = _counts(result)
     ran = {unit.task for unit in result.units if unit.ok and not unit.skipped}
     blind = sorted(ran & set(unseen))
     caveat = (f" {', '.join(blind)} {'has' if len(blind) == 1 else 'have'} no destination "
@@ -161,9 +161,23 @@ def _summary(result: RunResult, label: str, unseen: tuple[str, ...] = ()) -> Non
     lost = sum(1 for unit in result.units if unit.ledger_failed)
     recorded = ("all recorded" if not lost else
                 f"not all recorded: the ledger failed under {lost} unit(s), shown '?'")
+    if not any(unit.attempts for unit in result.units) and not lost:
+        # nothing executed: saying "succeeded ... executed and recorded" would claim a run
+        console.print(f"{counts or 'nothing to run'}: no attempt was made in this run. "
+                      "`twice status` or `twice explain UOW_ID` for the evidence.")
+        return
     console.print(
-        f"{counts or 'nothing to run'}. attempts: this run ({recorded}). Executed and recorded; "
+        f"{counts}. attempts: this run ({recorded}). Executed and recorded; "
         "before any success: declared acceptance criteria checked, then the destination "
         "partition fingerprinted and recorded (`twice verify` recomputes them)."
         f"{caveat} `twice status` or `twice explain UOW_ID` for the evidence."
     )
+
+
+def _counts(result: RunResult) -> str:
+    """Outcomes of this run, a unit that had already succeeded counted apart: it was not run."""
+    counts: dict[str, int] = {}
+    for unit in result.units:
+        label = "already succeeded (not run again)" if unit.skipped else unit.outcome
+        counts[label] = counts.get(label, 0) + 1
+    return ", ".join(f"{count} {label}" for label, count in sorted(counts.items()))

@@ -50,14 +50,28 @@ def _check_sqlite_file(database: str, shown: str) -> None:
         try:
             found = _has_ledger_table(path, "immutable=1")
         except sqlite3.DatabaseError as exc:
-            raise ReportError(f"cannot read ledger {shown}: {exc}") from None
+            raise _unreadable(exc, path, shown) from None
     except sqlite3.DatabaseError as exc:
-        raise ReportError(f"cannot read ledger {shown}: {exc}") from None
+        raise _unreadable(exc, path, shown) from None
     if not found:
         raise ReportError(
             f"{shown} is not a twice ledger (it has no {LEDGER_TABLE} table); "
             "point --ledger at the database the runs wrote"
         )
+
+
+def _unreadable(exc: sqlite3.DatabaseError, path: Path, shown: str) -> Exception:
+    """A file the report cannot read: bad input when it is not a database at all (another
+    file named by mistake), a damaged ledger (a failed service, exit 1) when SQLite says the
+    file is corrupt: the same classification as the ledger's own (``twice.ledger.faults``)."""
+    from twice.ledger.errors import LedgerDamagedError
+    from twice.ledger.faults import advice, classify
+
+    fault = classify(exc)
+    if fault is not None and fault.corrupt:
+        return LedgerDamagedError(f"cannot read ledger {shown}: {fault.cause}; "
+                                  + advice(fault, dialect="sqlite", path=str(path)))
+    return ReportError(f"cannot read ledger {shown}: {exc}")
 
 
 def _has_ledger_table(path: Path, mode: str) -> bool:
