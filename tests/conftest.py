@@ -77,3 +77,13 @@ def _lifecycle_transitions_are_declared() -> Iterator[None]:
     yield
     taken, lifecycle.refused[:] = list(lifecycle.refused), []
     assert not taken, "undeclared lifecycle transitions: " + "; ".join(taken)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist a worker process starts with ``COLUMNS=80`` and ``LINES=24`` set
+    (the controller does not have them): the CLI would then wrap its piped output at 80
+    columns (``twice.cli.console``), unlike a plain ``pytest`` run. A test that wants a width
+    sets ``COLUMNS`` itself."""
+    if os.environ.get("PYTEST_XDIST_WORKER") and not os.environ.get("TWICE_KEEP_COLUMNS"):
+        os.environ.pop("COLUMNS", None)
+        os.environ.pop("LINES", None)

@@ -35,7 +35,10 @@ REGRESSION_SEEDS: dict[int, str] = {
 REGRESSION_STEPS = 2000
 #: A rule whose absence only some seeds show is controlled on the seeds that found it.
 CONTROL_ON_FOUND_SEEDS: dict[str, tuple[int, ...]] = {
-    "input_pinning": (1296, 1367, 1505, 1519, 1557),
+    # 1557 found it too, but since the second ledger waits for the main one to own every
+    # destination (seed 2656) its trajectory changed and it no longer reaches the race: it
+    # stays a regression seed
+    "input_pinning": (1296, 1367, 1505, 1519),
 }
 
 
