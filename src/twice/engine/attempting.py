@@ -66,6 +66,16 @@ def _error_classification(report: AttemptReport) -> ErrorClassification:
     return ending
 
 
+def _intermediate_note(use: Any) -> str:
+    """One line for the run report: reused (the task did not run), or why it was computed."""
+    name = f"intermediate {use.entry.name!r} version {use.entry.version[:12]}"
+    if use.reused:
+        return f"{name}: reused the stored slice, its fingerprint matches; the task did not run"
+    if use.refusal is not None:
+        return f"{name}: {use.reason}; the task ran and its output replaced the slice"
+    return f"{name}: {use.action} ({use.reason})"
+
+
 def _is_schema_refusal(error: BaseException) -> bool:
     """The destination refused rows whose columns differ from the table's (a schema change
     the write could not apply): typed, never read out of a message. A ``SchemaChangeError``
@@ -219,6 +229,7 @@ class AttemptRunner(Phase):
             detail["intermediate"] = {"name": use.entry.name, "version": use.entry.version,
                                       "action": use.action, "reason": use.reason,
                                       "refusal": use.refusal}
+            self.notes.append(_intermediate_note(use))
         refused = report.error.refused if isinstance(report.error, AcceptanceFailed) else None
         # the job did, whatever its output (twice refused to land it: it ran to the end)
         job_succeeded = report.ending == "succeeded" or refused == "output"
