@@ -109,9 +109,11 @@ def run_intermediate(ledger: Ledger, task: Task, ctx: TaskContext) -> Landed:
             pins.confirm()
         return rows
 
-    with stamped(stamp), inputs.pinned(ctx.inputs), \
+    with stamped(stamp), inputs.pinned(ctx.inputs) as pins, \
             open_destination(task.destination) as dest, \
             admitting(admission(task, ctx, complete=True)):
+        if pins is not None:  # a copy keyed by these inputs is reused only while they hold
+            pins.confirm()
         use = materialize_or_reuse(
             ledger, declared.catalog_name(task.name), ctx.unit, compute=compute, store=dest,
             owner=declared.owner, retention=declared.retention,
