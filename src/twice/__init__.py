@@ -49,6 +49,7 @@ _EXPORTS: dict[str, str] = {
     "Schedule": "twice.define.schedule",
     "RetryPolicy": "twice.core.policy",
     "AcceptanceCriteria": "twice.define.acceptance",
+    "Intermediate": "twice.define.intermediate",
     "Interval": "twice.core.interval",
     "UnitOfWork": "twice.core.unit",
     # what users run with
@@ -59,6 +60,9 @@ _EXPORTS: dict[str, str] = {
     "open_destination": "twice.destinations",
     "fingerprint": "twice.destinations.fingerprint",
     "retry": "twice.interop.retrying",
+    # materialized intermediates outside a task's intermediate= option, and their pricing
+    "materialize_or_reuse": "twice.engine.intermediates",
+    "CostModel": "twice.engine.intermediates",
     "RetryDeadlineExceeded": "twice.interop.retrying",
     # the pure planner (the lab's decision engine)
     "decide": "twice.core.decision",
@@ -85,6 +89,7 @@ if TYPE_CHECKING:
     from twice.core.policy import RetryPolicy
     from twice.core.unit import UnitOfWork
     from twice.define.acceptance import AcceptanceCriteria
+    from twice.define.intermediate import Intermediate
     from twice.define.load import load_pipeline
     from twice.define.pipeline import (
         NonFatal,
@@ -98,6 +103,7 @@ if TYPE_CHECKING:
     from twice.destinations.fingerprint import fingerprint
     from twice.drivers.backfill import run_backfill
     from twice.engine.executor import Executor
+    from twice.engine.intermediates import CostModel, materialize_or_reuse
     from twice.errors import (
         ConflictError,
         DestinationError,
@@ -141,6 +147,7 @@ def __dir__() -> list[str]:
 __all__ = [
     "AcceptanceCriteria",
     "ConflictError",
+    "CostModel",
     "Decision",
     "DecisionReport",
     "DecisionResult",
@@ -149,6 +156,7 @@ __all__ = [
     "Executor",
     "FencedWriteError",
     "InputError",
+    "Intermediate",
     "Interrupted",
     "Interval",
     "JobFailed",
@@ -173,6 +181,7 @@ __all__ = [
     "decide",
     "fingerprint",
     "load_pipeline",
+    "materialize_or_reuse",
     "open_destination",
     "reconcile_job",
     "retry",

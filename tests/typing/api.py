@@ -17,6 +17,7 @@ import twice
 from twice import (
     AcceptanceCriteria,
     ConflictError,
+    CostModel,
     Decision,
     DecisionReport,
     DecisionResult,
@@ -25,6 +26,7 @@ from twice import (
     Executor,
     FencedWriteError,
     InputError,
+    Intermediate,
     Interrupted,
     Interval,
     JobFailed,
@@ -49,6 +51,7 @@ from twice import (
     decide,
     fingerprint,
     load_pipeline,
+    materialize_or_reuse,
     open_destination,
     reconcile_job,
     retry,
@@ -128,6 +131,13 @@ def notify(ctx: TaskContext) -> None:
         assert_type(finished.succeeded, bool)
 
 
+@pipeline.task(depends_on=extract, destination=f"{WAREHOUSE}#enriched",
+               timeout=60, estimated_duration=5,
+               intermediate=Intermediate(owner="team-funds", retention=timedelta(days=7)))
+def enriched(ctx: TaskContext) -> list[dict[str, object]]:
+    return [{"day": ctx.interval.start.date(), "fund_id": 1}]
+
+
 problems: list[str] = pipeline.validate()
 order: list[str] = pipeline.topological_order()
 
@@ -158,6 +168,16 @@ def backfill_month(path: str, ledger_url: str) -> dict[str, int]:
         if not result.ok:
             raise TwiceError(result.refusal or "backfill failed")
         return result.counts()
+
+
+def keep_intermediate(ledger: Ledger, unit: UnitOfWork, spec: str) -> bool:
+    used = materialize_or_reuse(
+        ledger, "enriched", unit, compute=lambda: [{"day": date(2026, 11, 29), "id": 1}],
+        store=spec, owner="team-funds", retention=timedelta(days=7),
+        cost=CostModel(storage_usd_per_gb_month=0.02),
+    )
+    reused: bool = used.reused
+    return reused and used.tradeoff.recommendation == "keep"
 
 
 def compare(spec: str, day: Interval) -> bool:

@@ -39,6 +39,8 @@ PUBLIC = {
     # what users run with
     "load_pipeline", "Ledger", "Executor", "run_backfill", "open_destination", "fingerprint",
     "retry", "RetryDeadlineExceeded",
+    # materialized intermediates
+    "Intermediate", "CostModel", "materialize_or_reuse",
     # the pure planner
     "decide", "Decision", "DecisionReport", "DecisionResult", "DecisionWindow", "TaskEvidence",
     "TaskState",
@@ -106,7 +108,7 @@ def test_api_usage_imports() -> None:
     finally:
         sys.modules.pop(spec.name, None)
     assert module.problems == []
-    assert module.order == ["extract", "load", "notify"]
+    assert module.order == ["extract", "load", "notify", "enriched"]
     assert module.prices == [1.0, 2.0]
     assert {r.id for r in module.plan()} <= {"load"}
     assert module.classify(twice.PipelineError(["a", "b"])) == "definition: 2 problem(s)"

@@ -2,7 +2,7 @@
 
 Lists every stored version with its owner, status, size, expiry and reuse count, and the
 storage-vs-recompute trade-off priced from the measurements the ledger recorded (prices are
-options with documented defaults, see ``twice.engine.intermediates.CostModel``). ``--expire`` first
+options with documented defaults, see ``twice.CostModel``). ``--expire`` first
 deletes the slices of active versions past their retention and records each expiry.
 """
 

@@ -43,6 +43,8 @@ from twice.errors import InputError
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from twice.define.intermediate import Intermediate
+
 NAME_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 _SAMPLE = Interval(
@@ -181,6 +183,11 @@ class Task:
       more: the task's receiver deduplicates by ``ctx.job_id``, so an unknown outcome is
       also settled by sending again under the same job id, with no operator (``True`` leaves
       it to reconcile or an operator); a deliberate rerun takes a new generation, a new id.
+    - ``intermediate``: ``twice.Intermediate(owner=..., retention=...)`` declares the returned
+      output a materialized intermediate stored in ``destination`` (a partitioned sqlite,
+      duckdb, postgresql or parquet table; ``write="replace"`` is implied): when the unit runs
+      again, the stored slice is reused without running the task while its version and
+      integrity fingerprint match, and recomputed otherwise (``twice.engine.intermediates``).
     """
 
     name: str
@@ -204,6 +211,7 @@ class Task:
     maximum_bytes_billed: int | None = None
     cost_estimate: Callable[[Interval], Any] | None = None
     snapshot: Callable[[Interval], Any] | None = None
+    intermediate: Intermediate | None = None
     metadata: Mapping[str, Any] = field(default_factory=dict)
     description: str = ""
 
@@ -255,6 +263,9 @@ class Task:
             )
         if not isinstance(self.timeout_is_failure, bool):
             raise PipelineError(f"{where}: timeout_is_failure must be True or False")
+        if self.intermediate is not None:
+            _check_intermediate(self, where)
+            object.__setattr__(self, "write", "replace")
         if self.write is not None:
             if self.write not in WRITE_MODES:
                 raise PipelineError(
@@ -431,6 +442,38 @@ def _check_takes_context(fn: Callable[..., Any], where: str) -> None:
             f"{where}: the function must accept one argument, the TaskContext "
             f"(signature is {signature})"
         ) from None
+
+
+def _check_intermediate(task: Task, where: str) -> None:
+    """``intermediate=`` stores the returned output as the interval's slice of the task's
+    destination, so it needs a twice.Intermediate, a destination whose slice the
+    materialize-or-reuse logic can replace and fingerprint, and ``write`` unset or
+    ``"replace"``: refused when the task is defined, naming the option."""
+    from twice.core.schemes import query_option, scheme_of
+    from twice.define.intermediate import INTERMEDIATE_SCHEMES, Intermediate
+
+    declared = task.intermediate
+    if not isinstance(declared, Intermediate):
+        raise PipelineError(
+            f"{where}: intermediate must be a twice.Intermediate(owner=..., retention=...) or "
+            f"None, got {declared!r}"
+        )
+    if scheme_of(task.destination) not in INTERMEDIATE_SCHEMES:
+        raise PipelineError(
+            f"{where}: intermediate= stores the task's returned output in its destination; "
+            f"set destination= to a {', '.join(INTERMEDIATE_SCHEMES)} table with "
+            f"?partition_column=NAME (got {task.destination!r})"
+        )
+    if not query_option(task.destination, "partition_column"):
+        raise PipelineError(
+            f"{where}: intermediate= keeps one stored slice per interval; the destination "
+            f"{task.destination!r} needs ?partition_column=NAME"
+        )
+    if task.write not in (None, "replace"):
+        raise PipelineError(
+            f"{where}: intermediate= replaces the interval's slice with the returned output "
+            f"(write='replace'); write={task.write!r} cannot be combined with it"
+        )
 
 
 def _check_upsert(destination: str, where: str) -> None:
@@ -738,6 +781,7 @@ class Pipeline:
         maximum_bytes_billed: int | None = ...,
         cost_estimate: Callable[[Interval], Any] | None = ...,
         snapshot: Callable[[Interval], Any] | None = ...,
+        intermediate: Intermediate | None = ...,
         metadata: Mapping[str, Any] | None = ...,
         description: str = ...,
     ) -> Callable[[F], F]: ...

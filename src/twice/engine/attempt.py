@@ -19,6 +19,7 @@ work it submitted may still complete, so the outcome is still unknown.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -51,6 +52,7 @@ class AttemptReport:
     remote: JobStatus | None = None
     written: Any = None  # the WriteResult when twice landed the returned output (write=)
     interrupted: bool = False  # KeyboardInterrupt in task code: record it, then stop the run
+    intermediate: Any = None  # an intermediate= task's IntermediateUse (reused or computed)
 
     @property
     def error_text(self) -> str | None:
@@ -109,8 +111,12 @@ def call_attempt(
     timeout: float | None,
     isolation: Isolation = "thread",
     source_file: Path | None = None,
+    body: Callable[[Task, TaskContext], Any] | None = None,
 ) -> AttemptReport:
     """Call the task once within ``timeout`` seconds and classify the ending.
+
+    ``body`` replaces ``run_body`` in a thread (an ``intermediate=`` task's
+    ``owned_write.intermediate_body``); process isolation always runs ``run_body``.
 
     A returned ``JobStatus`` is judged like the job it describes: DONE with ``errorResult`` is a
     ``JobFailed``, not DONE yet is an unknown outcome (the job is still running).
@@ -126,9 +132,9 @@ def call_attempt(
             )
             value, nonfatals = result.value, tuple(result.nonfatals)
         elif timeout is None:
-            value = run_body(task, ctx)
+            value = (body or run_body)(task, ctx)
         else:
-            value = run_with_timeout(run_body, timeout, task, ctx)
+            value = run_with_timeout(body or run_body, timeout, task, ctx)
     except Exception as exc:
         return AttemptReport(
             classify(exc, task.retry, timeout_is_failure=task.timeout_is_failure), error=exc
@@ -139,20 +145,22 @@ def call_attempt(
         return AttemptReport(
             "unknown", error=TaskExited(exc), interrupted=isinstance(exc, KeyboardInterrupt)
         )
-    written = None
+    written = intermediate = None
     if isinstance(value, Landed):
-        value, written = value.value, value.write
+        value, written, intermediate = value.value, value.write, value.intermediate
     remote = value if isinstance(value, JobStatus) else None
     if remote is not None and remote.failed:
         error: Exception = JobFailed(remote)
         return AttemptReport(
             classify(error, task.retry, timeout_is_failure=task.timeout_is_failure), value,
-            error, nonfatals, remote, written
+            error, nonfatals, remote, written, intermediate=intermediate,
         )
     if remote is not None and not remote.done:
         error = JobStillRunning(remote.job_id, 0.0, remote.state)
-        return AttemptReport("unknown", value, error, nonfatals, remote, written)
-    return AttemptReport("succeeded", value, None, nonfatals, remote, written)
+        return AttemptReport("unknown", value, error, nonfatals, remote, written,
+                             intermediate=intermediate)
+    return AttemptReport("succeeded", value, None, nonfatals, remote, written,
+                         intermediate=intermediate)
 
 
 class TaskExited(Exception):

@@ -66,6 +66,16 @@ def _error_classification(report: AttemptReport) -> ErrorClassification:
     return ending
 
 
+def _intermediate_note(use: Any) -> str:
+    """One line for the run report: reused (the task did not run), or why it was computed."""
+    name = f"intermediate {use.entry.name!r} version {use.entry.version[:12]}"
+    if use.reused:
+        return f"{name}: reused the stored slice, its fingerprint matches; the task did not run"
+    if use.refusal is not None:
+        return f"{name}: {use.reason}; the task ran and its output replaced the slice"
+    return f"{name}: {use.action} ({use.reason})"
+
+
 def _is_schema_refusal(error: BaseException) -> bool:
     """The destination refused rows whose columns differ from the table's (a schema change
     the write could not apply): typed, never read out of a message. A ``SchemaChangeError``
@@ -174,9 +184,14 @@ class AttemptRunner(Phase):
                                    record.number, generation, job_id, self.token))
         ctx = self.context(record, generation)
         ctx, failed = self._with_snapshot(ctx, record.number)
+        body = None
+        if self.task.intermediate is not None:  # reuse the stored slice while it is intact
+            from twice.engine.owned_write import intermediate_body
+
+            body = intermediate_body(self.ledger)
         report = failed or call_attempt(
             self.task, ctx, timeout=timeout, isolation=self.x.isolation,
-            source_file=self.x.pipeline.source_file,
+            source_file=self.x.pipeline.source_file, body=body,
         )
         mask_error(report.error)  # before it is recorded, emitted or printed
         self.slots.hold_while_running(report, record.number)
@@ -209,6 +224,12 @@ class AttemptRunner(Phase):
         written = getattr(report.written, "commit", None)
         if written is not None:
             detail["commit"] = written.to_dict()
+        use = report.intermediate
+        if use is not None:  # what materialize-or-reuse did (the catalog holds the evidence)
+            detail["intermediate"] = {"name": use.entry.name, "version": use.entry.version,
+                                      "action": use.action, "reason": use.reason,
+                                      "refusal": use.refusal}
+            self.notes.append(_intermediate_note(use))
         refused = report.error.refused if isinstance(report.error, AcceptanceFailed) else None
         # the job did, whatever its output (twice refused to land it: it ran to the end)
         job_succeeded = report.ending == "succeeded" or refused == "output"

@@ -162,6 +162,7 @@ class IntermediateUse:
     fingerprint: Fingerprint
     tradeoff: TradeOff
     refusal: str | None = None
+    written: WriteResult | None = None  # the write that stored it (None: reused)
 
     @property
     def reused(self) -> bool:
@@ -491,7 +492,8 @@ def _materialize(
     )
     events = ledger.intermediate_events(name, version)
     action: UseAction = "materialized" if record.materializations == 1 else "recomputed"
-    return IntermediateUse(action, reason, record, current, tradeoff(record, events, cost), refusal)
+    return IntermediateUse(action, reason, record, current, tradeoff(record, events, cost), refusal,
+                           written)
 
 
 def _write(dest: Destination, rows: RowsLike, slice_spec: object) -> WriteResult:

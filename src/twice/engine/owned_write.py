@@ -15,6 +15,11 @@ returned output is decided on every criterion; a write the task makes itself whi
 on the non-fatal errors recorded so far (the rest is decided after the attempt). A refused
 write commits nothing and the attempt fails with ``AcceptanceFailed``.
 
+A task declared ``intermediate=`` runs through :func:`intermediate_body` instead: the
+materialize-or-reuse logic (``twice.engine.intermediates``) reuses the stored slice without
+calling the task while its version and integrity fingerprint match, and otherwise calls it and
+writes its returned output as ``write="replace"`` does, under the same stamp, pins and admission.
+
 Inputs are pinned before the task runs (``twice.engine.inputs``): a returned output is written
 only if every upstream still holds the version the unit was identified on after the task
 returned; a write the task makes itself, only if they hold as it commits. Otherwise nothing
@@ -23,7 +28,7 @@ lands (``InputsChangedError``).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -35,15 +40,19 @@ if TYPE_CHECKING:
     from twice.define.pipeline import Task, TaskContext
     from twice.destinations.base import WriteResult
     from twice.destinations.landing import Landing
+    from twice.engine.intermediates import IntermediateUse
+    from twice.ledger import Ledger
 
 
 @dataclass(frozen=True)
 class Landed:
     """What the attempt body returns when twice wrote the output: the task's own value and
-    the write's evidence."""
+    the write's evidence (None: an intermediate reused, nothing written), and for an
+    ``intermediate=`` task what the materialize-or-reuse logic did."""
 
     value: Any
-    write: WriteResult
+    write: WriteResult | None
+    intermediate: IntermediateUse | None = None
 
 
 def run_body(task: Task, ctx: TaskContext) -> Any:
@@ -56,6 +65,62 @@ def run_body(task: Task, ctx: TaskContext) -> Any:
         if task.write is None:
             return value
         return Landed(value, land(task, ctx, value))
+
+
+def intermediate_body(ledger: Ledger) -> Callable[[Task, TaskContext], Any]:
+    """The attempt body of an ``intermediate=`` task, recording in ``ledger``'s catalog."""
+
+    def body(task: Task, ctx: TaskContext) -> Any:
+        return run_intermediate(ledger, task, ctx)
+
+    return body
+
+
+def run_intermediate(ledger: Ledger, task: Task, ctx: TaskContext) -> Landed:
+    """Reuse the task's stored slice if it is provably intact, else run the task and write it.
+
+    ``materialize_or_reuse`` decides: the same version (the unit's identity) whose integrity
+    fingerprint still matches is reused and the task is not called; a copy that changed is
+    refused (recorded with both fingerprints), a copy past its retention or of another
+    version is not used, and then the task runs and its output replaces the slice. On reuse
+    the returned value is the stored slice read back (what ``ctx.upstream`` then holds)."""
+    from twice.destinations import open_destination
+    from twice.engine.intermediates import materialize_or_reuse
+
+    declared = task.intermediate
+    assert declared is not None  # the executor chooses this body for such tasks only
+    stamp = ctx.stamp if isinstance(ctx.stamp, WriteStamp) else None
+    returned: list[Any] = []
+
+    def compute() -> Any:
+        with admitting(admission(task, ctx, complete=False)):
+            value = task.fn(ctx)
+        returned.append(value)
+        if value is None:
+            from twice.destinations.errors import DestinationError
+
+            raise DestinationError(
+                f"task {task.name!r}: intermediate= stores the returned output but the task "
+                "returned None; return the interval's rows (an empty table stores nothing)"
+            )
+        rows = rows_of(value)
+        pins = inputs.active()
+        if pins is not None:  # after every read the task made, before the write begins
+            pins.confirm()
+        return rows
+
+    with stamped(stamp), inputs.pinned(ctx.inputs) as pins, \
+            open_destination(task.destination) as dest, \
+            admitting(admission(task, ctx, complete=True)):
+        if pins is not None:  # a copy keyed by these inputs is reused only while they hold
+            pins.confirm()
+        use = materialize_or_reuse(
+            ledger, declared.catalog_name(task.name), ctx.unit, compute=compute, store=dest,
+            owner=declared.owner, retention=declared.retention,
+            fingerprint_columns=declared.fingerprint_columns, partition=ctx.interval,
+        )
+        value = returned[0] if returned else dest.read_partition(ctx.interval)
+    return Landed(value, use.written, use)
 
 
 def admission(task: Task, ctx: TaskContext, *, complete: bool) -> Admission | None:
