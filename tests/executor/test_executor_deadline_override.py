@@ -38,3 +38,25 @@ def test_past_deadline_refuses_then_override_runs(tmp_path: Path) -> None:
     bad = run(root, "--deadline", "yesterday")
     assert bad.returncode == 2
     assert "--deadline" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_the_update_names_the_impact_of_a_missed_deadline(tmp_path: Path) -> None:
+    """Issue 39: when the deadline no longer fits, the update names which intervals miss it
+    and which downstream consumers wait on them, with alternatives."""
+    root = helpers.make_workdir(tmp_path / "wh", days=1)
+    refused = run(root)
+    assert outcomes(refused)["extract"] == "deadline-infeasible"
+    update = subprocess.run(
+        [sys.executable, "-m", "twice.cli", "update", "--ledger", str(root / "ledger.db")],
+        capture_output=True, text=True, timeout=120)
+    assert update.returncode == 0, update.stderr
+    [action] = [line for line in update.stdout.splitlines() if line.startswith("Next action")]
+    impact = action[action.index("Impact: "):]
+    assert impact.startswith("Impact: extract (deadline 2026-11-2")  # one interval: its task
+    assert "cannot be delivered by the deadline" in impact
+    from twice.define.load import load_pipeline
+
+    pipeline = load_pipeline(helpers.EXAMPLE)
+    for task in pipeline.dependents_of("extract"):
+        assert task in impact, (task, impact)
+    assert "Alternatives:" in impact

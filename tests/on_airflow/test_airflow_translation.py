@@ -90,8 +90,10 @@ def test_pool_timeout_and_gaps_are_stated() -> None:
         assert needle in text, needle
     assert "retry_delay_multiplier exists only" not in text  # 3.3 takes the float itself
     assert pool_commands(pipeline) == [
-        "airflow pools set db 2 'twice pool of pipeline p; slots used by: _noop (2)'"
+        "airflow pools set db 2 'twice pool of pipeline p; slots used by: _noop (2)' "
+        "--include-deferred"
     ]
+    assert "a deferred task keeps its pool slots" in describe(pipeline)
 
 
 def test_timetables_pin_a_data_interval() -> None:

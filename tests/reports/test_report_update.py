@@ -57,6 +57,9 @@ def test_next_action_comes_from_the_planner_decisions(evidence: Evidence) -> Non
     action = lines_of(evidence)["Next action (planner decisions)"]
     assert action.index("deadline-infeasible for archive") < action.index("reconcile-remote")
     assert "communicate the impact" in action
+    # the impact itself: which interval misses which deadline, with alternatives
+    assert "Impact: archive (deadline 2026-12-02 06:00:00Z) cannot be delivered" in action
+    assert "Alternatives:" in action
     assert "repair-cause for report_file" in action
     assert "wait-backoff for transform until 05:35:00Z" in action
     assert "extract" not in action  # its decision is superseded by later evidence

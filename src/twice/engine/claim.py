@@ -259,6 +259,8 @@ class Claim(Phase):
             "holder": self.x.holder,
             "first_attempt": (0 if latest is None else latest.number) + 1,
             "settings": self.settings.to_detail(),
+            # who waits on this unit: an update names them when its deadline no longer fits
+            "downstream": sorted(self.x.pipeline.dependents_of(self.task.name)),
         }
         if rerun_of is not None:
             detail["rerun_of"] = rerun_of

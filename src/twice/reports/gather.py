@@ -130,6 +130,10 @@ def detail_value(detail: Mapping[str, Any], keys: Iterable[str]) -> Any:
     return None
 
 
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
 def detail_instant(detail: Mapping[str, Any], keys: Iterable[str]) -> datetime | None:
     """An aware instant recorded as ISO-8601 text; teaching-clock numbers have no date, so None."""
     return aware_instant(detail_value(detail, keys))
@@ -390,6 +394,16 @@ class UnitReport:
     @property
     def latest_decision(self) -> RecordedDecision | None:
         return self.decisions[-1] if self.decisions else None
+
+    @property
+    def downstream(self) -> tuple[str, ...]:
+        """The tasks that wait on this unit (transitively), as its latest run recorded them:
+        the consumers a missed deadline reaches."""
+        for observation in reversed(self.observations):
+            record = observation.record
+            if record.state == RUN_STARTED and record.source == EXECUTOR_SOURCE:
+                return tuple(record.detail.get("downstream") or ())
+        return ()
 
     @property
     def current_decision(self) -> RecordedDecision | None:
@@ -865,7 +879,9 @@ def _decision(record: DecisionRecord, last_evidence: datetime | None) -> Recorde
     return RecordedDecision(
         record=record,
         current=last_evidence is None or record.as_of >= last_evidence,
-        deadline=detail_instant(detail, DEADLINE_KEYS),
+        # the engine records the deadline with the evidence it decided on
+        deadline=detail_instant(detail, DEADLINE_KEYS) or detail_instant(
+            _mapping(detail.get("evidence")), DEADLINE_KEYS),
         earliest_start=detail_instant(detail, EARLIEST_START_KEYS),
         estimated_finish=detail_instant(detail, ESTIMATED_FINISH_KEYS),
         backoff=detail_span(detail, BACKOFF_KEYS),

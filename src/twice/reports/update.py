@@ -287,7 +287,31 @@ def _next_action(evidence: Evidence, name: Namer) -> str:
             else "Next action: no current planner decision is recorded.")
     if missing:
         line += f" No current decision for {_listing(missing, 3)}."
-    return line
+    impact = _impact(evidence, name)
+    return f"{line} {impact}" if impact else line
+
+
+def _impact(evidence: Evidence, name: Namer) -> str | None:
+    """When a deadline no longer fits: which intervals miss it and who waits on them (the
+    source documents: communicate the impact, and an alternative, before anyone starts)."""
+    late = [unit for unit in evidence.units if _needs_action(unit)
+            and (chosen := _next_of(unit)) is not None and chosen.kind == "deadline-infeasible"]
+    if not late:
+        return None
+    missed = []
+    for unit in late:
+        decision = unit.current_decision
+        at = (decision.deadline if decision is not None else None) or (
+            unit.deadline.at if unit.deadline else None)
+        missed.append(name(unit) + (f" (deadline {wording.instant(at)})" if at else ""))
+    waiting = sorted({task for unit in late for task in unit.downstream})
+    them = "them" if len(late) > 1 else "it"
+    consumers = (f"; downstream, {_listing(waiting, sep=', ')} wait on {them} and miss the "
+                 "deadline too" if waiting else f"; no downstream task waits on {them}")
+    return (f"Impact: {_listing(missed, sep=', ')} cannot be delivered by the deadline"
+            f"{consumers}. Alternatives: agree a later deadline (then run with --deadline), "
+            "deliver a partial or earlier version and say so, or skip the interval and "
+            "backfill it later.")
 
 
 def _due(unit: UnitReport, as_of: datetime, name: Namer) -> list[tuple[datetime, str]]:

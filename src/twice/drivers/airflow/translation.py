@@ -230,7 +230,12 @@ def task_settings(pipeline: Pipeline, task: Task) -> TaskSettings:
 
 @dataclass(frozen=True)
 class PoolSpec:
-    """An Airflow pool standing for a twice pool around a real dependency."""
+    """An Airflow pool standing for a twice pool around a real dependency.
+
+    Created with ``--include-deferred``: by default an Airflow pool does not count a deferred
+    task's slots, but a twice pool stands for a real dependency's capacity (a warehouse's
+    concurrent queries), which a deferred task whose remote job still runs keeps using. twice
+    holds its own slots for as long as the work really continues; so must the Airflow pool."""
 
     name: str
     slots: int
@@ -238,7 +243,8 @@ class PoolSpec:
 
     @property
     def command(self) -> str:
-        return shlex.join(["airflow", "pools", "set", self.name, str(self.slots), self.description])
+        return shlex.join(["airflow", "pools", "set", self.name, str(self.slots),
+                           self.description, "--include-deferred"])
 
 
 def pools(pipeline: Pipeline) -> list[PoolSpec]:
@@ -286,6 +292,9 @@ def describe(pipeline: Pipeline, *, dag_id: str | None = None) -> str:
     if specs:
         lines += ["", "Pools (create once per Airflow installation):"]
         lines += [f"  {spec.command}" for spec in specs]
+        lines.append("  --include-deferred: a deferred task keeps its pool slots while its "
+                     "remote job runs (Airflow's default frees them); twice's pools stand for "
+                     "a dependency's capacity, which a running job still uses")
     for name in pipeline.topological_order():
         task = pipeline.get_task(name)
         settings = task_settings(pipeline, task)
