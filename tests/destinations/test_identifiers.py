@@ -131,3 +131,42 @@ def test_an_empty_or_repeated_twice_option_is_refused(tmp_path: Path, query: str
     one kept its last value."""
     with pytest.raises(DestinationSpecError, match=r"empty|twice"):
         check_spec(f"sqlite:///{tmp_path}/w.db?{query}#t")
+
+
+@pytest.mark.parametrize("spec", ["sqlite:///wh.db#t", "duckdb:///wh.duckdb#t",
+                                  "parquet:///orders", "delta:///orders"])
+def test_a_three_slash_name_at_the_root_is_refused_not_written_to_the_root(spec: str) -> None:
+    """``sqlite:///wh.db`` is relative in SQLAlchemy's URLs (the ledger's form) but names
+    ``/wh.db`` in twice's destination form: the run wrote to the file system's root. Refused
+    with both spellings; the explicit root form still works."""
+    scheme, _, rest = spec.partition(":///")
+    name = rest.partition("#")[0]
+    with pytest.raises(DestinationSpecError, match="at the root of the file system") as caught:
+        check_spec(spec)
+    assert f"{scheme}:{name}" in str(caught.value) and f"{scheme}:////{name}" in str(caught.value)
+
+
+def test_a_run_with_a_root_level_destination_is_bad_input(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from twice.cli import cli
+
+    name = f"twice-rooted-{tmp_path.name}.duckdb"
+    pipeline = tmp_path / "p.py"
+    pipeline.write_text(
+        "import pyarrow as pa\n"
+        "from twice import Pipeline, Schedule\n"
+        "pipeline = Pipeline('rooted', schedule=Schedule.daily('UTC'))\n"
+        f"@pipeline.task(destination='duckdb:///{name}?partition_column=day#t',\n"
+        "               write='replace', timeout=60, estimated_duration=1)\n"
+        "def t(ctx):\n"
+        "    return pa.table({'day': [ctx.interval.start.date()]})\n")
+    try:
+        result = CliRunner().invoke(cli, ["run", str(pipeline), "--interval", "2026-11-01",
+                                          "--ledger", str(tmp_path / "l.db"),
+                                          "--deadline", "none"])
+        assert result.exit_code == 2, result.output
+        assert "at the root of the file system" in result.output
+        assert not Path("/" + name).exists()
+    finally:
+        Path("/" + name).unlink(missing_ok=True)

@@ -184,6 +184,15 @@ class DestinationSpec:
                     f"{self.scheme} destinations are local files: host {host!r} is not allowed "
                     f"(write {self.scheme}:///absolute/path)"
                 )
+            if slash and path and "/" not in path.rstrip("/"):
+                # scheme:///name is a file at the root of the file system here, but a
+                # relative one in SQLAlchemy's sqlite:///name (the ledger's form): refused,
+                # never guessed, so data never lands in / by a copied URL
+                raise DestinationSpecError(
+                    f"{self.scheme}:///{path} names /{path}, at the root of the file system: "
+                    f"for {path} in the working directory write {self.scheme}:{path}; for the "
+                    f"root itself write {self.scheme}:////{path}"
+                )
             location = slash + path
         if not location:
             raise DestinationSpecError(f"{self.scheme} destination needs a file path")
