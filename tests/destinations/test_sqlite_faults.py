@@ -90,3 +90,34 @@ def test_backfill_force_on_a_locked_destination_is_one_line(locked: str, tmp_pat
     assert result.exit_code == 1, result.output
     assert isinstance(result.exception, SystemExit), result.exception
     assert "database is locked" in result.output and "Traceback" not in result.output
+
+
+def test_a_run_on_a_locked_destination_names_the_lock_and_retries(locked: str,
+                                                                  tmp_path: Path) -> None:
+    """Issue 39: a destination locked during `twice run --force` was reported as an attempt
+    timeout with an unknown outcome. The lock is the cause, and the write was rolled back: the
+    attempt is failed-transient naming the lock, and the next attempt (declared retry) runs."""
+    from twice.ledger import Ledger
+
+    pipeline = tmp_path / "pipeline.py"
+    pipeline.write_text(
+        "import pyarrow as pa\n"
+        "from twice import Pipeline, RetryPolicy, Schedule\n"
+        "pipeline = Pipeline('locked', schedule=Schedule.daily('UTC'))\n"
+        f"@pipeline.task(destination={locked!r}, write='replace', safe_repeat=True, timeout=60,\n"
+        "               retry=RetryPolicy(max_attempts=2, initial_delay=0.1, jitter='none'))\n"
+        "def t(ctx):\n"
+        "    return pa.table({'day': [ctx.interval.start.date()], 'x': ['b']})\n"
+    )
+    result = CliRunner().invoke(cli, [
+        "run", str(pipeline), "--interval", "2026-11-28", "--force",
+        "--ledger", str(tmp_path / "ledger.db"), "--deadline", "none", "--json"])
+    assert result.exit_code == 1, result.output
+    with Ledger.open(str(tmp_path / "ledger.db")) as ledger:
+        [unit] = ledger.units()
+        attempts = ledger.attempts(unit.uow_id)
+        errors = ledger.errors(unit.uow_id)
+    assert [a.outcome for a in attempts] == ["failed-transient", "failed-transient"]
+    assert len(errors) == 2 and all("database is locked" in e.message for e in errors), errors
+    assert {e.error_class for e in errors} == {
+        "twice.destinations.errors.DestinationUnavailableError"}

@@ -29,6 +29,7 @@ from twice.core.policy import RetryPolicy
 from twice.core.secrets import redact
 from twice.define.load import load_pipeline
 from twice.define.pipeline import NonFatal, Pipeline, Task, TaskContext
+from twice.destinations.errors import DestinationUnavailableError
 from twice.engine.owned_write import Landed, run_body
 from twice.engine.timeouts import AttemptCrashed, AttemptTimeout, run_in_process, run_with_timeout
 from twice.engine.verification import AcceptanceFailed
@@ -99,6 +100,11 @@ def classify(error: BaseException, policy: RetryPolicy, *,
         return "permanent"
     if isinstance(error, AcceptanceFailed):  # refused before landing: a retry is refused again
         return "permanent"
+    if isinstance(error, DestinationUnavailableError):
+        # the destination failed (locked, unreachable, out of space) and rolled the write
+        # back: nothing landed, and the cause is a service, not the task (a commit that may
+        # have landed is DestinationCommitUnknownError: unknown, above)
+        return "transient"
     if policy.is_transient(error):
         return "transient"
     return "permanent"
