@@ -88,6 +88,7 @@ def arguments(section: str, paths: dict[str, str]) -> list[str]:
         "twice report --json": ["report", *ledger],
         "twice decide --ledger --json": ["decide", *ledger],
         "twice verify --json": ["verify", *ledger],
+        "twice check --json": ["check", str(EXAMPLE), "--strict"],
         "twice fingerprint --json": [
             "fingerprint", f"duckdb://{paths['work']}/warehouse.duckdb?partition_column=day"
             "#positions", "--partition", "2026-11-23"],

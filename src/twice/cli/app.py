@@ -36,6 +36,7 @@ _HELP: dict[str, str] = {
     "estimate": "Estimate bytes a query reads; refuse over maximum_bytes_billed.",
     "init": "Scaffold a new pipeline (owned writes, interval-keyed input, a test).",
     "dbt": "Run a dbt project under twice: units of work as each materialization decides.",
+    "check": "List a pipeline file's definition warnings (--strict: exit 1 on any).",
 }
 
 # command name -> (module, attribute, one-line help)

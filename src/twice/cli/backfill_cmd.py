@@ -435,15 +435,21 @@ def _short(label: str) -> str:
 def describe_run(run: dict[str, Any]) -> str:
     """One line per unit: status, and for a written partition its fingerprint difference:
     against the previous recorded version, then (when the partition had been changed behind
-    twice's back) the drift (recorded -> as found) and the change (as found -> written)."""
+    twice's back) the drift (recorded -> as found) and the change (as found -> written); last,
+    the duration its latest timed decision assumed and why."""
+    from twice.engine.evidence import AssumedDuration
+
     head = f"{_short(run['interval']):<10} {run['task']:<10} {run['status']:<9}"
     diff = run.get("diff")
     drift = run.get("drift")
     drifted = drift_text(drift, diff) if drift and drift.get("drifted") else ""
+    assumed = AssumedDuration.from_dict(run)  # what its timed decision assumed
+    planned = "" if assumed is None else f"; {assumed.text()}"
     if run["status"] == "skipped":
         return f"{head} {run['reason']}"
     if diff is None:
-        return f"{head} {run['reason']}".rstrip() + (f"; {drifted}" if drifted else "")
+        return (f"{head} {run['reason']}".rstrip() + (f"; {drifted}" if drifted else "")
+                + planned)
     if diff["rows_before"] is None:
         change = f"v{diff['version']} new: {diff['rows_after']} rows"
     else:
@@ -459,7 +465,7 @@ def describe_run(run: dict[str, Any]) -> str:
     if drifted:
         change += f"; {drifted}"
     extra = "; new input version" if run.get("new_input_version") else ""
-    return f"{head} {change}{extra}"
+    return f"{head} {change}{extra}{planned}"
 
 
 def drift_text(drift: dict[str, Any], diff: dict[str, Any] | None) -> str:

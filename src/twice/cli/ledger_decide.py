@@ -158,6 +158,9 @@ def unit_rows(
             "backoff": None,
             "earliestStart": None,
             "estimatedFinish": None,
+            # what a timed decision (one with a finish) assumed an attempt takes, and why
+            "assumed_duration": None,
+            "duration_basis": None,
         }
         if evidence.observation is not None and evidence.observation.state == "blocked":
             # when: a later run may have blocked a unit whose earlier attempt succeeded
@@ -178,6 +181,8 @@ def unit_rows(
                 estimatedFinish=None if result.estimated_finish is None
                 else iso(micros_to_instant(result.estimated_finish)),
             )
+            if result.estimated_finish is not None:
+                row.update(evidence.assumed_duration().to_dict())
         rows.append(row)
     return at, rows
 
@@ -268,6 +273,7 @@ def _table(report: dict[str, Any], stream: TextIO) -> None:
     from rich.table import Table
 
     from twice.cli.console import make_console, shown
+    from twice.engine.evidence import AssumedDuration
 
     console = make_console(file=stream)
     table = Table(title=f"Decisions over {shown(report['ledger'])} as of {report['asOf']}")
@@ -280,8 +286,12 @@ def _table(report: dict[str, Any], stream: TextIO) -> None:
         settled = row["health"] is not None and row["nextAction"] is None and row["decision"]
         decision, reason = (("-", row["healthReason"]) if settled
                             else (row["decision"] or "-", row["reason"]))
+        reason = shown(reason)
+        assumed = None if settled else AssumedDuration.from_dict(row)
+        if assumed is not None:  # what the finish in the reason rests on
+            reason += f"\n{shown(assumed.text())}"
         table.add_row(row["id"], row["state"] or "-", row["health"] or "-", attempts,
-                      shown(evidence), decision, shown(reason))
+                      shown(evidence), decision, reason)
     console.print(table)
     console.print(
         "attempts: this run's (all recorded). Decided only: no job was executed, idempotency is "

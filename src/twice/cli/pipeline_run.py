@@ -243,8 +243,8 @@ def show_and_finish(outcome: OutcomeT, label: str, as_json: bool,
 
 
 def why(reason: str, result: UnitResult | None) -> str:
-    """A summary table's "why" cell: the reason, then the last error (unless it succeeded)
-    and the notes of the unit's result."""
+    """A summary table's "why" cell: the reason, then the last error (unless it succeeded),
+    the notes of the unit's result and the duration its latest timed decision assumed."""
     from twice.core.inert import inert  # each part one line: an error cannot forge a row
 
     reason = inert(reason)
@@ -253,4 +253,6 @@ def why(reason: str, result: UnitResult | None) -> str:
             reason += f"\nlast error: {inert(result.error)}"
         for note in result.notes:
             reason += f"\nnote: {inert(note)}"
+        if result.assumed is not None:  # what the finish time the planner checked rests on
+            reason += f"\n{result.assumed.text()}"
     return reason

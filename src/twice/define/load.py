@@ -48,16 +48,24 @@ def load_pipeline(
     pipeline = _find_pipeline(module, shown, attribute)
     pipeline.source_file = file
     if validate:
-        try:
-            advice = pipeline.validate()
-        except PipelineError as exc:
-            lines = "\n".join(f"  - {p}" for p in exc.problems)
-            raise PipelineFileError(
-                f"{shown}: pipeline {pipeline.name!r} is invalid:\n{lines}", path=shown
-            ) from None
-        for line in [*advice, *pipeline.unseen_effects()]:
+        for line in definition_warnings(pipeline, shown):
             warnings.warn(f"{shown}: {line}", DefinitionWarning, stacklevel=2)
     return pipeline
+
+
+def definition_warnings(pipeline: Pipeline, shown: str) -> list[str]:
+    """``Pipeline.validate()`` of the pipeline loaded from ``shown``: its problems as one
+    ``PipelineFileError`` naming the file, else its warnings (one line each, naming the task),
+    then ``unseen_effects()``: what ``load_pipeline`` warns about, and ``twice check``
+    lists."""
+    try:
+        advice = pipeline.validate()
+    except PipelineError as exc:
+        lines = "\n".join(f"  - {p}" for p in exc.problems)
+        raise PipelineFileError(
+            f"{shown}: pipeline {pipeline.name!r} is invalid:\n{lines}", path=shown
+        ) from None
+    return [*advice, *pipeline.unseen_effects()]
 
 
 def load_module(path: str | os.PathLike[str]) -> ModuleType:

@@ -134,6 +134,22 @@ def _fmt(seconds: float) -> str:
     return f"{seconds:g} s"
 
 
+#: A timeout this many times an attempt's expected duration (its ``estimated_duration``, or
+#: the median of its measured attempts: ``twice.engine.timeout_advice``) delays the detection
+#: of a hung attempt; a warning, when it is also ``TIMEOUT_MIN_EXCESS_SECONDS`` above it.
+TIMEOUT_FACTOR = 10
+TIMEOUT_MIN_EXCESS_SECONDS = 300.0  # nor is a few minutes' margin worth a warning
+SUGGESTED_TIMEOUT_FACTOR = 3  # the timeout a warning suggests, times the expected duration
+
+
+def timeout_far_above(timeout: float, expected: float) -> bool:
+    """Whether ``timeout`` is far enough above an attempt's ``expected`` duration to delay
+    the detection of a hung attempt (:data:`TIMEOUT_FACTOR`)."""
+    return expected > 0 and timeout > TIMEOUT_FACTOR * expected and (
+        timeout - expected > TIMEOUT_MIN_EXCESS_SECONDS
+    )
+
+
 def _default_retry() -> RetryPolicy:
     return RetryPolicy(max_attempts=1)
 
@@ -931,6 +947,16 @@ class Pipeline:
                 warnings.append(
                     f"{where}: estimated_duration {_fmt(task.estimated_duration)} is not below its "
                     f"timeout {_fmt(timeout)}; most attempts would time out"
+                )
+            elif task.estimated_duration is not None and timeout_far_above(
+                timeout, task.estimated_duration
+            ):
+                estimate = task.estimated_duration
+                warnings.append(
+                    f"{where}: timeout {_fmt(timeout)} is {timeout / estimate:.0f}x its "
+                    f"estimated_duration {_fmt(estimate)}: a hung attempt is detected only after "
+                    f"{_fmt(timeout)}; a timeout near {_fmt(SUGGESTED_TIMEOUT_FACTOR * estimate)} "
+                    "would detect it sooner"
                 )
         if problems:
             raise PipelineError(problems)

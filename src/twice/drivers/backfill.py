@@ -73,6 +73,7 @@ if TYPE_CHECKING:
     from twice.core.unit import UnitOfWork
     from twice.destinations.diff import CommitDiff
     from twice.engine.events import Event
+    from twice.engine.evidence import AssumedDuration
     from twice.engine.executor import UnitResult
     from twice.ledger import AttemptRecord, FingerprintRecord, Ledger
 
@@ -127,6 +128,7 @@ class TaskRun:
     outcome: str | None = None
     notes: tuple[str, ...] = ()
     drift: Drift | None = None  # the partition before this backfill wrote it, vs its record
+    assumed: AssumedDuration | None = None  # as in ``UnitResult``
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -139,6 +141,8 @@ class TaskRun:
             "new_input_version": self.new_input_version, "notes": list(self.notes),
             "diff": None if self.diff is None else self.diff.to_dict(),
             "drift": None if self.drift is None else self.drift.to_dict(),
+            **(self.assumed.to_dict() if self.assumed is not None
+               else {"assumed_duration": None, "duration_basis": None}),
         }
 
 
@@ -895,7 +899,7 @@ def _describe(run: TaskRun, unit: UnitResult, task: Task, before: AttemptRecord 
     attempt the plan saw (emitting what they show: failed attempts). ``refusal`` is the schema
     change the engine refused, ``reconciled`` the unknown outcomes it settled (job id,
     state)."""
-    run.outcome, run.notes = unit.outcome, unit.notes
+    run.outcome, run.notes, run.assumed = unit.outcome, unit.notes, unit.assumed
     run.acceptance, run.nonfatal, run.diff = unit.acceptance, unit.nonfatal, diff
     from twice.engine.executor import attempts_of_run
 

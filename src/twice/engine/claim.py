@@ -28,7 +28,6 @@ from twice.engine.evidence import (
     PlanSettings,
     UnitEvidence,
     iso,
-    plan_unit,
 )
 from twice.engine.leases import LeaseKeeper
 from twice.engine.lifecycle import UnitState
@@ -195,7 +194,7 @@ class Claim(Phase):
         if budget is not None and budget < 1:
             return None
         evidence = self.gathered()
-        decision = plan_unit(evidence)
+        decision = self.plan(evidence)
         if decision is None or evidence.attempts_in_run > 0 or decision.decision not in (
             Decision.RETRY_ELIGIBLE, Decision.WAIT_BACKOFF
         ):

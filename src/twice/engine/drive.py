@@ -19,7 +19,7 @@ from twice.core.unit import UnitOfWork
 from twice.define.pipeline import Task
 from twice.engine.attempting import AttemptRunner, Ended
 from twice.engine.claim import Begun, Claim, Opening
-from twice.engine.evidence import EXECUTOR_SOURCE, UnitEvidence, plan_unit
+from twice.engine.evidence import EXECUTOR_SOURCE, UnitEvidence
 from twice.engine.gates import StartGates
 from twice.engine.hold import RepeatHold
 from twice.engine.lifecycle import Lifecycle, UnitState
@@ -90,7 +90,7 @@ class UnitDriver:
         if prior is not None and prior.outcome in ("unknown", "running"):
             move(UnitState.SETTLING)
             evidence = self.planner.gathered()
-            decision = plan_unit(evidence)
+            decision = self.planner.plan(evidence)
             assert decision is not None
             settled = self.settler.resolve_unknown(prior, decision, evidence)
             if isinstance(settled, Stop):
@@ -129,7 +129,7 @@ class UnitDriver:
                 evidence, evidence_next = evidence_next, None
             else:
                 evidence = self.planner.gathered()
-            decision = plan_unit(evidence)
+            decision = self.planner.plan(evidence)
             assert decision is not None
             kind = decision.decision
             latest = evidence.latest
@@ -275,7 +275,7 @@ class UnitDriver:
         planned, skipped = stop.planned, stop.skipped
         if planned is None:
             evidence = self.planner.gathered()
-            final = plan_unit(evidence)
+            final = self.planner.plan(evidence)
         else:
             final, evidence = planned
         latest = evidence.latest
@@ -298,6 +298,7 @@ class UnitDriver:
             acceptance=self.check.acceptance,
             nonfatal=self.check.nonfatal,
             skipped=skipped,
+            assumed=None if skipped else self.account.assumed,
             value=self.account.value,
             history=AttemptHistory(self.account.before, evidence.attempts),
         )

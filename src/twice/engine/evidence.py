@@ -269,6 +269,11 @@ class UnitEvidence:
         """Estimated execution time (see ``duration_basis`` for where it comes from)."""
         return self._duration()[0]
 
+    def assumed_duration(self) -> AssumedDuration:
+        """The duration the planner assumes for an attempt and its basis, as commands show
+        them (:class:`AssumedDuration`)."""
+        return AssumedDuration(*self._duration())
+
     def duration_basis(self) -> str:
         """Where the estimate comes from: ``declared`` (estimated_duration), ``assumed: the
         task's timeout`` (no estimate: an attempt may take up to its timeout, so the planner
@@ -329,6 +334,74 @@ class UnitEvidence:
             duration=_micros(self.duration_seconds()),
             validation=_micros(self.settings.validation),
         )
+
+
+#: ``UnitEvidence.duration_basis`` -> where a command says the assumed duration came from
+#: (issue 39: a finish time says what it assumed an attempt takes, and why)
+BASIS_WORDS: dict[str, str] = {
+    "declared": "from its estimate",
+    "assumed: the task's timeout": "from its timeout",
+    "measured": "from its last measured attempt",
+    "none": "no estimate, timeout or measurement",
+}
+
+
+@dataclass(frozen=True)
+class AssumedDuration:
+    """What the planner assumed one attempt takes (``seconds``) and why (``basis``, one of
+    :data:`BASIS_WORDS`: the task's ``estimated_duration``, else its timeout, else the last
+    measured attempt, else 0 s). Every command prints it through :meth:`text`, and its JSON
+    through :meth:`to_dict`, so a planned finish time always says what it rests on."""
+
+    seconds: float
+    basis: str
+
+    def text(self) -> str:
+        """``assumed 2 min per attempt from its last measured attempt``, ``assumed 0 s per
+        attempt: no estimate, timeout or measurement``: one phrase per decision."""
+        words = BASIS_WORDS.get(self.basis, f"({self.basis})")
+        said = f": {words}" if self.basis == "none" else f" {words}"  # 0 s: from nothing
+        return f"assumed {spoken(self.seconds)} per attempt{said}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON keys: ``assumed_duration`` (seconds) and ``duration_basis``."""
+        return {"assumed_duration": self.seconds, "duration_basis": self.basis}
+
+    @classmethod
+    def from_dict(cls, document: Mapping[str, Any]) -> AssumedDuration | None:
+        """Back from :meth:`to_dict`'s keys in a document; None when they are null."""
+        return cls._of(document.get("assumed_duration"), document.get("duration_basis"))
+
+    @classmethod
+    def _of(cls, seconds: object, basis: object) -> AssumedDuration | None:
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not isinstance(
+            basis, str
+        ):
+            return None
+        return cls(float(seconds), basis)
+
+    @classmethod
+    def from_detail(cls, detail: Mapping[str, Any]) -> AssumedDuration | None:
+        """From a recorded decision's detail (``Phase.record_decision`` writes its
+        ``evidence``: ``duration`` and ``duration_basis``); None when it holds neither."""
+        evidence = detail.get("evidence")
+        if not isinstance(evidence, Mapping):
+            return None
+        return cls._of(evidence.get("duration"), evidence.get("duration_basis"))
+
+
+def spoken(seconds: float) -> str:
+    """``1 h``, ``2 min``, ``45 s``, ``1 h 30 min``, ``0.004 s``: how an operator says a
+    duration."""
+    whole = round(seconds)
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    parts = [f"{hours} h"] if hours else []
+    if minutes:
+        parts.append(f"{minutes} min")
+    if secs and not hours:
+        parts.append(f"{secs} s")
+    return " ".join(parts) or f"{seconds:.2g} s"
 
 
 def _policy_in_micros(policy: RetryPolicy) -> RetryPolicy:

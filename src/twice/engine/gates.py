@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from twice.core.decision import Decision, DecisionResult
 from twice.core.outcomes import STOPPING_DECISIONS
-from twice.engine.evidence import EXECUTOR_SOURCE, UnitEvidence, plan_unit
+from twice.engine.evidence import EXECUTOR_SOURCE, UnitEvidence
 from twice.engine.phase import Phase, Stop
 from twice.engine.timeouts import WorkflowTimeout
 
@@ -58,7 +58,7 @@ class StartGates(Phase):
         refused = self.workflow_refusal(evidence, after=wait_for)
         if refused is not None:
             return refused
-        later = plan_unit(replace(evidence, as_of=evidence.as_of + timedelta(seconds=wait_for)))
+        later = self.plan(replace(evidence, as_of=evidence.as_of + timedelta(seconds=wait_for)))
         if later is None or later.decision is not Decision.DEADLINE_INFEASIBLE:
             return None
         self.record_decision(later, evidence)
@@ -92,7 +92,7 @@ class StartGates(Phase):
         if time.monotonic() - waited_from <= POOL_WAIT_RECHECK_SECONDS:
             return None
         evidence = self.gathered()
-        decision = plan_unit(evidence)
+        decision = self.plan(evidence)
         assert decision is not None
         refused: Stop | None
         if decision.decision in STOPPING_DECISIONS:

@@ -20,7 +20,15 @@ from typing import TYPE_CHECKING, Any, cast
 from twice.core.decision import Decision, DecisionResult
 from twice.core.secrets import redact
 from twice.core.timescale import micros_to_instant
-from twice.engine.evidence import EXECUTOR_SOURCE, PlanSettings, UnitEvidence, gather_evidence, iso
+from twice.engine.evidence import (
+    EXECUTOR_SOURCE,
+    AssumedDuration,
+    PlanSettings,
+    UnitEvidence,
+    gather_evidence,
+    iso,
+    plan_unit,
+)
 
 if TYPE_CHECKING:
     from twice.core.outcomes import UnitOutcome
@@ -68,6 +76,8 @@ class Account:
     error: str | None = None  # the last attempt's error, as recorded
     value: Any = None  # what the succeeded attempt returned (its dependents' upstream)
     before: AttemptRecord | None = None  # the latest attempt when the run claimed the unit
+    #: what the run's latest timed decision (one with a finish) assumed an attempt takes
+    assumed: AssumedDuration | None = None
 
 
 @dataclass(frozen=True)
@@ -124,6 +134,15 @@ class Phase:
             self.ledger, self.uow_id, as_of=self.x.now(), settings=self.settings,
             include_workflow_deadline=True,
         )
+
+    def plan(self, evidence: UnitEvidence) -> DecisionResult | None:
+        """The planner's decision over ``evidence`` (``plan_unit``); one that timed an attempt
+        (it has a finish) leaves what it assumed the attempt takes in the account, for the
+        result to show."""
+        decision = plan_unit(evidence)
+        if decision is not None and decision.estimated_finish is not None:
+            self.account.assumed = evidence.assumed_duration()
+        return decision
 
     def not_started(self, reason: str, cause: str) -> Stop:
         self.ledger.record_attempt_not_started(

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from twice.core.interval import Interval
 from twice.core.outcomes import UnitOutcome
 from twice.core.unit import UnitOfWork
-from twice.engine.evidence import iso
+from twice.engine.evidence import AssumedDuration, iso
 
 if TYPE_CHECKING:
     from twice.ledger import AttemptRecord, Ledger, UnitRecord
@@ -50,7 +50,9 @@ class UnitResult:
     ``skipped``: it had already succeeded in an earlier run and was not run again.
     ``history``: the attempts around this run (None when it never claimed the unit, or the
     ledger failed under it). ``ledger_failed``: the ledger failed while twice drove it, so what
-    this run did to it is not all recorded (its attempt counts are unknown).
+    this run did to it is not all recorded (its attempt counts are unknown). ``assumed``: what
+    the run's latest decision that timed an attempt (gave it a finish) assumed the attempt
+    takes, and why (None when no decision of this run timed one).
     """
 
     task: str
@@ -71,6 +73,7 @@ class UnitResult:
     nonfatal: int = 0
     skipped: bool = False
     ledger_failed: bool = False
+    assumed: AssumedDuration | None = None
     value: Any = field(default=None, compare=False, repr=False)
     history: AttemptHistory | None = field(default=None, compare=False, repr=False)
 
@@ -98,6 +101,8 @@ class UnitResult:
             "nonfatal": self.nonfatal,
             "skipped": self.skipped,
             "ledger_failed": self.ledger_failed,
+            **(self.assumed.to_dict() if self.assumed is not None
+               else {"assumed_duration": None, "duration_basis": None}),
         }
 
 

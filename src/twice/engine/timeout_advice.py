@@ -14,15 +14,25 @@ from __future__ import annotations
 import statistics
 from typing import TYPE_CHECKING
 
+from twice.define.pipeline import (
+    SUGGESTED_TIMEOUT_FACTOR,
+    TIMEOUT_FACTOR,
+    TIMEOUT_MIN_EXCESS_SECONDS,
+    timeout_far_above,
+)
+from twice.engine.evidence import spoken
+
 if TYPE_CHECKING:
     from twice.define.pipeline import Pipeline
     from twice.ledger import Ledger
 
 MIN_SAMPLES = 3  # succeeded attempts before the durations say anything about the task
-FACTOR = 10  # a timeout this many times the typical attempt delays detection
-MIN_EXCESS_SECONDS = 300.0  # nor is a few minutes' margin worth a warning
+# a timeout this many times the typical attempt delays detection, unless only a few minutes
+# above it: the rule ``Pipeline.validate`` applies to an estimated_duration, here measured
+FACTOR = TIMEOUT_FACTOR
+MIN_EXCESS_SECONDS = TIMEOUT_MIN_EXCESS_SECONDS
 RECENT_UNITS = 20  # the durations of the task's latest units only: the task changes
-SUGGESTED_FACTOR = 3
+SUGGESTED_FACTOR = SUGGESTED_TIMEOUT_FACTOR
 
 
 def timeout_advice(pipeline: Pipeline, ledger: Ledger) -> list[str]:
@@ -35,16 +45,14 @@ def timeout_advice(pipeline: Pipeline, ledger: Ledger) -> list[str]:
         if len(durations) < MIN_SAMPLES:
             continue
         typical = statistics.median(durations)
-        if typical <= 0 or task.timeout <= FACTOR * typical or (
-            task.timeout - typical <= MIN_EXCESS_SECONDS
-        ):
+        if not timeout_far_above(task.timeout, typical):
             continue
         found.append(
-            f"task {task.name!r}: timeout {_spoken(task.timeout)} is "
-            f"{task.timeout / typical:.0f}x its typical attempt ({_spoken(typical)}, the "
+            f"task {task.name!r}: timeout {spoken(task.timeout)} is "
+            f"{task.timeout / typical:.0f}x its typical attempt ({spoken(typical)}, the "
             f"median of its last {len(durations)} that succeeded): a hung attempt is detected "
-            f"only after {_spoken(task.timeout)}, holding its slots meanwhile; a timeout near "
-            f"{_spoken(SUGGESTED_FACTOR * typical)} would detect it sooner"
+            f"only after {spoken(task.timeout)}, holding its slots meanwhile; a timeout near "
+            f"{spoken(SUGGESTED_FACTOR * typical)} would detect it sooner"
         )
     return found
 
@@ -56,16 +64,3 @@ def _measured(ledger: Ledger, pipeline: str, task: str) -> list[float]:
         for unit in units for attempt in ledger.attempts(unit.uow_id)
         if attempt.outcome == "succeeded" and attempt.duration is not None
     ]
-
-
-def _spoken(seconds: float) -> str:
-    """``1 h``, ``2 min``, ``45 s``, ``1 h 30 min``: how an operator says a duration."""
-    whole = round(seconds)
-    hours, rest = divmod(whole, 3600)
-    minutes, secs = divmod(rest, 60)
-    parts = [f"{hours} h"] if hours else []
-    if minutes:
-        parts.append(f"{minutes} min")
-    if secs and not hours:
-        parts.append(f"{secs} s")
-    return " ".join(parts) or f"{seconds:g} s"

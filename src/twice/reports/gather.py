@@ -22,6 +22,7 @@ from twice.engine.evidence import (
     DEFAULT_MAX_OBSERVATION_AGE,
     EXECUTOR_SOURCE,
     RUN_STARTED,
+    AssumedDuration,
     aware_instant,
 )
 from twice.errors import InputError
@@ -270,6 +271,8 @@ class RecordedDecision:
     backoff: timedelta | None = None
     assumed: tuple[str, ...] = ()
     basis: Basis = "decided"
+    #: what the decision assumed an attempt takes, and why (recorded with its evidence)
+    duration: AssumedDuration | None = None
 
 
 @dataclass(frozen=True)
@@ -290,6 +293,8 @@ class PlannedDecision:
     earliest_start: datetime | None = None
     estimated_finish: datetime | None = None
     basis: Basis = "decided"
+    #: what the decision assumed an attempt takes, and why (when it timed one)
+    duration: AssumedDuration | None = None
 
 
 @dataclass(frozen=True)
@@ -742,6 +747,7 @@ def _with_plan(as_of: datetime, unit: UnitReport, timeline: Sequence[TimelineEve
         decision=result.decision.value, reason=result.reason, as_of=as_of, settings=origin,
         earliest_start=instant(result.earliest_start),
         estimated_finish=instant(result.estimated_finish),
+        duration=None if result.estimated_finish is None else evidence.assumed_duration(),
     )
     return replace(unit, planned=planned)
 
@@ -886,6 +892,7 @@ def _decision(record: DecisionRecord, last_evidence: datetime | None) -> Recorde
         estimated_finish=detail_instant(detail, ESTIMATED_FINISH_KEYS),
         backoff=detail_span(detail, BACKOFF_KEYS),
         assumed=tuple(assumed),
+        duration=AssumedDuration.from_detail(detail),
     )
 
 

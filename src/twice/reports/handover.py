@@ -397,6 +397,8 @@ def _deadline_example(unit: UnitReport) -> str | None:
             ("estimated finish incl. validation", decision.estimated_finish),
             ("deadline", decision.deadline or (unit.deadline.at if unit.deadline else None)),
         ) if value is not None)
+        if decision.duration is not None:  # what the estimated finish rests on
+            times += f"{', ' if times else ''}{decision.duration.text()}"
         items.append(f"decided as of {wording.instant(record.as_of)}: {record.reason} "
                      f"({withheld}{'; ' + times if times else ''})")
     return (f"- **{unit.label}** ({_code(unit.uow_id)}): " + "; ".join(items) + ". Communicate "

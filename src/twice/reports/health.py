@@ -72,6 +72,7 @@ from twice.engine.evidence import COST_GUARD, EXECUTOR_SOURCE, PROCESS_TABLE
 from twice.reports import wording
 
 if TYPE_CHECKING:
+    from twice.engine.evidence import AssumedDuration
     from twice.ledger.records import ErrorRecord, FingerprintRecord, UnitRecord
     from twice.reports.gather import Attempt, Evidence, Observation, RecordedDecision, UnitReport
 
@@ -614,6 +615,17 @@ def next_action(unit: UnitReport) -> str | None:
     return None if unit.planned is None else str(unit.planned.decision)
 
 
+def next_duration(unit: UnitReport) -> AssumedDuration | None:
+    """What :func:`next_action`'s decision assumed an attempt takes, and why, when it timed one
+    (it has an estimated finish); None otherwise."""
+    if unit.status.state not in AWAITING_ACTION:
+        return None
+    decision = unit.current_decision or unit.planned
+    if decision is None or decision.estimated_finish is None:
+        return None
+    return decision.duration
+
+
 def unit_json(unit: UnitReport) -> dict[str, Any]:
     """One unit in every report's ``--json``: the same keys, the same health word."""
     from twice.engine.evidence import iso
@@ -621,6 +633,7 @@ def unit_json(unit: UnitReport) -> dict[str, Any]:
     status = unit.status
     latest = unit.attempts[-1] if unit.attempts else None
     asserted = unit.asserted
+    assumed = next_duration(unit)
     return {
         "id": unit.uow_id,
         "pipeline": unit.unit.pipeline,
@@ -641,6 +654,8 @@ def unit_json(unit: UnitReport) -> dict[str, Any]:
         "outcome": None if latest is None else latest.outcome,
         "jobId": None if latest is None else latest.job_id,
         "assertedBy": None if asserted is None else asserted.operator,
+        **(assumed.to_dict() if assumed is not None
+           else {"assumed_duration": None, "duration_basis": None}),
     }
 
 

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
+from twice.engine.evidence import AssumedDuration
 from twice.reports import wording
 from twice.reports.gather import Evidence, UnitReport
 from twice.reports.health import (
@@ -234,17 +235,19 @@ class _Next:
     estimated_finish: datetime | None
     not_started: bool
     planned: bool
+    duration: AssumedDuration | None = None  # what a timed decision assumed an attempt takes
 
 
 def _next_of(unit: UnitReport) -> _Next | None:
     decision = unit.current_decision
     if decision is not None:
         return _Next(decision.record.decision, decision.earliest_start,
-                     decision.estimated_finish, decision.record.not_started, planned=False)
+                     decision.estimated_finish, decision.record.not_started, planned=False,
+                     duration=decision.duration)
     planned = unit.planned
     if planned is not None:
         return _Next(planned.decision, planned.earliest_start, planned.estimated_finish,
-                     not_started=False, planned=True)
+                     not_started=False, planned=True, duration=planned.duration)
     return None
 
 
@@ -256,6 +259,8 @@ def _action_note(unit: UnitReport, chosen: _Next) -> str:
         notes.append(_job(unit))
     if chosen.planned:
         notes.append("decided as of this update")
+    if chosen.estimated_finish is not None and chosen.duration is not None:
+        notes.append(chosen.duration.text())  # what its finish time rests on
     if not notes:
         return ""
     if notes[0].startswith("until "):
