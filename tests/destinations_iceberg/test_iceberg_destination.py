@@ -122,10 +122,11 @@ def test_time_travel_returns_the_old_slice(iceberg_spec: SpecFactory) -> None:
         dest.read_partition_at(NOV30, 12345)
 
 
-def test_the_diff_help_iceberg_example_takes_snapshot_ids(iceberg_spec: SpecFactory) -> None:
-    """Issue 37: ``twice diff --help`` showed ``--from 1 --to 2`` on Iceberg, which holds no
-    version 1. The example now gives snapshot ids, and says what a wrong one does: refused,
-    exit 2, listing the ids the table holds, which then work as written."""
+def test_the_diff_help_iceberg_example_runs_as_listed(iceberg_spec: SpecFactory) -> None:
+    """Issue 37: ``twice diff --help`` showed ``--from 1 --to 2`` on Iceberg, which then took
+    only snapshot ids. Issue 39: versions are listed, and taken, as ordinals 1, 2, ... (oldest
+    first) with their snapshot ids, and a snapshot id still works; a version the table does
+    not hold is refused, exit 2, listing the ones it holds."""
     import json
     import re
 
@@ -136,7 +137,7 @@ def test_the_diff_help_iceberg_example_takes_snapshot_ids(iceberg_spec: SpecFact
     help_text = CliRunner().invoke(cli, ["diff", "--help"]).output
     example = help_text[help_text.index("twice diff 'iceberg:"):]
     shown = [int(v) for v in re.findall(r"--(?:from|to) (\d+)", example)[:2]]
-    assert all(v > 2**32 for v in shown), example  # snapshot ids, not sequence numbers
+    assert shown == [1, 2], example
     assert "snapshot id" in example and "exit 2" in example
     spec = iceberg_spec(key_columns=("id",))
     dest = open_destination(spec)
@@ -145,13 +146,18 @@ def test_the_diff_help_iceberg_example_takes_snapshot_ids(iceberg_spec: SpecFact
     ids = dest.versions()
     dest.close()
     wrong = CliRunner().invoke(cli, ["diff", spec, "--partition", "2026-11-30", "--from", "1",
-                                     "--to", "2"])
+                                     "--to", "3"])
     assert wrong.exit_code == 2 and "Traceback" not in wrong.output
-    assert f"versions held: {ids[0]}, {ids[1]}" in wrong.output, wrong.output
-    right = CliRunner().invoke(cli, ["diff", spec, "--partition", "2026-11-30", "--from",
-                                     str(ids[0]), "--to", str(ids[1]), "--json"])
-    assert right.exit_code == 0, right.output
-    assert json.loads(right.stdout)["removed"] == 1  # id 2 of v1 is not in v2
+    assert f"versions held: 1 (snapshot {ids[0]}), 2 (snapshot {ids[1]})" in wrong.output, (
+        wrong.output)
+    for versions in (["1", "2"], [str(ids[0]), str(ids[1])]):
+        right = CliRunner().invoke(cli, ["diff", spec, "--partition", "2026-11-30", "--from",
+                                         versions[0], "--to", versions[1], "--json"])
+        assert right.exit_code == 0, right.output
+        shown_json = json.loads(right.stdout)
+        assert shown_json["removed"] == 1  # id 2 of v1 is not in v2
+        assert (shown_json["from_version"], shown_json["to_version"]) == (1, 2)
+        assert (shown_json["from_snapshot_id"], shown_json["to_snapshot_id"]) == tuple(ids)
 
 
 def test_rolled_back_writes_are_not_in_the_log(iceberg_spec: SpecFactory) -> None:

@@ -15,30 +15,28 @@ import click
 from twice.cli import jsonkeys
 from twice.cli.console import echo
 from twice.cli.exits import exit_on_error
-from twice.cli.options import json_option
+from twice.cli.options import json_option, parse_partition, partition_option
 from twice.errors import InputError, UnavailableError
 
 
 @click.command("diff", epilog="""\b
 Examples:
+  twice diff 'sqlite:out.db?partition_column=day&key_columns=id&keep_previous=7#positions' \\
+      --partition 2026-11-25 --from 1 --to 2
   twice diff 'delta:///data/positions?partition_column=day&key_columns=fund_id' \\
-      --partition 2026-11-25 --from 3 --to 4
+      --partition 2026-11-25/2026-11-27 --from 3 --to 4
   twice diff 'iceberg:///data/wh?partition_column=day#ns.positions' \\
-      --partition 2026-11-25 --from 5183206472713245313 --to 3051729365127465922 \\
-      --key-columns fund_id,day --json
-  (An Iceberg version is a snapshot id: a version the table does not hold is
-  refused, exit 2, listing the ones it holds, oldest first.)
+      --partition day=2026-11-25 --from 1 --to 2 --key-columns fund_id,day --json
+  (A version the table does not hold is refused, exit 2, listing the ones it
+  holds, oldest first, as --from and --to take them; an Iceberg version is
+  listed as its ordinal with its snapshot id, and either works.)
 """)
 @click.argument("destination")
-@click.option(
-    "--partition", "partition_text", required=True, metavar="[COLUMN=]VALUE",
-    help="Partition value (2026-11-30), or an interval START/END; prefix COLUMN= when the "
-    "destination does not name its partition_column.",
-)
+@partition_option()
 @click.option("--from", "from_version", required=True, type=click.IntRange(min=0),
-              metavar="VERSION", help="The older table version.")
+              metavar="VERSION", help="The older version, as listed (see below).")
 @click.option("--to", "to_version", required=True, type=click.IntRange(min=0),
-              metavar="VERSION", help="The newer table version.")
+              metavar="VERSION", help="The newer version, as listed (see below).")
 @click.option("--key-columns", "key_columns", default=None, metavar="a,b",
               help="Columns that identify a row (default: the destination's key_columns).")
 @click.option("--samples", default=10, show_default=True, type=click.IntRange(min=0),
@@ -51,50 +49,56 @@ def diff(destination: str, partition_text: str, from_version: int, to_version: i
 
     DESTINATION is a table with time travel: delta:///data/table?partition_column=day or
     iceberg:///warehouse?partition_column=day#ns.table, or a SQL table written with
-    ?keep_previous=DAYS (its versions count per partition: 1 is the first content written,
-    each write adds one). Delta versions count from 0; Iceberg's are snapshot ids. Rows are
-    matched by their key columns; a key on both sides whose other columns differ in any value
+    ?keep_previous=DAYS. Versions: Delta's table versions (0, 1, ...); Iceberg's numbered
+    1, 2, ... in the table's history, oldest first (a snapshot id works too); a SQL table's
+    count per partition (1 is the first content written, each write adds one). A version
+    the table does not hold is refused with the list of those it holds. Rows are matched by
+    their key columns; a key on both sides whose other columns differ in any value
     (compared exactly, floats included) is changed. Counts first, then up to --samples keys
     of each kind.
     """
-    from twice.cli.fingerprint_cmd import _parse_partition
-    from twice.core.interval import IntervalError
     from twice.core.secrets import redact, remember
     from twice.destinations import DestinationError, open_destination
-    from twice.destinations.diff import DiffError, diff_versions
+    from twice.destinations.diff import DiffError, diff_held_versions
     from twice.destinations.errors import DestinationUnavailableError
+    from twice.destinations.slices import PartitionError
 
     remember(destination)
     keys = [k.strip() for k in key_columns.split(",") if k.strip()] if key_columns else None
+    column, partition = parse_partition(partition_text)
     try:
-        column, partition = _parse_partition(partition_text)
         dest = open_destination(destination, partition_column=column)
         try:
             if not keys and not dest.key_columns:
                 raise InputError(
                     "--key-columns: name the columns that identify a row (the destination "
                     "has no key_columns)")
-            result = diff_versions(dest, partition, from_version, to_version, keys,
-                                   samples=samples)
+            compared = diff_held_versions(dest, partition, from_version, to_version, keys,
+                                          samples=samples)
         finally:
             dest.close()
+    except PartitionError as exc:  # the value does not fit the partition column
+        raise InputError(redact(f"--partition: {exc}")) from None
     except DiffError as exc:
         raise InputError(redact(str(exc))) from None
     except DestinationUnavailableError as exc:  # a service that failed (exit 1)
         raise UnavailableError(redact(str(exc))) from None
-    except (DestinationError, IntervalError) as exc:
+    except DestinationError as exc:
         raise InputError(redact(str(exc))) from None
     except InputError:
         raise
     except Exception as exc:  # engine errors: report, do not dump a traceback on operators
         raise UnavailableError(redact(f"{type(exc).__name__}: {exc}".strip())) from None
+    result, old, new = compared.keys, compared.old, compared.new
     shown = redact(dest.spec)
     if as_json:
-        echo(jsonkeys.dumps({"destination": shown, "partition": partition_text,
-                         "from_version": from_version, "to_version": to_version,
-                         **result.to_dict()}, sort_keys=True, default=str))
+        versions: dict[str, int] = {"from_version": old.name, "to_version": new.name}
+        if old.snapshot:
+            versions.update(from_snapshot_id=old.version, to_snapshot_id=new.version)
+        echo(jsonkeys.dumps({"destination": shown, "partition": partition_text, **versions,
+                             **result.to_dict()}, sort_keys=True, default=str))
         return
-    echo(f"{shown}  {partition_text}  v{from_version} -> v{to_version}")
+    echo(f"{shown}  {partition_text}  v{old} -> v{new}")
     echo(f"  rows       {result.rows_before} -> {result.rows_after}")
     echo(f"  added      {result.added}")
     echo(f"  removed    {result.removed}")

@@ -8,14 +8,12 @@ an engine failure while reading exits with 1.
 
 from __future__ import annotations
 
-from typing import Any
-
 import click
 
 from twice.cli import jsonkeys
 from twice.cli.console import echo
 from twice.cli.exits import exit_on_error
-from twice.cli.options import json_option
+from twice.cli.options import json_option, parse_partition, partition_option
 from twice.errors import InputError, UnavailableError
 
 
@@ -26,11 +24,7 @@ Examples:
   twice fingerprint 'sqlite:out.db#positions' --partition day=2026-11-25 --json
 """)
 @click.argument("destination")
-@click.option(
-    "--partition", "partition_text", required=True, metavar="[COLUMN=]VALUE",
-    help="Partition value (2026-11-30), or an interval START/END; prefix COLUMN= when the "
-    "destination does not name its partition_column.",
-)
+@partition_option()
 @click.option("--columns", "--key-columns", "key_columns", default=None, metavar="a,b",
               help="Columns to checksum (default: EVERY column, key or not, floats included; "
               "--key-columns is the older spelling).")
@@ -52,8 +46,8 @@ def fingerprint(destination: str, partition_text: str, key_columns: str | None,
     from twice.destinations.fingerprint import fingerprint as compute
 
     remember(destination)  # its password, if any, is used to connect and masked in messages
+    column, partition = parse_partition(partition_text)
     try:
-        column, partition = _parse_partition(partition_text)
         keys = [k.strip() for k in key_columns.split(",")] if key_columns else None
         dest = open_destination(destination, partition_column=column)
         try:
@@ -76,18 +70,3 @@ def fingerprint(destination: str, partition_text: str, key_columns: str | None,
     echo(f"  columns    {', '.join(result.columns)} ({len(result.columns)})")
     echo(f"  algorithm  {result.algorithm} (computed in {result.engine})")
 
-
-def _parse_partition(text: str) -> tuple[str | None, Any]:
-    """``[COLUMN=]VALUE`` where VALUE may be an interval ``START/END``."""
-    from twice.core.identifiers import IDENTIFIER_PATTERN, validate_identifier
-    from twice.core.interval import Interval
-
-    column = None
-    head, sep, rest = text.partition("=")
-    if sep and IDENTIFIER_PATTERN.fullmatch(head):
-        column, text = validate_identifier(head, "partition column"), rest
-    if not text:
-        raise click.BadParameter("empty partition value", param_hint="--partition")
-    if "/" in text:
-        return column, Interval.parse(text)
-    return column, text

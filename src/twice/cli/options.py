@@ -182,3 +182,62 @@ def operator_name(given: str | None, *, recorded_with: str) -> str:
             )
         return given.strip()
     return (os.environ.get("USER") or "").strip() or "operator"
+
+
+PARTITION_HELP = (
+    "The slice: a value of the partition column (2026-11-30, a whole day of a date column), "
+    "or an interval START/END, each a date or ISO datetime as --interval takes them (naive: "
+    "UTC; 2026-11-30/2026-12-01, 2026-11-30T05:00/2026-11-30T06:00, or with offsets); prefix "
+    "COLUMN= when the destination does not name its partition_column."
+)
+
+
+def partition_option(help: str = PARTITION_HELP) -> Callable[[F], F]:
+    """``--partition [COLUMN=]VALUE`` (``partition_text``): read by :func:`parse_partition`."""
+    return click.option("--partition", "partition_text", required=True,
+                        metavar="[COLUMN=]VALUE", help=help)
+
+
+def parse_partition(text: str, option: str = "--partition") -> tuple[str | None, Any]:
+    """``[COLUMN=]VALUE`` -> (the column or None, the partition spec a destination takes).
+
+    VALUE is one value of the partition column, passed on as text (the destination makes it
+    the column's type: a date, a number, ...), or an interval ``START/END`` whose bounds are
+    the dates and datetimes every command's ``--interval`` takes (the schedule's own point
+    parser); a bound without an offset is UTC, as no schedule says otherwise here. Bad input is
+    an :class:`~twice.errors.InputError` naming ``option``.
+    """
+    from datetime import UTC, date, datetime
+
+    from twice.core.identifiers import IDENTIFIER_PATTERN, validate_identifier
+    from twice.core.interval import Interval, IntervalError
+    from twice.define.schedule import ScheduleError, parse_point
+    from twice.errors import InputError
+
+    column = None
+    head, sep, rest = text.partition("=")
+    if sep and IDENTIFIER_PATTERN.fullmatch(head):
+        column, text = validate_identifier(head, "partition column"), rest
+    text = text.strip()
+    if not text:
+        raise InputError(f"{option}: empty partition value; give e.g. 2026-11-30 or "
+                         "2026-11-30/2026-12-01")
+    if "/" not in text:
+        return column, text
+
+    def bound(point_text: str, name: str) -> datetime:
+        try:
+            point = parse_point(point_text, f"{option} {name}")
+        except ScheduleError as exc:
+            raise InputError(str(exc)) from None
+        if not isinstance(point, datetime):
+            assert isinstance(point, date)
+            return datetime(point.year, point.month, point.day, tzinfo=UTC)
+        return point if point.tzinfo is not None else point.replace(tzinfo=UTC)
+
+    start_text, _, end_text = text.partition("/")
+    start, end = bound(start_text, "start"), bound(end_text, "end")
+    try:
+        return column, Interval(start, end)
+    except IntervalError as exc:
+        raise InputError(f"{option}: {text}: {exc}") from None

@@ -275,11 +275,11 @@ class Schedule:
         text = text.strip()
         if "/" in text:
             start_text, _, end_text = text.partition("/")
-            start = _parse_point(start_text, "start")
-            end = _parse_point(end_text, "end")
+            start = parse_point(start_text, "start")
+            end = parse_point(end_text, "end")
             lo, hi = self._range(start, end)
             return Interval(self._local(lo), self._local(hi))
-        point = _parse_point(text, "interval")
+        point = parse_point(text, "interval")
         if isinstance(point, datetime):
             instant = self._instant(point, "interval")
             found = self._containing(instant)
@@ -631,7 +631,9 @@ _ISO_POINT = re.compile(
 )
 
 
-def _parse_point(text: str, field: str) -> date | datetime:
+def parse_point(text: str, field: str) -> date | datetime:
+    """A date or datetime in the ISO forms every ``--interval`` takes (``ScheduleError``
+    naming ``field`` otherwise); naive stays naive, for the caller's zone."""
     text = text.strip()
     try:
         point: date | datetime

@@ -541,10 +541,10 @@ class SqlDestination(BaseDestination, ABC, Generic[ConnT]):
         """With keep_previous: copy the slice about to change, in the write's transaction."""
         if self.keep_previous is None:
             return
-        from twice.destinations.previous import retain
+        from twice.destinations.previous import retain, slice_label
 
         sql, params = where if where is not None else self._where_for(schema, partition)
-        retain(self, tx, schema, sql, params, label)
+        retain(self, tx, schema, sql, params, slice_label(self, partition, schema))
 
     def versions(self, partition: PartitionSpec = None) -> list[int]:
         """The versions of one slice still held (keep_previous; see

@@ -129,43 +129,115 @@ def diff_tables(old: pa.Table, new: pa.Table, key_columns: Sequence[str], *,
     )
 
 
-def diff_versions(destination: Any, partition: Any, old: int, new: int,
-                  key_columns: Sequence[str] | None = None, *,
-                  samples: int = DEFAULT_SAMPLES) -> PartitionDiff:
-    """:func:`diff_tables` of one slice of ``destination`` at table versions ``old`` and
-    ``new`` (the destination's key columns unless ``key_columns``)."""
-    spec, default_keys = destination.spec, tuple(destination.key_columns or ())
-    per_slice = hasattr(destination, "keep_previous")  # a SQL destination (previous.py)
-    if per_slice and destination.keep_previous is None:
-        from twice.destinations.previous import not_kept
+@dataclass(frozen=True)
+class HeldVersion:
+    """One version of a slice as ``twice diff`` lists and takes it: ``name`` is what
+    ``--from``/``--to`` give and the listing shows (a Delta table version, a SQL slice's version
+    number, an Iceberg table's ordinal 1, 2, ... oldest first), ``version`` what the destination
+    reads (the same number, but an Iceberg snapshot id)."""
 
-        raise DiffError(str(not_kept(destination)))
-    if not isinstance(destination, TimeTravel):
+    name: int
+    version: int
+    snapshot: bool = False  # ``version`` is an Iceberg snapshot id
+
+    def __str__(self) -> str:
+        return f"{self.name} (snapshot {self.version})" if self.snapshot else str(self.name)
+
+
+def held_versions(destination: Any, partition: Any) -> list[HeldVersion]:
+    """The versions of ``partition`` that ``destination`` holds, oldest first, named as
+    ``twice diff`` lists and takes them (:class:`HeldVersion`). Iceberg versions are
+    numbered 1, 2, ... in the order of the table's current history (the versions held now:
+    expiring snapshots renumbers them; a snapshot id names one for good)."""
+    if hasattr(destination, "keep_previous"):  # a SQL destination (previous.py)
+        if destination.keep_previous is None:
+            from twice.destinations.previous import not_kept
+
+            raise DiffError(str(not_kept(destination)))
+    elif not isinstance(destination, TimeTravel):
         raise DiffError(
             f"{destination.spec}: {destination.engine} destinations keep no earlier versions; "
             f"twice diff reads versions of {' and '.join(TIME_TRAVEL_ENGINES)} tables, and "
             "of SQL tables opened with keep_previous=DAYS"
         )
-    keys = tuple(key_columns or default_keys)
-    sql_table: Any = destination  # versions(partition): per slice (previous.py)
-    available = sql_table.versions(partition) if per_slice else destination.versions()
-    for name, version in (("--from", old), ("--to", new)):
-        if version not in available:
-            if per_slice:
-                shown = ", ".join(map(str, available)) or "none"
-                where = f"{spec}, slice {partition}"
-            elif getattr(destination, "engine", "") == "iceberg":  # snapshot ids: no range
-                shown = (", ".join(map(str, available[-20:])) or "none") + (
-                    f" (the last 20 of {len(available)}, oldest first)"
-                    if len(available) > 20 else "")
-                where = spec
-            else:
-                shown = f"{available[0]}..{available[-1]}" if available else "none"
-                where = spec
-            raise DiffError(f"{name} {version}: no such version of {where} "
-                            f"(versions held: {shown})")
-    return diff_tables(destination.read_partition_at(partition, old),
-                       destination.read_partition_at(partition, new), keys, samples=samples)
+    if hasattr(destination, "keep_previous"):
+        return [HeldVersion(v, v) for v in destination.versions(partition)]
+    found = destination.versions()
+    if getattr(destination, "engine", "") == "iceberg":  # snapshot ids: listed by ordinal
+        return [HeldVersion(n, v, snapshot=True) for n, v in enumerate(found, start=1)]
+    return [HeldVersion(v, v) for v in found]
+
+
+def resolve_version(destination: Any, partition: Any, held: Sequence[HeldVersion], given: int,
+                    option: str) -> HeldVersion:
+    """The held version ``given`` names (as listed; on Iceberg also a snapshot id), or a
+    :class:`DiffError` naming ``option`` and listing the versions held."""
+    by_name = [h for h in held if h.name == given]
+    by_id = [h for h in held if h.snapshot and h.version == given]
+    if by_name and by_id and by_name != by_id:
+        raise DiffError(f"{option} {given}: both version {by_name[0]} and the snapshot id "
+                        f"of version {by_id[0]}; give the snapshot id of the one you mean")
+    if by_name or by_id:
+        return (by_name or by_id)[0]
+    raise DiffError(f"{option} {given}: no such version of {_where(destination, partition)} "
+                    f"(versions held: {_shown(held)})")
+
+
+def _where(destination: Any, partition: Any) -> str:
+    if hasattr(destination, "keep_previous"):
+        from twice.destinations.previous import slice_label
+
+        try:
+            return f"{destination.spec}, slice {slice_label(destination, partition)}"
+        except DestinationError:
+            return f"{destination.spec}, slice {partition}"
+    return str(destination.spec)
+
+
+def _shown(held: Sequence[HeldVersion]) -> str:
+    """``1, 2, 3``; a run of Delta versions as ``0..41``; an Iceberg table's last 20."""
+    if not held:
+        return "none"
+    names = [h.name for h in held]
+    if held[0].snapshot:
+        last = ", ".join(map(str, held[-20:]))
+        return last + (f" (the last 20 of {len(held)}, oldest first)" if len(held) > 20 else "")
+    if len(names) > 3 and names == list(range(names[0], names[-1] + 1)):
+        return f"{names[0]}..{names[-1]}"
+    return ", ".join(map(str, names))
+
+
+@dataclass(frozen=True)
+class VersionsDiff:
+    """:func:`diff_versions`' answer: the keys' diff and the two versions compared."""
+
+    keys: PartitionDiff
+    old: HeldVersion
+    new: HeldVersion
+
+
+def diff_versions(destination: Any, partition: Any, old: int, new: int,
+                  key_columns: Sequence[str] | None = None, *,
+                  samples: int = DEFAULT_SAMPLES) -> PartitionDiff:
+    """:func:`diff_tables` of one slice of ``destination`` at versions ``old`` and ``new``,
+    named as :func:`held_versions` lists them (the destination's key columns unless
+    ``key_columns``)."""
+    return diff_held_versions(destination, partition, old, new, key_columns,
+                              samples=samples).keys
+
+
+def diff_held_versions(destination: Any, partition: Any, old: int, new: int,
+                       key_columns: Sequence[str] | None = None, *,
+                       samples: int = DEFAULT_SAMPLES) -> VersionsDiff:
+    """:func:`diff_versions`, with the versions it compared (``--from`` and ``--to``)."""
+    keys = tuple(key_columns or tuple(destination.key_columns or ()))
+    held = held_versions(destination, partition)
+    before = resolve_version(destination, partition, held, old, "--from")
+    after = resolve_version(destination, partition, held, new, "--to")
+    result = diff_tables(destination.read_partition_at(partition, before.version),
+                         destination.read_partition_at(partition, after.version), keys,
+                         samples=samples)
+    return VersionsDiff(result, before, after)
 
 
 @dataclass(frozen=True)
@@ -254,5 +326,6 @@ def _jsonable(key: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-__all__ = ["CommitDiff", "DiffError", "PartitionDiff", "TimeTravel", "commit_diff", "diff_tables",
-           "diff_versions"]
+__all__ = ["CommitDiff", "DiffError", "HeldVersion", "PartitionDiff", "TimeTravel", "VersionsDiff",
+           "commit_diff", "diff_held_versions", "diff_tables", "diff_versions", "held_versions",
+           "resolve_version"]

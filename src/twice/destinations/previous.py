@@ -26,8 +26,10 @@ keeps, the content the slice already had), and every write to the slice adds one
 always; an upsert or append that carries rows). ``versions(partition)`` lists the versions of
 that slice still held: the current one (read from the table itself) and the replaced ones
 not yet purged. Each keeping write deletes side rows replaced more than DAYS days ago (by
-:func:`now`, the clock seam), in all slices of the table. Slices are matched by label: a
-slice written as an interval (``day in [a, b)``) is not the slice of one value ``day=a``.
+:func:`now`, the clock seam), in all slices of the table. Slices are matched by label
+(:func:`slice_label`): one whole day of a date column is the same slice whether it was
+written as the interval a daily run writes (``day in [a, a+1)``) or as the value ``day=a``; a
+longer interval is a slice of its own.
 """
 
 from __future__ import annotations
@@ -137,15 +139,22 @@ def retain(dest: SqlDestination[Any], tx: Any, schema: Schema, where: str,
                       f"CAST({p} AS {stamp_ddl})", [cutoff])
 
 
-def slice_label(dest: SqlDestination[Any], partition: PartitionSpec) -> str:
-    """The label a write gives the slice ``partition`` (``all rows`` for None)."""
+def slice_label(dest: SqlDestination[Any], partition: PartitionSpec,
+                schema: Schema | None = None) -> str:
+    """The label the side tables give the slice ``partition`` (``all rows`` for None): the
+    slice's own label, except that one whole day of a date column is the day's value however
+    it was named (``day=2026-11-30`` for the interval ``[2026-11-30, 2026-12-01)`` a daily run
+    writes, as for the value ``2026-11-30``: the same rows, so one history of versions)."""
     if partition is None:
         return "all rows"
     column = dest._require_partition_column()
-    schema = dest._existing_schema()
+    schema = dest._existing_schema() if schema is None else schema
     if column not in schema:
         raise DestinationError(f"{dest.spec}: no column {column!r} in {dest.qualified}")
-    return Slice.of(column, schema[column], partition).label
+    slc = Slice.of(column, schema[column], partition)
+    if slc.is_range and slc.ctype.kind == "date" and slc.high - slc.low == timedelta(days=1):
+        return Slice.of(column, slc.ctype, slc.low).label
+    return slc.label
 
 
 def versions(dest: SqlDestination[Any], partition: PartitionSpec) -> list[int]:
