@@ -254,3 +254,35 @@ def test_the_cli_refusal_of_a_type_change_is_one_line(tmp_path: Path) -> None:
     assert "column 'v'" in report["refusal"] and "#t" in report["refusal"]
     assert "new table" in report["refusal"] and "\n" not in report["refusal"]
     assert isinstance(SchemaError("x"), ValueError)
+
+
+def test_keep_previous_keeps_the_slices_around_the_change(sql_engine: str, engines: Any) -> None:
+    """With keep_previous the side table of replaced rows gains the column in the same
+    transaction: the slice before the change reads back with NULL in it, the one after with
+    its values."""
+    spec = engines.spec(sql_engine).replace("?", "?keep_previous=7&", 1)
+    with open_destination(spec) as dest:
+        dest.replace_partition(_table(DAY1), day_interval(DAY1), stamp=_stamp(False))
+        dest.replace_partition(_table(DAY1, w=pa.array(["a", "b"])), day_interval(DAY1),
+                               stamp=_stamp(True, 2))
+        dest.replace_partition(_table(DAY1, w=pa.array(["c", None])), day_interval(DAY1),
+                               stamp=_stamp(True, 3))
+        versions = dest.versions(day_interval(DAY1))
+        got = {v: sorted(dest.read_partition_at(day_interval(DAY1), v).column("w").to_pylist(),
+                         key=str) for v in versions}
+    assert got == {1: [None, None], 2: ["a", "b"], 3: [None, "c"]}
+
+
+def test_twice_run_refuses_a_new_column_naming_it_and_the_flag(tmp_path: Path) -> None:
+    spec = f"duckdb://{tmp_path}/w.duckdb?partition_column=day#t"
+    path, ledger = tmp_path / "p.py", tmp_path / "l.db"
+    path.write_text(PIPELINE.format(spec=spec))
+    args = ["run", str(path), "--interval", "2024-01-01", "--ledger", str(ledger),
+            "--deadline", "none"]
+    assert CliRunner().invoke(cli, args).exit_code == 0
+    wider = CliRunner().invoke(cli, [*args[:3], "2024-01-02", *args[4:]], env={"WIDER": "1"})
+    assert wider.exit_code == 1 and "Traceback" not in wider.output
+    said = " ".join(wider.output.split())
+    assert "new column 'w'" in said and "--accept-schema-change" in said
+    with open_destination(spec) as dest:
+        assert list(dest.schema() or {}) == ["day", "id", "v"]
