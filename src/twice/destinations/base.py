@@ -1025,7 +1025,8 @@ class SqlDestination(BaseDestination, ABC, Generic[ConnT]):
                 "twice makes only when told to: rerun with --accept-schema-change (twice "
                 "backfill) and it "
                 f"runs {statements} in the write's transaction (rows already in the table hold "
-                "NULL)", added=added,
+                "NULL)" + ("" if owner is not None else "; this write is no twice run's (it has "
+                           "no write stamp): run that statement yourself first"), added=added,
             )
         return table, added
 
