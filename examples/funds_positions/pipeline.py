@@ -120,7 +120,7 @@ def build_pipeline(workdir: str | os.PathLike[str], faults: Any = None,
             "price": pa.array(columns[4], pa.decimal128(18, 4)),
             "market_value": pa.array(columns[5], pa.decimal128(18, 2)),
         })
-        if transform_version != "1":  # a schema change, for the backfill tests
+        if transform_version != "1":  # an additive schema change (the guide, backfill tests)
             table = table.append_column("currency", pa.array(["EUR"] * len(good), pa.string()))
         with open_destination(ctx.destination) as dest:
             dest.replace_partition(table, ctx.interval)
@@ -170,4 +170,7 @@ DEMO_START = date(2026, 11, 23)
 DEMO_DAYS = 7
 DEMO_END = DEMO_START + timedelta(days=DEMO_DAYS)
 
-pipeline = build_pipeline(os.environ.get("TWICE_FUNDS_WORKDIR", "funds-demo"))
+# TWICE_FUNDS_TRANSFORM_VERSION=2: transform's output gains a nullable ``currency`` column (the
+# guide "Rerun, backfill and resolve" adds it with --accept-schema-change)
+pipeline = build_pipeline(os.environ.get("TWICE_FUNDS_WORKDIR", "funds-demo"),
+                          transform_version=os.environ.get("TWICE_FUNDS_TRANSFORM_VERSION", "1"))

@@ -74,12 +74,15 @@ def test_zero_rows_empty_the_slice(engine: str, engines) -> None:
 def test_schema_mismatch_is_refused_clearly(engine: str, engines) -> None:
     dest = open_destination(engines.spec(engine))
     dest.replace_partition(rows_for(NOV30, range(2)), NOV30)
-    with pytest.raises(SchemaError, match="missing columns \\['name'\\]"):
+    # the SQL engines word it as a refused schema change (test_additive_schema.py)
+    with pytest.raises(SchemaError,
+                       match=r"missing columns \['name'\]|column 'name' is not in the output"):
         dest.replace_partition([{"id": 1, "day": NOV30, "amount": Decimal(1)}], NOV30)
-    with pytest.raises(SchemaError, match="unknown columns"):
+    with pytest.raises(SchemaError, match=r"unknown columns|new column 'extra'"):
         dest.replace_partition([{**rows_for(NOV30, range(1))[0], "extra": 1}], NOV30)
     wrong = pa.table({"id": ["one"], "day": [NOV30], "amount": [Decimal("1.00")], "name": ["a"]})
-    with pytest.raises(SchemaError, match="column 'id' is string but the table has integer"):
+    with pytest.raises(SchemaError, match=r"column 'id' is string (in the output )?but (the "
+                                          r"table has )?integer"):
         dest.replace_partition(wrong, NOV30)
     assert dest.row_count() == 2
 

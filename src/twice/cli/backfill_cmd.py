@@ -77,7 +77,11 @@ def parse_point(text: str, option: str) -> date | datetime:
 @click.option("--accept-schema-change", is_flag=True,
               help="Allow a destination schema to change inside the range. Implies --force: "
               "every interval of the range is rewritten with the new schema, so the range never "
-              "mixes old and new schemas. Without it a schema change stops the backfill.")
+              "mixes old and new schemas. New nullable columns in a task's output are added to "
+              "its SQLite, DuckDB or PostgreSQL table (ALTER TABLE ... ADD COLUMN, in the "
+              "write's transaction; rows already there hold NULL); other changes (a type, a "
+              "dropped or renamed column) are refused with the statement to run. Without it "
+              "a schema change stops the backfill.")
 @click.option("--deadline", "deadline_text", default="none", show_default=True,
               metavar="INSTANT|none",
               help="The backfill's own deadline (ISO-8601 instant with offset): no attempt "

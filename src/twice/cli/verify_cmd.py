@@ -52,7 +52,9 @@ def verify(ledger_url: str | None, destination: str | None, pipeline_file: str |
 
     Each fingerprint is recomputed with the algorithm and over the columns it was recorded
     with (shown); a partition whose values, rows or row count changed since (behind twice's
-    back) is a MISMATCH, and any mismatch exits 1. A fingerprint recorded by the older
+    back) is a MISMATCH, and any mismatch exits 1. A column added since a partition was
+    recorded (--accept-schema-change) is not covered by its fingerprint: it must hold NULL in
+    every row of that partition (noted), else it is a MISMATCH. A fingerprint recorded by the older
     twice-fp-v1 still verifies, over its own columns only, and is reported as older.
     Destinations are recorded without passwords: give --pipeline-file (or the engine's own
     sources, e.g. PGPASSWORD or ~/.pgpass) for the credentials.
@@ -86,7 +88,7 @@ def verify(ledger_url: str | None, destination: str | None, pipeline_file: str |
                                  "note": ""}
         try:
             with open_destination(record.destination) as dest:
-                result = check(dest, _partition(record.partition), recorded)
+                result = check(dest, _partition(record.partition), recorded, every_column=True)
             entry.update(matches=result.matches, rows=result.current.row_count,
                          checksum=result.current.checksum, reasons=list(result.reasons),
                          note=result.note)

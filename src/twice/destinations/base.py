@@ -58,7 +58,13 @@ from twice.destinations.commits import (
 )
 from twice.destinations.errors import DestinationError, DestinationSpecError
 from twice.destinations.landing import Landing, admit
-from twice.destinations.rows import RowsLike, check_keys, to_arrow
+from twice.destinations.rows import (
+    RowsLike,
+    SchemaChangeRefusedError,
+    SchemaMismatchError,
+    check_keys,
+    to_arrow,
+)
 from twice.destinations.slices import PartitionSpec, Slice
 
 
@@ -303,6 +309,15 @@ class ArrowScanned(BaseDestination, ABC):
         return arrow_sums(table, list(schema_of(table).items()))
 
 
+def _columns_named(names: Any, what: str) -> str:
+    """``column 'a' is`` / ``columns 'a', 'b' are`` (``what``: "column", "new column")."""
+    names = list(names)
+    shown = ", ".join(repr(name) for name in names)
+    if what == "column":
+        return f"column {shown} is" if len(names) == 1 else f"columns {shown} are"
+    return f"{what} {shown}" if len(names) == 1 else f"{what}s {shown}"
+
+
 def required_partition_column(dest: BaseDestination) -> str:
     """``dest``'s partition column; a partition spec without one is refused."""
     if dest.partition_column is None:
@@ -343,6 +358,12 @@ class SqlDialect:
     # Column kind -> DDL type; decimals use ``decimal_ddl`` with their precision and scale.
     ddl_types: ClassVar[dict[str, str]] = {}
     decimal_ddl: ClassVar[str] = "DECIMAL({precision},{scale})"
+    # Whether ALTER TABLE ... ADD COLUMN takes IF NOT EXISTS (a concurrent writer may have
+    # added the column while this one waited for the table's lock).
+    add_column_if_not_exists: ClassVar[bool] = True
+    # How to change a column's type ({table}, {column} quoted; {type} DDL); None: the engine
+    # cannot (SQLite), the data must go to a new table.
+    alter_type_sql: ClassVar[str | None] = "ALTER TABLE {table} ALTER COLUMN {column} TYPE {type}"
 
     def quote(self, name: str) -> str:
         return quote_identifier(name, self.name)
@@ -608,9 +629,9 @@ class SqlDestination(BaseDestination, ABC, Generic[ConnT]):
         owner = resolve_stamp(stamp)
         column = self._require_partition_column()
         existing = self.schema()
-        table = to_arrow(rows, target=existing)
+        table, added = self._conformed(rows, existing, owner)
         self._check_values(table)
-        schema = existing or schema_of(table)
+        schema = {**existing, **added} if existing is not None else schema_of(table)
         require_columns(schema, [column, *self.key_columns])
         slc = Slice.of(column, schema[column], partition)
         slc.check_rows(table)
@@ -620,6 +641,7 @@ class SqlDestination(BaseDestination, ABC, Generic[ConnT]):
         with self._owned(owner) as tx:
             if existing is None:
                 self._create_table(tx, schema)
+            changed = self._add_columns(tx, added)
             self._lock_for_replace(tx)
             self._keep_previous(tx, schema, partition, slc.label, (where, params))
             deleted = self._execute(tx, f"DELETE FROM {self.qualified} WHERE {where}", params)
@@ -629,7 +651,7 @@ class SqlDestination(BaseDestination, ABC, Generic[ConnT]):
             if owner is not None:
                 commit = self._commit_record(
                     tx, owner, "replace", slc.label, partition, table.num_rows,
-                    {"rows_deleted": deleted},
+                    {"rows_deleted": deleted, **changed},
                 )
         return WriteResult(self.spec, slc.label, "replace", table.num_rows, deleted,
                            commit=commit)
@@ -646,7 +668,7 @@ class SqlDestination(BaseDestination, ABC, Generic[ConnT]):
         after an unknown outcome appends the rows again.
         """
         owner = resolve_stamp(stamp)
-        existing, schema, table, label = self._incoming(rows, partition)
+        existing, schema, table, label, added = self._incoming(rows, partition, owner)
         commit = None
         with self._owned(owner) as tx:
             if owner is not None:
@@ -655,12 +677,13 @@ class SqlDestination(BaseDestination, ABC, Generic[ConnT]):
                     return WriteResult(self.spec, label, "append", 0, None, commit=done)
             if existing is None:
                 self._create_table(tx, schema)
+            changed = self._add_columns(tx, added)
             if table.num_rows:
                 self._keep_previous(tx, schema, partition, label)
                 self._insert_arrow(tx, table)
             if owner is not None:
                 commit = self._commit_record(
-                    tx, owner, "append", label, partition, table.num_rows, {}
+                    tx, owner, "append", label, partition, table.num_rows, changed
                 )
         return WriteResult(self.spec, label, "append", table.num_rows, None, commit=commit)
 
@@ -676,7 +699,7 @@ class SqlDestination(BaseDestination, ABC, Generic[ConnT]):
         owner = resolve_stamp(stamp)
         if not self.key_columns:
             raise DestinationError(f"{self.spec}: upsert needs key_columns (e.g. source id)")
-        existing, schema, table, label = self._incoming(rows, partition)
+        existing, schema, table, label, added = self._incoming(rows, partition, owner)
         q = self.dialect.quote
         keys = ", ".join(q(k) for k in self.row_key)
         updates = [c for c in schema if c not in self.row_key]
@@ -689,12 +712,13 @@ class SqlDestination(BaseDestination, ABC, Generic[ConnT]):
         with self._owned(owner) as tx:
             if existing is None:
                 self._create_table(tx, schema)
+            changed = self._add_columns(tx, added)
             if table.num_rows:
                 self._keep_previous(tx, schema, partition, label)
                 self._upsert_arrow(tx, table, conflict)
             if owner is not None:
                 commit = self._commit_record(
-                    tx, owner, "upsert", label, partition, table.num_rows, {}
+                    tx, owner, "upsert", label, partition, table.num_rows, changed
                 )
         return WriteResult(self.spec, label, "upsert", table.num_rows, None, commit=commit)
 
@@ -966,18 +990,149 @@ class SqlDestination(BaseDestination, ABC, Generic[ConnT]):
     # -- helpers ----------------------------------------------------------------------------
 
     def _incoming(
-        self, rows: RowsLike, partition: PartitionSpec
-    ) -> tuple[Schema | None, Schema, pa.Table, str]:
-        """Rows conformed to the table (existing schema, schema, rows, slice label), checked
-        before any write starts: key columns present and unique, rows inside ``partition``."""
+        self, rows: RowsLike, partition: PartitionSpec, owner: WriteStamp | None
+    ) -> tuple[Schema | None, Schema, pa.Table, str, Schema]:
+        """Rows conformed to the table (existing schema, schema, rows, slice label, columns
+        to add), checked before any write starts: key columns present and unique, rows inside
+        ``partition``, a change of the table's columns one the write may make
+        (:meth:`_conformed`)."""
         existing = self.schema()
-        table = to_arrow(rows, target=existing)
+        table, added = self._conformed(rows, existing, owner)
         self._check_values(table)
-        schema = existing or schema_of(table)
+        schema = {**existing, **added} if existing is not None else schema_of(table)
         require_columns(schema, self.key_columns)
         label = self._check_slice(schema, table, partition)
         check_keys(table, self.row_key)
-        return existing, schema, table, label
+        return existing, schema, table, label, added
+
+    # -- schema changes -----------------------------------------------------------------------
+
+    def _conformed(self, rows: RowsLike, existing: Schema | None, owner: WriteStamp | None
+                   ) -> tuple[pa.Table, Schema]:
+        """``rows`` conformed to the table, and the new columns (name -> type) the write adds.
+
+        An additive change (new nullable columns of a known type, nothing else different) is
+        made only by a stamped write whose run accepted schema changes (``WriteStamp.
+        add_columns``: ``--accept-schema-change``); any other change is refused
+        (:class:`SchemaChangeRefusedError`, one line naming the table, the columns and what to
+        do), before anything is written."""
+        if existing is None:
+            return to_arrow(rows), {}
+        try:
+            table = to_arrow(rows, target=existing, new_columns=True)
+        except SchemaMismatchError as exc:
+            raise self._schema_refusal(exc) from None
+        added = {name: ctype for name, ctype in schema_of(table).items() if name not in existing}
+        if added and (owner is None or not owner.add_columns):
+            shown = ", ".join(f"{name!r} ({self.dialect.ddl_type(ctype)})"
+                              for name, ctype in added.items())
+            statements = "; ".join(self._add_column_sql(name, ctype)
+                                   for name, ctype in added.items())
+            raise SchemaChangeRefusedError(
+                f"{self.spec}: the output has new column{'s' if len(added) > 1 else ''} "
+                f"{shown} that table {self.table_label} lacks, an additive schema change that "
+                "twice makes only when told to: rerun with --accept-schema-change (twice "
+                "backfill) and it "
+                f"runs {statements} in the write's transaction (rows already in the table hold "
+                "NULL)" + ("" if owner is not None else "; this write is no twice run's (it has "
+                           "no write stamp): run that statement yourself first"), added=added,
+            )
+        return table, added
+
+    def _add_column_sql(self, name: str, ctype: ColumnType, *, if_not_exists: bool = False,
+                        suffix: str = "", table: str | None = None) -> str:
+        """``ALTER TABLE t ADD COLUMN name TYPE`` for this engine."""
+        guard = "IF NOT EXISTS " if if_not_exists else ""
+        return (f"ALTER TABLE {table or self.qualified} ADD COLUMN {guard}"
+                f"{self.dialect.quote(name)} {self.dialect.ddl_type(ctype)}{suffix}")
+
+    def _add_columns(self, tx: Any, added: Schema) -> dict[str, Any]:
+        """Inside the write's transaction ``tx``: add the ``added`` columns (nullable) the
+        table still lacks, and to the side table of replaced rows (keep_previous) when there is
+        one. What was added (``{"columns_added": {name: DDL type}}``, empty when nothing was)
+        goes into the commit record's ``extra``: the commit record, and the ledger's
+        observation of the attempt holding it, record the change."""
+        if not added:
+            return {}
+        now = self._existing_schema()  # in the transaction: another writer may have added it
+        missing = {name: ctype for name, ctype in added.items() if name not in now}
+        if not missing:
+            return {}
+        guard = self.dialect.add_column_if_not_exists
+        targets = [self.qualified]
+        if self.keep_previous is not None:
+            from twice.destinations.previous import side_tables
+
+            rows_name = side_tables(self)[0]
+            if self._table_exists(rows_name):
+                q = self.dialect.quote
+                targets.append(f"{q(self.schema_name)}.{q(rows_name)}" if self.schema_name
+                               else q(rows_name))
+        for name, ctype in missing.items():
+            for target in targets:
+                self._execute(tx, self._add_column_sql(name, ctype, if_not_exists=guard,
+                                                       table=target))
+        return {"columns_added": {name: self.dialect.ddl_type(ctype)
+                                  for name, ctype in missing.items()}}
+
+    def _schema_refusal(self, exc: SchemaMismatchError) -> SchemaChangeRefusedError:
+        """The one-line refusal of a change twice does not make itself: the table, the
+        columns, and the statement to run (or a new table) instead."""
+        q, dialect = self.dialect.quote, self.dialect
+        where = f"{self.spec}: table {self.table_label}"
+        then = "then rerun with --accept-schema-change"
+        kinds: dict[str, Any] = {"added": exc.added, "not_null": exc.not_null,
+                                 "missing": exc.missing, "retyped": exc.retyped}
+        if exc.retyped:
+            shown = "; ".join(f"column {name!r} is {got} in the output but {has} in the table"
+                              for name, (got, has) in exc.retyped.items())
+            if dialect.alter_type_sql is None:
+                todo = (f"write to a new table ({self.engine} cannot change a column's "
+                        "type)")
+            else:
+                statements = "; ".join(
+                    dialect.alter_type_sql.format(table=self.qualified, column=q(name),
+                                                  type=dialect.ddl_type(got))
+                    for name, (got, _) in exc.retyped.items())
+                todo = f"change it yourself ({statements}), {then}, or write to a new table"
+            return SchemaChangeRefusedError(
+                f"{where}: {shown}; twice changes no column's type: convert it in the task, "
+                f"or {todo}", **kinds)
+        if exc.missing:
+            gone = _columns_named(exc.missing, "column")
+            if exc.added:
+                old, new = exc.missing[0], next(iter(exc.added))
+                return SchemaChangeRefusedError(
+                    f"{where}: {gone} not in the output and "
+                    f"{_columns_named(list(exc.added), 'new column')} in it: twice neither "
+                    f"drops nor renames a column; if {old!r} was renamed to {new!r}, run ALTER "
+                    f"TABLE {self.qualified} RENAME COLUMN {q(old)} TO {q(new)}, {then}; "
+                    f"otherwise return {old!r} (NULL where it has no value) or write to a new "
+                    "table", **kinds)
+            drops = "; ".join(f"ALTER TABLE {self.qualified} DROP COLUMN {q(name)}"
+                              for name in exc.missing)
+            return SchemaChangeRefusedError(
+                f"{where}: {gone} not in the output: twice never drops a column: return it "
+                f"(NULL where it has no value), or drop it yourself ({drops}), {then}, or write "
+                "to a new table", **kinds)
+        if exc.not_null:
+            name = exc.not_null[0]
+            ctype = exc.added[name]
+            assert ctype is not None
+            statement = self._add_column_sql(name, ctype, suffix=" NOT NULL DEFAULT <value>")
+            return SchemaChangeRefusedError(
+                f"{where}: new column {name!r} is NOT NULL (a non-nullable field) without a "
+                "default, which the rows already in the table cannot satisfy: twice adds "
+                f"nullable columns only; make the field nullable, or add the column yourself "
+                f"({statement}), {then}", **kinds)
+        unknown = [name for name, ctype in exc.added.items() if ctype is None]
+        if unknown:
+            return SchemaChangeRefusedError(
+                f"{where}: new column {unknown[0]!r} holds only nulls, so its type is unknown "
+                "and twice cannot add it: return it typed (e.g. pa.array(values, pa.string())), "
+                f"or add it yourself (ALTER TABLE {self.qualified} ADD COLUMN {q(unknown[0])} "
+                f"<type>), {then}", **kinds)
+        return SchemaChangeRefusedError(f"{where}: {exc}", **kinds)
 
     def _check_slice(self, schema: Schema, table: pa.Table, partition: PartitionSpec) -> str:
         return checked_slice_label(self, schema, table, partition)

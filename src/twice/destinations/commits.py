@@ -152,6 +152,10 @@ class WriteStamp:
     ledger: str = ""
     #: That ledger's URL or path, password masked: named in a refusal, never compared.
     ledger_at: str = ""
+    #: The run accepted schema changes (``--accept-schema-change``): a SQL destination's
+    #: write under this stamp may add the output's new nullable columns to its table
+    #: (``ALTER TABLE ... ADD COLUMN`` in the write's transaction); without it they are refused.
+    add_columns: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

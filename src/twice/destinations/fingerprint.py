@@ -334,9 +334,15 @@ def recompute(destination: Destination, partition: PartitionSpec, recorded: Fing
                        current.engine, current.partition)
 
 
-def verify(destination: Destination, partition: PartitionSpec, recorded: Fingerprint
-           ) -> VerifyResult:
-    """Recompute the fingerprint as it was recorded and say whether it still matches."""
+def verify(destination: Destination, partition: PartitionSpec, recorded: Fingerprint, *,
+           every_column: bool = False) -> VerifyResult:
+    """Recompute the fingerprint as it was recorded and say whether it still matches.
+
+    ``every_column``: ``recorded`` was taken over every column the table had then (the
+    ledger's fingerprints are). A column added since (an additive schema change) is then not
+    covered by it, and must hold NULL in every row of the slice, as the change left it: the
+    note says so, and a non-null value there (written behind twice's back) is a mismatch.
+    """
     current = recompute(destination, partition, recorded)
     reasons = []
     if current.row_count != recorded.row_count:
@@ -350,7 +356,36 @@ def verify(destination: Destination, partition: PartitionSpec, recorded: Fingerp
     elif recorded.older:
         note = (f"recorded with the older algorithm {recorded.algorithm} (recomputed by it); "
                 f"a rerun records {ALGORITHM}")
+    if every_column and recorded.algorithm != ALGORITHM_V1:  # v1 never covered floats
+        added, nonnull = _added_since(destination, partition, recorded)
+        if nonnull:
+            reasons += [f"column {name}, added after this version was recorded, holds {count} "
+                        "non-null value(s) (the change left it NULL in this slice)"
+                        for name, count in nonnull.items()]
+        elif added:
+            many = len(added) > 1
+            note = "; ".join(filter(None, [note, (
+                f"column{'s' if many else ''} {', '.join(added)} {'were' if many else 'was'} "
+                f"added after this version was recorded and {'hold' if many else 'holds'} NULL "
+                "in every row of the slice, as the change left "
+                f"{'them' if many else 'it'}; the fingerprint covers the recorded columns")]))
     return VerifyResult(not reasons, recorded, current, tuple(reasons), note)
+
+
+def _added_since(destination: Destination, partition: PartitionSpec, recorded: Fingerprint
+                 ) -> tuple[list[str], dict[str, int]]:
+    """The table's columns that a fingerprint over every column did not cover (added since:
+    an additive schema change), and those of them holding non-null values in the slice
+    (count by column), which only a write behind twice's back can have put there."""
+    schema = destination.schema()
+    if schema is None:
+        return [], {}
+    added = [name for name in schema if name not in recorded.columns]
+    if not added:
+        return [], {}
+    rows = destination.row_count(partition)
+    nulls = destination.null_counts(partition, added)
+    return added, {name: rows - nulls[name] for name in added if rows - nulls[name]}
 
 
 def _label(destination: Destination, schema: Schema, partition: PartitionSpec) -> str:

@@ -72,6 +72,8 @@ class PostgresDialect(SqlDialect):
         "timestamptz": "timestamptz",
     }
     decimal_ddl = "numeric({precision},{scale})"
+    alter_type_sql = ("ALTER TABLE {table} ALTER COLUMN {column} TYPE {type} "
+                      "USING {column}::{type}")
 
     # to_char, not ::text: the text output of dates and timestamps follows DateStyle.
     text_sql: ClassVar[dict[str, str]] = {

@@ -32,16 +32,49 @@ class DuplicateKeyError(DestinationError):
     """A batch holds the same key twice (or a null key): writing it would be ambiguous."""
 
 
-def to_arrow(rows: RowsLike, *, target: Schema | None = None) -> pa.Table:
+class SchemaMismatchError(SchemaError):
+    """Rows whose columns differ from the existing table's. What differs is in attributes,
+    so a caller (a destination naming its table and the statement to run) phrases its refusal
+    from them, never from the message:
+
+    - ``added``: the rows' columns the table lacks -> their type (None: only nulls, so the
+      type is unknown);
+    - ``not_null``: those of them declared non-nullable (an Arrow field with
+      ``nullable=False``);
+    - ``missing``: the table's columns the rows lack;
+    - ``retyped``: column -> (its type in the rows, its type in the table), not compatible.
+    """
+
+    def __init__(self, message: str, *, added: Mapping[str, ColumnType | None] | None = None,
+                 not_null: Sequence[str] = (), missing: Sequence[str] = (),
+                 retyped: Mapping[str, tuple[ColumnType, ColumnType]] | None = None) -> None:
+        super().__init__(message)
+        self.added = dict(added or {})
+        self.not_null = tuple(not_null)
+        self.missing = tuple(missing)
+        self.retyped = dict(retyped or {})
+
+
+class SchemaChangeRefusedError(SchemaMismatchError):
+    """A destination refused a change of its table's schema: its one-line message is complete
+    (it names the table, the columns and what to do), so callers show it as it is."""
+
+
+def to_arrow(rows: RowsLike, *, target: Schema | None = None,
+             new_columns: bool = False) -> pa.Table:
     """Convert ``rows`` to a normalised table; with ``target``, match it column for column.
 
     ``target`` is the existing table's schema: the batch must have exactly its columns (any
     order) with compatible kinds; columns of only nulls take the target type. Without a target
     (the table does not exist yet) every column must have an inferable, supported type.
+    ``new_columns``: the batch may also have columns the target lacks, each nullable and of a
+    known type (an additive schema change); they follow the target's columns, in the batch's
+    order. Any other difference raises :class:`SchemaMismatchError`.
     """
     if target is not None:
         _refuse_unsupported(target)
     table = _as_table(rows, target)
+    not_null = tuple(f.name for f in table.schema if not f.nullable)
     for name in table.column_names:
         validate_identifier(name, "column name")
     lowered = [name.lower() for name in table.column_names]
@@ -56,7 +89,7 @@ def to_arrow(rows: RowsLike, *, target: Schema | None = None) -> pa.Table:
                     "does not exist yet: pass a typed Arrow table or create the table first"
                 )
         return table
-    return _conform(table, target)
+    return _conform(table, target, new_columns=new_columns, not_null=not_null)
 
 
 def _refuse_unsupported(target: Schema) -> None:
@@ -100,9 +133,28 @@ def _as_table(rows: RowsLike, target: Schema | None) -> pa.Table:
         missing = [name for name in names if name not in seen]
         extra = sorted(seen - set(names))
         if records and (missing or extra):  # a key absent from some rows only means null
+            try:  # the table's types where it has the column, the batch's own for the rest:
+                # _conform then says what differs, column by column
+                known = pa.schema([(name, target[name].arrow()) for name in names
+                                   if name in seen])
+                table = pa.Table.from_pylist(records, schema=known)
+                if extra:
+                    rest = pa.Table.from_pylist([{k: r.get(k) for k in extra} for r in records])
+                    rest = _wide_decimals(rest, set(extra))
+                    for name in extra:
+                        table = table.append_column(rest.schema.field(name), rest.column(name))
+                return table
+            except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError):
+                pass
+            try:  # a value does not fit the table's type: the batch's own types say which
+                return _wide_decimals(pa.Table.from_pylist(records), set(extra))
+            except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError):
+                pass
             problems = [f"missing columns {missing}"] if missing else []
             problems += [f"unknown columns {extra}"] if extra else []
-            raise SchemaError("schema mismatch with the existing table: " + "; ".join(problems))
+            raise SchemaMismatchError(
+                "schema mismatch with the existing table: " + "; ".join(problems),
+                added=dict.fromkeys(extra), missing=missing)
         schema = pa.schema([(name, target[name].arrow()) for name in names])
         try:
             return pa.Table.from_pylist(records, schema=schema)
@@ -124,9 +176,14 @@ def _as_table(rows: RowsLike, target: Schema | None) -> pa.Table:
         table = pa.Table.from_pylist(records)
     except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
         raise SchemaError(f"rows have inconsistent value types: {exc}") from None
-    # A precision inferred from the first batch's digits would refuse tomorrow's larger values.
+    return _wide_decimals(table, set(table.column_names))
+
+
+def _wide_decimals(table: pa.Table, names: set[str]) -> pa.Table:
+    """The decimal columns among ``names`` inferred from values, at the widest precision: a
+    precision inferred from the first batch's digits would refuse tomorrow's larger values."""
     for index, column_field in enumerate(table.schema):
-        if pa.types.is_decimal(column_field.type):
+        if column_field.name in names and pa.types.is_decimal(column_field.type):
             wide = pa.decimal128(MAX_DECIMAL_PRECISION, column_field.type.scale)
             table = table.set_column(index, column_field.name, table.column(index).cast(wide))
     return table
@@ -153,24 +210,35 @@ def _cast(column: pa.ChunkedArray, arrow_type: pa.DataType, name: str) -> pa.Chu
                           f"{exc}") from None
 
 
-def _conform(table: pa.Table, target: Schema) -> pa.Table:
-    """Match the target's columns exactly (names are case-sensitive) and cast to its types."""
+def _conform(table: pa.Table, target: Schema, *, new_columns: bool = False,
+             not_null: Sequence[str] = ()) -> pa.Table:
+    """Match the target's columns exactly (names are case-sensitive) and cast to its types;
+    ``new_columns``: columns the target lacks are kept after its own (see :func:`to_arrow`)."""
     incoming = schema_of(table)
-    problems = []
     missing = [name for name in target if name not in incoming]
     extra = [name for name in incoming if name not in target]
+    added = {name: None if incoming[name].kind == "null" else incoming[name] for name in extra}
+    strict = [name for name in extra if name in not_null]
+    retyped = {name: (ctype, target[name]) for name, ctype in incoming.items()
+               if name in target and ctype.kind != "null" and not ctype.compatible(target[name])}
+    problems = []
     if missing:
         problems.append(f"missing columns {missing}")
-    if extra:
+    if extra and not new_columns:
         problems.append(f"unknown columns {extra}")
-    for name, ctype in incoming.items():
-        want = target.get(name)
-        if want is not None and ctype.kind != "null" and not ctype.compatible(want):
-            problems.append(f"column {name!r} is {ctype} but the table has {want}")
+    elif extra:
+        problems += [f"new column {name!r} holds only nulls, so its type is unknown"
+                     for name, ctype in added.items() if ctype is None]
+        problems += [f"new column {name!r} is not nullable" for name in strict]
+    for name, (ctype, want) in retyped.items():
+        problems.append(f"column {name!r} is {ctype} but the table has {want}")
     if problems:
-        raise SchemaError("schema mismatch with the existing table: " + "; ".join(problems))
+        raise SchemaMismatchError(
+            "schema mismatch with the existing table: " + "; ".join(problems),
+            added=added, not_null=strict, missing=missing, retyped=retyped)
     columns = [_cast(table.column(name), ctype.arrow(), name) for name, ctype in target.items()]
-    return pa.table(columns, names=list(target))
+    columns += [table.column(name) for name in extra]
+    return pa.table(columns, names=[*target, *extra])
 
 
 def check_keys(table: pa.Table, keys: Sequence[str]) -> None:

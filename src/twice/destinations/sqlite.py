@@ -58,6 +58,8 @@ class SQLiteDialect(SqlDialect):
         "timestamptz": "TIMESTAMPTZ_TEXT",
     }
     decimal_ddl = "DECIMAL_TEXT({precision},{scale})"
+    add_column_if_not_exists = False  # writers are serialised (BEGIN IMMEDIATE): not needed
+    alter_type_sql = None  # SQLite cannot change a column's type
 
     def bind(self, value: Any, ctype: ColumnType) -> Any:
         """Bounds compare as canonical text, exactly as the values are stored."""

@@ -656,7 +656,9 @@ def run_backfill(
                     key_diffs[event.uow_id] = seen
             return
         with diffs_lock:
-            if isinstance(event, OutputRejected) and event.schema_change:
+            if isinstance(event, OutputRejected) and event.advised:
+                refused[event.uow_id] = event.reason
+            elif isinstance(event, OutputRejected) and event.schema_change:
                 refused[event.uow_id] = (
                     f"{pipeline.get_task(event.task).destination}: {event.reason}; a backfill "
                     "across a schema change must apply the new schema to every interval of the "

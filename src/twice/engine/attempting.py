@@ -142,6 +142,7 @@ class AttemptRunner(Phase):
             generation=generation or 1, attempt=number, token=self.token,
             input_version=self.unit.input_version, began_at=record.started_at.isoformat(),
             ledger=self.ledger.identity, ledger_at=self.ledger.url,
+            add_columns=self.x.accept_schema_change,
         )
         expected = None
         if self.task.depends_on:  # what the unit is keyed by, pinned when the body begins
@@ -318,9 +319,12 @@ class AttemptRunner(Phase):
         if report.error is not None:
             self.account.error = report.error_text
             if _is_schema_refusal(report.error):
-                self.x.emit(OutputRejected(self.uow_id, self.task.name, self.unit.interval,
-                                           number, redact(str(report.error)),
-                                           schema_change=True))
+                from twice.destinations.rows import SchemaChangeRefusedError
+
+                self.x.emit(OutputRejected(
+                    self.uow_id, self.task.name, self.unit.interval, number,
+                    redact(str(report.error)), schema_change=True,
+                    advised=isinstance(report.error, SchemaChangeRefusedError)))
         if report.ending == "succeeded":
             self.account.value = report.value
         self._emit_finished(number, attempt_outcome(report.ending), report)

@@ -79,6 +79,9 @@ class OutputRejected(UnitEvent):
     reason: str
     schema_change: bool = False
     assertions: tuple[Assertion, ...] = ()
+    #: ``reason`` is a destination's complete refusal of a schema change (it names the table,
+    #: the columns and what to do): shown as it is
+    advised: bool = False
 
 
 @dataclass(frozen=True)

@@ -122,7 +122,9 @@ class Executor:
     began run again (``twice run --force``; same rule), ``repeat`` names tasks that are not
     ``safe_repeat`` whose successes the operator wants executed again anyway (otherwise they
     are ``held``), and
-    ``accept_schema_change`` lets a verified output change its destination's schema. How a
+    ``accept_schema_change`` lets a verified output change its destination's schema, and its
+    owned writes to a SQL table add the output's new nullable columns (``WriteStamp.
+    add_columns``). How a
     unit runs is the engine's, the same for every driver; ``listeners`` receive its typed
     events (``twice.engine.events``). An interval that has not ended by ``clock`` is refused
     (``OpenIntervalError``, nothing recorded) unless ``allow_open``; then its run-started
