@@ -92,9 +92,11 @@ def diff(destination: str, partition_text: str, from_version: int, to_version: i
     result, old, new = compared.keys, compared.old, compared.new
     shown = redact(dest.spec)
     if as_json:
-        versions: dict[str, int] = {"from_version": old.name, "to_version": new.name}
-        if old.snapshot:
-            versions.update(from_snapshot_id=old.version, to_snapshot_id=new.version)
+        # every key on every engine (null where it does not apply): one document shape
+        versions: dict[str, int | None] = {
+            "from_version": old.name, "to_version": new.name,
+            "from_snapshot_id": old.version if old.snapshot else None,
+            "to_snapshot_id": new.version if old.snapshot else None}
         echo(jsonkeys.dumps({"destination": shown, "partition": partition_text, **versions,
                              **result.to_dict()}, sort_keys=True, default=str))
         return
