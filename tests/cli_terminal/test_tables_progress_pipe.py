@@ -116,6 +116,16 @@ def test_run_shows_a_progress_bar_on_a_terminal_within_100_columns(
     assert "6/6" in bar and "not succeeded 1" in bar
     assert any(line.startswith("2026-11-25 reconcile_against_general_ledger failed-permanent")
                for line in lines)
+    # a unit id too long for its column breaks where it has parts, never inside a name
+    header = next(n for n, line in enumerate(lines) if line.lstrip().startswith("unit "))
+    start, end = lines[header].index("unit"), lines[header].index("outcome")
+    rows = lines[header + 2:]
+    rows = rows[:next((n for n, line in enumerate(rows) if not line.strip()), len(rows))]
+    cells = [line[start:end].strip() for line in rows if line[start:end].strip()]
+    names = {"settlement_positions_nightly", "extract_custodian_positions",
+             "reconcile_against_general_ledger", "20261123", "20261124", "20261125"}
+    assert cells and all(part in names for cell in cells for part in cell.strip(".").split(".")
+                         if part), cells
     # nothing cropped: the table's last cell ends with the error's last words
     table = " ".join(" ".join(lines[lines.index(bar) + 1:]).split())
     assert table.count("finished without error") == 5 and "its trailer row" in table

@@ -111,6 +111,18 @@ def last_width(prefixes: Iterable[str], width: int, *, others: int, least: int =
     return max(least, width - others - longest)
 
 
+def unit_cell(prefix: str, fits: bool) -> str:
+    """A table's unit cell (markup-safe): the prefix on one line when the column ``fits`` it,
+    else one line per dot-separated part (``pipeline.``, ``task.``, ``day``), so a narrow
+    column breaks the id where it has parts, never inside a task's name (Rich folds a part
+    only when the part alone is wider than the column)."""
+    if fits:
+        return shown(prefix)
+    parts = prefix.split(".")
+    return "\n".join(shown(part + ("." if n < len(parts) - 1 else ""))
+                      for n, part in enumerate(parts))
+
+
 def unit_fits(prefixes: Iterable[str], width: int, *, others: int, least: int = 20) -> bool:
     """Whether a table's unit column can keep every prefix on one line (then it is never
     folded: Rich would otherwise shrink it with the other wrapping columns)."""

@@ -115,7 +115,15 @@ def _summary(result: RunResult, label: str, unseen: tuple[str, ...] = ()) -> Non
     from rich.markup import escape
     from rich.table import Table
 
-    from twice.cli.console import WIDE, last_width, make_console, shown, unit_fits, unit_prefixes
+    from twice.cli.console import (
+        WIDE,
+        last_width,
+        make_console,
+        shown,
+        unit_cell,
+        unit_fits,
+        unit_prefixes,
+    )
     from twice.cli.pipeline_run import why
 
     console = make_console()
@@ -125,8 +133,9 @@ def _summary(result: RunResult, label: str, unseen: tuple[str, ...] = ()) -> Non
                   box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False)
     # a unique prefix of the unit's id (`twice explain` takes it), folded only when longer than
     # its column; outcome names are never broken; "next, why" wraps between words
-    table.add_column("unit", overflow="fold", no_wrap=unit_fits(
-        prefixes.values(), console.width, others=40 + (63 if wide else 0), least=24))
+    fits = unit_fits(
+        prefixes.values(), console.width, others=40 + (63 if wide else 0), least=24)
+    table.add_column("unit", overflow="fold", no_wrap=fits)
     for column in ("outcome", "attempts", *(("job id",) if wide else ())):
         table.add_column(column, no_wrap=True)
     table.add_column("next, why", overflow="fold",
@@ -139,7 +148,8 @@ def _summary(result: RunResult, label: str, unseen: tuple[str, ...] = ()) -> Non
         # a held unit runs again only when named with --repeat (its reason says so)
         after = None if unit.ok or unit.outcome == "held" else unit.next_decision
         table.add_row(
-            shown(prefixes.get(unit.uow_id or "", f"{unit.task} {unit.interval.short}")),
+            unit_cell(prefixes.get(unit.uow_id or "", f"{unit.task} {unit.interval.short}"),
+                      fits),
             f"[{style}]{unit.outcome}[/]",
             "?" if unit.ledger_failed else f"{unit.attempts} ({unit.total_attempts})",
             *((unit.job_id or "-",) if wide else ()),

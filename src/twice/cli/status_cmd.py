@@ -103,7 +103,15 @@ def _print(label: str, at: Any, rows: list[dict[str, Any]], headline: str) -> No
     from rich import box
     from rich.table import Table
 
-    from twice.cli.console import WIDE, last_width, make_console, shown, unit_fits, unit_prefixes
+    from twice.cli.console import (
+        WIDE,
+        last_width,
+        make_console,
+        shown,
+        unit_cell,
+        unit_fits,
+        unit_prefixes,
+    )
     from twice.core.interval import Interval
     from twice.engine.evidence import iso
     from twice.ledger import OPERATOR_SOURCE_PREFIX
@@ -120,8 +128,9 @@ def _print(label: str, at: Any, rows: list[dict[str, Any]], headline: str) -> No
                   title_justify="left", pad_edge=False)
     # a unit's id (a unique prefix: any command taking UOW_ID accepts it) is folded only when
     # longer than its column, the interval never; the other cells wrap between words
-    table.add_column("unit", overflow="fold", no_wrap=unit_fits(
-        prefixes.values(), console.width, others=50 + (63 if wide else 0), least=14))
+    fits = unit_fits(
+        prefixes.values(), console.width, others=50 + (63 if wide else 0), least=14)
+    table.add_column("unit", overflow="fold", no_wrap=fits)
     table.add_column("interval", no_wrap=True)
     for column in ("health", "attempt", "evidence (age)", *(("job id",) if wide else ())):
         table.add_column(column, overflow="fold", no_wrap=column == "job id")
@@ -142,7 +151,7 @@ def _print(label: str, at: Any, rows: list[dict[str, Any]], headline: str) -> No
         if row["note"] and (row["nextAction"] or row["needsAttention"]):
             decision += f"\n[dim]{shown(row['note'])}[/]"
         table.add_row(
-            shown(prefixes[row["id"]]), Interval.parse(row["interval"]).short,
+            unit_cell(prefixes[row["id"]], fits), Interval.parse(row["interval"]).short,
             row["health"] or "-", attempt, evidence,
             *((row["jobId"] or "-",) if wide else ()), decision,
         )

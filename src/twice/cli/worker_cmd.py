@@ -142,7 +142,14 @@ def _summary(report: WorkerReport, label: str) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from twice.cli.console import last_width, make_console, shown, unit_fits, unit_prefixes
+    from twice.cli.console import (
+        last_width,
+        make_console,
+        shown,
+        unit_cell,
+        unit_fits,
+        unit_prefixes,
+    )
     from twice.cli.pipeline_run import why
 
     console = make_console()
@@ -152,8 +159,9 @@ def _summary(report: WorkerReport, label: str) -> None:
                   pad_edge=False)
     # a unit's id (a unique prefix: any command taking UOW_ID accepts it) is folded only when
     # longer than its column; labels are never broken; "why" wraps between words
-    table.add_column("unit", overflow="fold", no_wrap=unit_fits(
-        prefixes.values(), console.width, others=46, least=20))
+    fits = unit_fits(
+        prefixes.values(), console.width, others=46, least=20)
+    table.add_column("unit", overflow="fold", no_wrap=fits)
     for column in ("settled", "outcome", "attempts"):
         table.add_column(column, no_wrap=True)
     table.add_column("why", overflow="fold",
@@ -163,7 +171,8 @@ def _summary(report: WorkerReport, label: str) -> None:
         result = unit.result
         attempts = "-" if result is None else f"{result.attempts} ({result.total_attempts})"
         table.add_row(
-            shown(prefixes.get(unit.uow_id or "", f"{unit.task} {unit.interval.short}")),
+            unit_cell(prefixes.get(unit.uow_id or "", f"{unit.task} {unit.interval.short}"),
+                      fits),
             f"[{style}]{unit.settlement}[/]", unit.outcome or "-", attempts,
             escape(why(unit.reason, result)),
         )
