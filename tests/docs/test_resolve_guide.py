@@ -23,7 +23,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 GUIDE = REPO / "docs" / "guides" / "rerun-backfill-resolve.md"
 INCIDENTS = REPO / "docs" / "guides" / "incidents.md"
-SECTION = ("## Side effects: held, not repeated", "## See also")
+SECTION = ("## Side effects: held, not repeated", "## A new column in the output")
 
 
 @dataclass

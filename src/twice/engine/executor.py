@@ -174,11 +174,9 @@ class Executor:
             raise ValueError("isolation='process' needs a pipeline loaded with load_pipeline")
         kept = [task.name for task in pipeline if task.intermediate is not None]
         if isolation == "process" and kept:
-            raise ValueError(
-                f"isolation='process' cannot run task {kept[0]!r}, declared intermediate=: "
-                "deciding whether to reuse its stored slice records in the ledger, which a "
-                "child process does not hold; use isolation='thread'"
-            )
+            raise ValueError(f"isolation='process' cannot run task {kept[0]!r} (intermediate=): "
+                             "its reuse is decided and recorded in the ledger, which a child "
+                             "process does not hold; use isolation='thread'")
         # an invalid definition (slots over a pool's capacity, a cycle, ...) is refused here,
         # listing every problem, as load_pipeline refuses it, not mid-run from deep inside
         pipeline.validate()
