@@ -123,6 +123,15 @@ def unit_cell(prefix: str, fits: bool) -> str:
                       for n, part in enumerate(parts))
 
 
+def unit_column(table: Any, prefixes: Iterable[str], width: int, *, others: int,
+                least: int = 20) -> bool:
+    """Add a table's unit column, never wrapped when every prefix fits it on one line
+    (:func:`unit_fits`, returned: what :func:`unit_cell` takes), else folded."""
+    fits = unit_fits(prefixes, width, others=others, least=least)
+    table.add_column("unit", overflow="fold", no_wrap=fits)
+    return fits
+
+
 def unit_fits(prefixes: Iterable[str], width: int, *, others: int, least: int = 20) -> bool:
     """Whether a table's unit column can keep every prefix on one line (then it is never
     folded: Rich would otherwise shrink it with the other wrapping columns)."""

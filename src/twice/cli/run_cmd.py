@@ -121,7 +121,7 @@ def _summary(result: RunResult, label: str, unseen: tuple[str, ...] = ()) -> Non
         make_console,
         shown,
         unit_cell,
-        unit_fits,
+        unit_column,
         unit_prefixes,
     )
     from twice.cli.pipeline_run import why
@@ -133,9 +133,8 @@ def _summary(result: RunResult, label: str, unseen: tuple[str, ...] = ()) -> Non
                   box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False)
     # a unique prefix of the unit's id (`twice explain` takes it), folded only when longer than
     # its column; outcome names are never broken; "next, why" wraps between words
-    fits = unit_fits(
-        prefixes.values(), console.width, others=40 + (63 if wide else 0), least=24)
-    table.add_column("unit", overflow="fold", no_wrap=fits)
+    fits = unit_column(table, prefixes.values(), console.width,
+                       others=40 + (63 if wide else 0), least=24)
     for column in ("outcome", "attempts", *(("job id",) if wide else ())):
         table.add_column(column, no_wrap=True)
     table.add_column("next, why", overflow="fold",

@@ -109,7 +109,7 @@ def _print(label: str, at: Any, rows: list[dict[str, Any]], headline: str) -> No
         make_console,
         shown,
         unit_cell,
-        unit_fits,
+        unit_column,
         unit_prefixes,
     )
     from twice.core.interval import Interval
@@ -128,9 +128,8 @@ def _print(label: str, at: Any, rows: list[dict[str, Any]], headline: str) -> No
                   title_justify="left", pad_edge=False)
     # a unit's id (a unique prefix: any command taking UOW_ID accepts it) is folded only when
     # longer than its column, the interval never; the other cells wrap between words
-    fits = unit_fits(
-        prefixes.values(), console.width, others=50 + (63 if wide else 0), least=14)
-    table.add_column("unit", overflow="fold", no_wrap=fits)
+    fits = unit_column(table, prefixes.values(), console.width,
+                       others=50 + (63 if wide else 0), least=14)
     table.add_column("interval", no_wrap=True)
     for column in ("health", "attempt", "evidence (age)", *(("job id",) if wide else ())):
         table.add_column(column, overflow="fold", no_wrap=column == "job id")

@@ -147,7 +147,7 @@ def _summary(report: WorkerReport, label: str) -> None:
         make_console,
         shown,
         unit_cell,
-        unit_fits,
+        unit_column,
         unit_prefixes,
     )
     from twice.cli.pipeline_run import why
@@ -159,9 +159,7 @@ def _summary(report: WorkerReport, label: str) -> None:
                   pad_edge=False)
     # a unit's id (a unique prefix: any command taking UOW_ID accepts it) is folded only when
     # longer than its column; labels are never broken; "why" wraps between words
-    fits = unit_fits(
-        prefixes.values(), console.width, others=46, least=20)
-    table.add_column("unit", overflow="fold", no_wrap=fits)
+    fits = unit_column(table, prefixes.values(), console.width, others=46, least=20)
     for column in ("settled", "outcome", "attempts"):
         table.add_column(column, no_wrap=True)
     table.add_column("why", overflow="fold",

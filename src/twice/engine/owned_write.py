@@ -96,18 +96,8 @@ def run_intermediate(ledger: Ledger, task: Task, ctx: TaskContext) -> Landed:
         with admitting(admission(task, ctx, complete=False)):
             value = task.fn(ctx)
         returned.append(value)
-        if value is None:
-            from twice.destinations.errors import DestinationError
-
-            raise DestinationError(
-                f"task {task.name!r}: intermediate= stores the returned output but the task "
-                "returned None; return the interval's rows (an empty table stores nothing)"
-            )
-        rows = rows_of(value)
-        pins = inputs.active()
-        if pins is not None:  # after every read the task made, before the write begins
-            pins.confirm()
-        return rows
+        return returned_rows(task, value, declared="intermediate= stores the returned output",
+                             empty="an empty table stores nothing")
 
     with stamped(stamp), inputs.pinned(ctx.inputs) as pins, \
             open_destination(task.destination) as dest, \
@@ -121,6 +111,22 @@ def run_intermediate(ledger: Ledger, task: Task, ctx: TaskContext) -> Landed:
         )
         value = returned[0] if returned else dest.read_partition(ctx.interval)
     return Landed(value, use.written, use)
+
+
+def returned_rows(task: Task, value: Any, *, declared: str, empty: str) -> Any:
+    """The rows a task's returned ``value`` writes, once its pinned inputs are confirmed
+    (after every read the task made, before the write begins); None is refused, naming what
+    the task ``declared`` and what an ``empty`` table would do instead."""
+    if value is None:
+        from twice.destinations.errors import DestinationError
+
+        raise DestinationError(f"task {task.name!r}: {declared} but the task returned None; "
+                               f"return the interval's rows ({empty})")
+    rows = rows_of(value)
+    pins = inputs.active()
+    if pins is not None:
+        pins.confirm()
+    return rows
 
 
 def admission(task: Task, ctx: TaskContext, *, complete: bool) -> Admission | None:
@@ -160,15 +166,8 @@ def land(task: Task, ctx: TaskContext, value: Any) -> WriteResult:
     from twice.destinations import open_destination
     from twice.destinations.errors import DestinationError
 
-    if value is None:
-        raise DestinationError(
-            f"task {task.name!r}: write={task.write!r} but the task returned None; return the "
-            "interval's rows (an empty table replaces the slice with nothing)"
-        )
-    rows = rows_of(value)
-    pins = inputs.active()
-    if pins is not None:  # after every read the task made, before the write begins
-        pins.confirm()
+    rows = returned_rows(task, value, declared=f"write={task.write!r}",
+                         empty="an empty table replaces the slice with nothing")
     with open_destination(task.destination) as dest, \
             admitting(admission(task, ctx, complete=True)):
         partition = ctx.interval if dest.partition_column else None

@@ -276,6 +276,7 @@ def _needs_action(unit: UnitReport) -> bool:
 def _next_action(evidence: Evidence, name: Namer) -> str:
     grouped: dict[str, list[str]] = {}
     missing = []
+    late: list[UnitReport] = []  # deadline-infeasible: their impact is said after the line
     for unit in evidence.units:
         if not _needs_action(unit):
             continue  # settled or superseded: nothing for the planner to do
@@ -284,6 +285,8 @@ def _next_action(evidence: Evidence, name: Namer) -> str:
             missing.append(name(unit))
             continue
         grouped.setdefault(chosen.kind, []).append(name(unit) + _action_note(unit, chosen))
+        if chosen.kind == "deadline-infeasible":
+            late.append(unit)
     items = [f"{kind} for {_listing(grouped[kind], sep=', ')}" for kind in URGENCY
              if kind in grouped]
     if "deadline-infeasible" in grouped:
@@ -292,17 +295,13 @@ def _next_action(evidence: Evidence, name: Namer) -> str:
             else "Next action: no current planner decision is recorded.")
     if missing:
         line += f" No current decision for {_listing(missing, 3)}."
-    impact = _impact(evidence, name)
-    return f"{line} {impact}" if impact else line
+    return f"{line} {_impact(late, name)}" if late else line
 
 
-def _impact(evidence: Evidence, name: Namer) -> str | None:
-    """When a deadline no longer fits: which intervals miss it and who waits on them (the
-    source documents: communicate the impact, and an alternative, before anyone starts)."""
-    late = [unit for unit in evidence.units if _needs_action(unit)
-            and (chosen := _next_of(unit)) is not None and chosen.kind == "deadline-infeasible"]
-    if not late:
-        return None
+def _impact(late: list[UnitReport], name: Namer) -> str:
+    """When a deadline no longer fits (``late``: the units decided deadline-infeasible):
+    which intervals miss it and who waits on them (the source documents: communicate the
+    impact, and an alternative, before anyone starts)."""
     missed = []
     for unit in late:
         decision = unit.current_decision
