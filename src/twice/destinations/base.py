@@ -80,6 +80,10 @@ class WriteResult:
     partitions_written: tuple[str, ...] = ()
     partitions_removed: tuple[str, ...] = ()
     commit: CommitRecord | None = None  # the commit record of a stamped write (None: unstamped)
+    #: The table's columns as the commit record's fingerprint read them, inside the write's
+    #: transaction (SQL engines; None elsewhere): the check after the write takes its schema
+    #: signature from here instead of opening the destination again.
+    schema: Schema | None = None
 
 
 @runtime_checkable
@@ -439,6 +443,7 @@ class SqlDestination(BaseDestination, ABC, Generic[ConnT]):
         # days each replaced slice is kept (twice.destinations.previous); None: not kept
         self.keep_previous = keep_previous
         self._conn: ConnT | None = None
+        self._schema_in_write: Schema | None = None  # see _commit_record
 
     # -- the connection ---------------------------------------------------------------------
 
@@ -637,7 +642,7 @@ class SqlDestination(BaseDestination, ABC, Generic[ConnT]):
         slc.check_rows(table)
         check_keys(table, self.row_key)
         where, params = self._where(slc)
-        commit = None
+        commit = written = None
         with self._owned(owner) as tx:
             if existing is None:
                 self._create_table(tx, schema)
@@ -649,12 +654,12 @@ class SqlDestination(BaseDestination, ABC, Generic[ConnT]):
             if table.num_rows:
                 self._insert_arrow(tx, table)
             if owner is not None:
-                commit = self._commit_record(
+                commit, written = self._commit_record(
                     tx, owner, "replace", slc.label, partition, table.num_rows,
                     {"rows_deleted": deleted, **changed},
                 )
         return WriteResult(self.spec, slc.label, "replace", table.num_rows, deleted,
-                           commit=commit)
+                           commit=commit, schema=written)
 
     def append(
         self, rows: RowsLike, *, partition: PartitionSpec = None, stamp: StampArg = ACTIVE
@@ -669,7 +674,7 @@ class SqlDestination(BaseDestination, ABC, Generic[ConnT]):
         """
         owner = resolve_stamp(stamp)
         existing, schema, table, label, added = self._incoming(rows, partition, owner)
-        commit = None
+        commit = written = None
         with self._owned(owner) as tx:
             if owner is not None:
                 done = self._appended(owner)
@@ -682,10 +687,11 @@ class SqlDestination(BaseDestination, ABC, Generic[ConnT]):
                 self._keep_previous(tx, schema, partition, label)
                 self._insert_arrow(tx, table)
             if owner is not None:
-                commit = self._commit_record(
+                commit, written = self._commit_record(
                     tx, owner, "append", label, partition, table.num_rows, changed
                 )
-        return WriteResult(self.spec, label, "append", table.num_rows, None, commit=commit)
+        return WriteResult(self.spec, label, "append", table.num_rows, None, commit=commit,
+                           schema=written)
 
     def upsert(
         self, rows: RowsLike, *, partition: PartitionSpec = None, stamp: StampArg = ACTIVE
@@ -708,7 +714,7 @@ class SqlDestination(BaseDestination, ABC, Generic[ConnT]):
             conflict = f"ON CONFLICT ({keys}) DO UPDATE SET {sets}"
         else:
             conflict = f"ON CONFLICT ({keys}) DO NOTHING"
-        commit = None
+        commit = written = None
         with self._owned(owner) as tx:
             if existing is None:
                 self._create_table(tx, schema)
@@ -717,10 +723,11 @@ class SqlDestination(BaseDestination, ABC, Generic[ConnT]):
                 self._keep_previous(tx, schema, partition, label)
                 self._upsert_arrow(tx, table, conflict)
             if owner is not None:
-                commit = self._commit_record(
+                commit, written = self._commit_record(
                     tx, owner, "upsert", label, partition, table.num_rows, changed
                 )
-        return WriteResult(self.spec, label, "upsert", table.num_rows, None, commit=commit)
+        return WriteResult(self.spec, label, "upsert", table.num_rows, None, commit=commit,
+                           schema=written)
 
     def commit_records(self, uow_id: str | None = None) -> list[CommitRecord]:
         """This table's commit records (of ``uow_id`` only, if given), by (token, committed_at).
@@ -864,20 +871,25 @@ class SqlDestination(BaseDestination, ABC, Generic[ConnT]):
     def _commit_record(
         self, tx: Any, owner: WriteStamp, mode: str, label: str, partition: PartitionSpec,
         rows_written: int, extra: dict[str, Any],
-    ) -> CommitRecord:
+    ) -> tuple[CommitRecord, Schema]:
         """Fingerprint the slice as it is inside ``tx``, let the attempt's admission decide on
         it (``twice.destinations.landing``: raising rolls the whole write back), and insert
-        the commit record."""
-        count, checksum, algorithm, columns = self._slice_fingerprint(partition)
-        record = CommitRecord.create(
-            owner, table=self.table_label, slice=label, mode=mode, rows_written=rows_written,
-            row_count=count, checksum=checksum, algorithm=algorithm, columns=columns,
-            committed_at=self._clock(tx), extra=extra,
-        )
-        admit(Landing(self.spec, label, mode, rows_written, count,
-                      lambda names: self.null_counts(partition, names)))
+        the commit record; returns it with the table's columns the fingerprint read."""
+        schema = self._existing_schema()
+        self._schema_in_write = schema  # nothing in here changes it: read it once
+        try:
+            count, checksum, algorithm, columns = self._slice_fingerprint(partition, schema)
+            record = CommitRecord.create(
+                owner, table=self.table_label, slice=label, mode=mode,
+                rows_written=rows_written, row_count=count, checksum=checksum,
+                algorithm=algorithm, columns=columns, committed_at=self._clock(tx), extra=extra,
+            )
+            admit(Landing(self.spec, label, mode, rows_written, count,
+                          lambda names: self.null_counts(partition, names)))
+        finally:
+            self._schema_in_write = None
         self._insert_record(tx, record)
-        return record
+        return record, schema
 
     def _insert_record(self, tx: Any, record: CommitRecord) -> None:
         marks = ", ".join(self.dialect.placeholder for _ in COMMIT_COLUMNS)
@@ -888,7 +900,7 @@ class SqlDestination(BaseDestination, ABC, Generic[ConnT]):
         )
 
     def _slice_fingerprint(
-        self, partition: PartitionSpec
+        self, partition: PartitionSpec, schema: Schema
     ) -> tuple[int, str, str, tuple[str, ...]]:
         """(row count, checksum, algorithm, columns) of the slice, as ``fingerprint()`` will
         compute it by default afterwards (``twice-fp-v3`` over every column, key or not);
@@ -896,7 +908,7 @@ class SqlDestination(BaseDestination, ABC, Generic[ConnT]):
         fingerprinted (a PostgreSQL database that is not UTF8): the write still commits."""
         from twice.destinations.fingerprint import record_fingerprint
 
-        return record_fingerprint(self, self._existing_schema(), partition)
+        return record_fingerprint(self, schema, partition)
 
     def read_partition(
         self, partition: PartitionSpec = None, columns: Sequence[str] | None = None
@@ -1141,6 +1153,8 @@ class SqlDestination(BaseDestination, ABC, Generic[ConnT]):
         return required_partition_column(self)
 
     def _existing_schema(self) -> Schema:
+        if self._schema_in_write is not None:
+            return self._schema_in_write
         schema = self.schema()
         if schema is None:
             raise DestinationError(f"{self.spec}: table {self.qualified} does not exist")

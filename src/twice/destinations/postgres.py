@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import io
 import itertools
+import threading
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -43,6 +44,7 @@ from twice.destinations.errors import (
     DestinationSpecError,
     DestinationUnavailableError,
 )
+from twice.destinations.idle_connections import IdleConnections
 
 if TYPE_CHECKING:
     import psycopg
@@ -50,6 +52,9 @@ else:  # imported when a postgresql:// destination is opened (this module is imp
     psycopg = require("psycopg", extra="postgres", who="postgresql:// destinations")
 
 _COPY_BATCH_ROWS = 65_536
+#: Connections handed back by closed destinations, for the next unit (see idle_connections).
+IDLE: IdleConnections[psycopg.Connection[Any]] = IdleConnections(
+    lambda conn: conn.pgconn.socket, lambda conn: conn.close())
 #: How long a writer waits for an advisory lock another writer of the same slot holds.
 ADVISORY_WAIT_SECONDS = 300.0
 _STREAM_BATCH_ROWS = 10_000
@@ -59,6 +64,29 @@ _TYPES = {
     "date": "date", "timestamp without time zone": "timestamp",
     "timestamp with time zone": "timestamptz", "real": "float", "double precision": "float",
 }
+
+# The table's (or view's) columns, in order; a domain as its base type. Relations that
+# information_schema.columns lists: tables, views, foreign and partitioned tables.
+_SCHEMA_SQL = (
+    "SELECT a.attname, "
+    "format_type(CASE WHEN t.typtype = 'd' THEN t.typbasetype ELSE a.atttypid END, NULL), "
+    "CASE WHEN t.typtype = 'd' THEN t.typtypmod ELSE a.atttypmod END "
+    "FROM pg_catalog.pg_attribute a "
+    "JOIN pg_catalog.pg_class c ON c.oid = a.attrelid "
+    "JOIN pg_catalog.pg_type t ON t.oid = a.atttypid "
+    "WHERE a.attrelid = to_regclass(%s) AND c.relkind IN ('r', 'v', 'f', 'p') "
+    "AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum"
+)
+
+
+def _numeric_precision(modifier: int | None) -> tuple[int | None, int | None]:
+    """(precision, scale) of a ``numeric`` type modifier (None, None without one); the scale
+    is an 11-bit signed field since PostgreSQL 15."""
+    if modifier is None or modifier < 4:
+        return None, None
+    packed = modifier - 4
+    scale = packed & 0x7FF
+    return (packed >> 16) & 0xFFFF, scale - 0x800 if scale & 0x400 else scale
 
 
 class PostgresDialect(SqlDialect):
@@ -96,8 +124,14 @@ class PostgresDestination(SqlDestination["psycopg.Connection[Any]"]):
     def __init__(self, conninfo: str, *, spec: str, table: str, **kwargs: Any) -> None:
         super().__init__(spec=spec, table=table, **kwargs)
         self._conninfo = conninfo
+        self._opened_in: int | None = None
+        self._copy_settings_in_write = False  # see _lock_fence
 
     def _connect(self) -> psycopg.Connection[Any]:
+        self._opened_in = threading.get_ident()
+        kept = IDLE.take(self._conninfo)
+        if kept is not None:
+            return kept
         try:
             return psycopg.connect(self._conninfo, autocommit=True, connect_timeout=10)
         except psycopg.Error as exc:
@@ -105,6 +139,18 @@ class PostgresDestination(SqlDestination["psycopg.Connection[Any]"]):
             raise DestinationUnavailableError(
                 f"{self.spec}: cannot connect{self._whom()}: {redact(str(exc).strip())}"
             ) from None
+
+    def close(self) -> None:
+        """Hand the connection back for the next unit when it is idle and closed by the thread
+        that opened it (see :mod:`twice.destinations.idle_connections`); else close it."""
+        conn, self._conn = self._conn, None
+        if conn is None:
+            return
+        idle = not conn.closed and \
+            conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        if not (idle and self._opened_in == threading.get_ident()
+                and IDLE.give(self._conninfo, conn)):
+            conn.close()
 
     def _whom(self) -> str:
         """`` to database D as user U on H:P``, as far as the spec says (libpq's defaults
@@ -122,16 +168,16 @@ class PostgresDestination(SqlDestination["psycopg.Connection[Any]"]):
         return not conn.closed
 
     def schema(self) -> Schema | None:
-        rows = self._query(
-            "SELECT column_name, data_type, numeric_precision, numeric_scale "
-            "FROM information_schema.columns WHERE table_schema = %s AND table_name = %s "
-            "ORDER BY ordinal_position",
-            [self.schema_name or "public", self.table],
-        )
+        """Read from the catalog itself (``pg_attribute``): ``information_schema.columns`` is
+        a view over it that takes several milliseconds a call, and a write reads the schema
+        two or three times. Names and precisions as the information schema gives them: a
+        domain column as its base type, ``numeric(p, s)`` from the type modifier."""
+        rows = self._query(_SCHEMA_SQL, [self._in_schema(self.table)])
         if not rows:
             return None
         schema: Schema = {}
-        for name, data_type, precision, scale in rows:
+        for name, data_type, modifier in rows:
+            precision, scale = _numeric_precision(modifier)
             if data_type == "numeric" and precision is not None and 0 < precision <= 38:
                 schema[name] = ColumnType("decimal", precision, scale)
             elif data_type in _TYPES:
@@ -148,7 +194,10 @@ class PostgresDestination(SqlDestination["psycopg.Connection[Any]"]):
         sent = False  # the block ended: what fails now is the COMMIT
         try:
             with self.connection.transaction(), self.connection.cursor() as cur:
-                yield cur
+                try:
+                    yield cur
+                finally:
+                    self._copy_settings_in_write = False  # set by _lock_fence, for this one
                 sent = True
         except psycopg.OperationalError as exc:
             state = getattr(exc, "sqlstate", None)
@@ -177,12 +226,15 @@ class PostgresDestination(SqlDestination["psycopg.Connection[Any]"]):
         try:
             tx.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [key])
         except psycopg.errors.LockNotAvailable:
-            raise DestinationUnavailableError(
-                f"{self.spec}: another writer held the lock of {key!r} for over "
-                f"{ADVISORY_WAIT_SECONDS:g} s (a process stopped inside its write holds it "
-                "until resumed or ended); not waiting longer"
-            ) from None
+            raise self._held_too_long(key) from None
         tx.execute("SET LOCAL lock_timeout TO DEFAULT")  # table locks wait as configured
+
+    def _held_too_long(self, key: str) -> DestinationUnavailableError:
+        return DestinationUnavailableError(
+            f"{self.spec}: another writer held the lock of {key!r} for over "
+            f"{ADVISORY_WAIT_SECONDS:g} s (a process stopped inside its write holds it "
+            "until resumed or ended); not waiting longer"
+        )
 
     def _lock_for_replace(self, tx: psycopg.Cursor[Any]) -> None:
         tx.execute(f"LOCK TABLE {self.qualified} IN SHARE ROW EXCLUSIVE MODE")
@@ -199,11 +251,32 @@ class PostgresDestination(SqlDestination["psycopg.Connection[Any]"]):
         stamped write in the schema, and it never blocks readers. ``SET TRANSACTION`` first
         (it must be the transaction's first statement): under REPEATABLE READ the snapshot
         would be taken before the wait, and the SELECT would miss the record.
-        A hash collision only serialises two unrelated writers.
+        A hash collision only serialises two unrelated writers. The wait is bounded (see
+        :meth:`_advisory`).
+
+        The same round trip sets, for the rest of the write's transaction, the settings the
+        fingerprint's COPY reads values back with (``_COPY_SETTINGS``; the write's own
+        statements send and read nothing these change), so the commit record's fingerprint
+        needs no savepoint or settings of its own. One simple-protocol query of several
+        statements: each is a round trip otherwise, and a small write is mostly round trips.
         """
-        tx.execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
-        self._advisory(tx, f"{COMMITS_TABLE}|{self.table_label}|{stamp.fence_key}",
-                       bounded=True)
+        from psycopg import sql
+
+        statements = sql.SQL("; ").join([
+            sql.SQL("SET TRANSACTION ISOLATION LEVEL READ COMMITTED"),
+            sql.SQL("SET LOCAL lock_timeout = {}").format(
+                sql.Literal(f"{int(ADVISORY_WAIT_SECONDS * 1000)}ms")),
+            sql.SQL("SELECT pg_advisory_xact_lock(hashtextextended({}, 0))").format(
+                sql.Literal(f"{COMMITS_TABLE}|{self.table_label}|{stamp.fence_key}")),
+            sql.SQL("SET LOCAL lock_timeout TO DEFAULT"),
+            _settings_sql(),
+        ])
+        try:
+            tx.execute(statements, prepare=False)
+        except psycopg.errors.LockNotAvailable:
+            raise self._held_too_long(f"{COMMITS_TABLE}|{self.table_label}|{stamp.fence_key}"
+                                      ) from None
+        self._copy_settings_in_write = True
 
     def _lock_claim(self, tx: psycopg.Cursor[Any]) -> None:
         """Writers of different slices hold different fence locks: two ledgers' first writes
@@ -232,9 +305,12 @@ class PostgresDestination(SqlDestination["psycopg.Connection[Any]"]):
         """keep_previous: writers of one table queue here (side tables, version numbers)."""
         self._advisory(tx, f"{self.qualified}|keep_previous")
 
+    def _in_schema(self, name: str) -> str:
+        """``name`` quoted and qualified by the destination's schema (``public`` by default)."""
+        return f"{self.dialect.quote(self.schema_name or 'public')}.{self.dialect.quote(name)}"
+
     def _table_exists(self, name: str) -> bool:
-        qualified = f"{self.dialect.quote(self.schema_name or 'public')}.{self.dialect.quote(name)}"
-        ((found,),) = self._query("SELECT to_regclass(%s) IS NOT NULL", [qualified])
+        ((found,),) = self._query("SELECT to_regclass(%s) IS NOT NULL", [self._in_schema(name)])
         return bool(found)
 
     def _commits_table_exists(self) -> bool:
@@ -310,9 +386,11 @@ class PostgresDestination(SqlDestination["psycopg.Connection[Any]"]):
         reader as they stream in (no Python per value): the ``twice-fp-v3`` hash runs on these
         batches (see fingerprint_sums). Each value travels as text that Arrow reads back
         exactly, whatever the session's settings: dates as days since 1970-01-01, timestamps
-        in ISO style (timestamptz at UTC), float8 with 17 significant digits, UTF-8; those
-        settings are set for the COPY only (and restored, inside a write's transaction).
-        Inside a write it runs in that transaction (a savepoint), so it sees its rows."""
+        in ISO style (timestamptz at UTC), float8 with 17 significant digits, UTF-8. Those
+        settings hold for one transaction only: a stamped write's, where the fence set them
+        (see :meth:`_lock_fence`); the COPY's own, outside any; or a savepoint that sets and
+        restores them inside another transaction. Inside a write it runs in that
+        transaction, so it sees its rows."""
         conn = self.connection
         q = self.dialect.quote
         exprs, types = [], {}
@@ -322,30 +400,53 @@ class PostgresDestination(SqlDestination["psycopg.Connection[Any]"]):
         sql = f"COPY (SELECT {', '.join(exprs)} FROM {self.qualified} WHERE {where}) " \
               "TO STDOUT (FORMAT csv)"
         names = [n for n, _ in typed]
-        with conn.transaction(), conn.cursor() as cur:
+        if self._copy_settings_in_write:  # set for the whole write by _lock_fence
+            with conn.cursor() as cur:
+                yield from self._copy_batches(cur, sql, params, names, types, typed)
+            return
+        if conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+            # a transaction of its own: the settings end with it
+            with conn.transaction(), conn.cursor() as cur:
+                cur.execute(_settings_sql(), prepare=False)
+                yield from self._copy_batches(cur, sql, params, names, types, typed)
+            return
+        with conn.transaction(), conn.cursor() as cur:  # a savepoint in a transaction
             cur.execute("SELECT " + ", ".join(
                 f"current_setting('{n}')" for n in _COPY_SETTINGS))
             saved = cur.fetchone()
             assert saved is not None
-            cur.execute("SELECT " + ", ".join(
-                f"set_config('{n}', '{v}', true)" for n, v in _COPY_SETTINGS.items()))
+            cur.execute(_settings_sql(), prepare=False)
             try:
-                with cur.copy(sql, list(params) or None) as copy:
-                    reader = _open_copy_csv(copy, names, types)
-                    if reader is None:  # no rows
-                        return
-                    try:
-                        for batch in reader:
-                            yield _from_copy(batch, typed)
-                    except pa.ArrowInvalid as exc:
-                        raise DestinationError(
-                            f"{self.spec}: a value could not be read back exactly for the "
-                            f"fingerprint ({exc})") from None
+                yield from self._copy_batches(cur, sql, params, names, types, typed)
             finally:
                 if not conn.closed and conn.info.transaction_status != \
                         psycopg.pq.TransactionStatus.INERROR:
                     cur.execute("SELECT " + ", ".join(
                         f"set_config('{n}', %s, true)" for n in _COPY_SETTINGS), list(saved))
+
+    def _copy_batches(self, cur: psycopg.Cursor[Any], sql: str, params: Sequence[Any],
+                      names: list[str], types: dict[str, pa.DataType],
+                      typed: Sequence[tuple[str, ColumnType]]) -> Iterator[pa.RecordBatch]:
+        with cur.copy(sql, list(params) or None) as copy:
+            reader = _open_copy_csv(copy, names, types)
+            if reader is None:  # no rows
+                return
+            try:
+                for batch in reader:
+                    yield _from_copy(batch, typed)
+            except pa.ArrowInvalid as exc:
+                raise DestinationError(
+                    f"{self.spec}: a value could not be read back exactly for the "
+                    f"fingerprint ({exc})") from None
+
+
+def _settings_sql() -> psycopg.sql.Composed:
+    """``set_config`` of ``_COPY_SETTINGS`` for the current transaction only."""
+    from psycopg import sql
+
+    return sql.SQL("SELECT ") + sql.SQL(", ").join(
+        sql.SQL("set_config({}, {}, true)").format(sql.Literal(n), sql.Literal(v))
+        for n, v in _COPY_SETTINGS.items())
 
 
 # How each kind travels in the fingerprint's COPY (see _fingerprint_batches), and as what

@@ -238,8 +238,9 @@ class AttemptRunner(Phase):
         if isinstance(report.error, AcceptanceFailed) and refused is not None:
             check = self.check.refused_before_landing(number, report.error, detail)
         elif job_succeeded:
-            check = self.check.check_output(number, report.value, detail,
-                                       commit=written, generation=record.generation)
+            check = self.check.check_output(
+                number, report.value, detail, commit=written, generation=record.generation,
+                schema=getattr(report.written, "schema", None))
             if check.rejected is not None:
                 report = replace(report, ending="permanent", error=check.rejected)
         if report.ending == "unknown":

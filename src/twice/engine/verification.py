@@ -256,15 +256,27 @@ class MeasuredPartition:
 
 
 def measure_partition(task: Task, interval: Interval, *,
-                      commit: CommitRecord | None = None) -> MeasuredPartition:
+                      commit: CommitRecord | None = None,
+                      schema: Schema | None = None) -> MeasuredPartition:
     """Read the destination (never the ledger): its schema, and the slice's fingerprint.
 
     ``commit`` is the write's commit record: its fingerprint (taken inside the write
-    transaction) is used when it covers the same slice, so nothing is scanned twice.
+    transaction) is used when it covers the same slice, so nothing is scanned twice; with
+    ``schema``, the columns that fingerprint read (``WriteResult.schema``), the destination
+    is not opened at all.
     """
     from twice.destinations import open_destination
+    from twice.destinations.base import DestinationSpec
     from twice.destinations.fingerprint import Fingerprint, fingerprint
 
+    if commit is not None and schema is not None and commit.algorithm != "none" and (
+        (commit.slice == "all rows")
+        == (DestinationSpec.parse(task.destination).partition_column is None)
+    ):
+        current = Fingerprint(commit.row_count, commit.checksum, tuple(commit.columns),
+                              commit.algorithm)
+        return MeasuredPartition(partition_key(interval), schema_signature(schema), current,
+                                 "commit record")
     dest = open_destination(task.destination)
     try:
         signature = schema_signature(dest.schema())

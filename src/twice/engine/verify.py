@@ -29,6 +29,7 @@ from twice.engine.verification import (
 )
 
 if TYPE_CHECKING:
+    from twice.destinations.columns import Schema
     from twice.ledger import AttemptRecord
 
 
@@ -78,6 +79,7 @@ class OutputCheck(Phase):
     def check_output(
         self, number: int, returned: Any, detail: dict[str, Any], *,
         commit: CommitRecord | None = None, generation: int | None = None,
+        schema: Schema | None = None,
     ) -> Check:
         """The validate-output step's reads (``twice.engine.verification``): acceptance
         criteria, then the slice's fingerprint (from the commit record when twice owned the
@@ -115,14 +117,15 @@ class OutputCheck(Phase):
                                        self.acceptance, assertions=assertions))
             return Check()
         if commit is None:
-            commit = self.commit_record(number, generation)
+            commit, schema = self.commit_record(number, generation), None
         superseded = self._superseded(commit)
         if superseded is not None:
             detail["superseded"] = superseded
             self.notes.append(superseded)
             return Check()  # its write happened; the slot already holds a newer writer's rows
         try:
-            measured = measure_partition(self.task, self.unit.interval, commit=commit)
+            measured = measure_partition(self.task, self.unit.interval, commit=commit,
+                                         schema=schema)
         except Exception as exc:
             mask_error(exc)
             detail["output_check"] = f"{type(exc).__name__}: {exc}"

@@ -1,0 +1,402 @@
+"""The whole unit of work: twice's overhead per unit for a 10-row owned write (issue 38).
+
+    python bench/bench_unit.py [--units 200] [--slow-units 20] [--postgres URL]
+
+For each configuration (ledger + destination):
+
+* ``sqlite``: SQLite ledger, SQLite destination (files in a scratch directory);
+* ``duckdb``: SQLite ledger, DuckDB destination;
+* ``postgresql``: PostgreSQL ledger and destination, in a scratch database created on the
+  server at ``--postgres`` (default ``$TWICE_TEST_POSTGRES_URL``) and dropped afterwards;
+
+it runs ``--units`` daily units of a task returning 10 rows (``write="replace"``, the owned
+write: commit record, fencing, fingerprint, verification) through ``twice.Executor.run`` with one
+worker, and ``--slow-units`` units of the same task sleeping 0.2 s first (I/O-bound). Overhead
+per unit is wall time per unit minus the task's own time; the CPU time per unit of the
+process is printed beside it.
+
+The floor is a bare script in the same run issuing the same durable transactions per unit with
+the raw driver and no twice code: the ledger's claim (the unit, its lease, the attempt's start),
+the destination's write (delete the slice, insert the rows, insert a commit record, commit),
+and the ledger's end (the attempt's end, the observation, the fingerprint, the lease released).
+On DuckDB the floor is printed twice: opening the file for each unit, as twice does (DuckDB lets
+one process at a time open a file, and the task's own reads need it between units), and with
+one connection held for the whole run.
+
+Nothing is asserted: the output is a table to read. Wall clock, one run each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sqlite3
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import date, timedelta
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_ledger import scratch_databases
+
+from twice import Pipeline, Schedule, TaskContext
+from twice.engine.executor import Executor
+from twice.ledger import Ledger
+
+FIRST_DAY = date(2024, 1, 1)
+ROWS = 10
+SLOW_SECONDS = 0.2
+WARM_UNITS = 3
+Results = dict[str, float | None]
+
+
+def ten_rows(day: date) -> pa.Table:
+    return pa.table({"day": pa.array([day] * ROWS, pa.date32()),
+                     "v": pa.array(range(ROWS), pa.int64())})
+
+
+def unit_pipeline(destination: str, sleep: float) -> Pipeline:
+    pipeline = Pipeline("bench_unit", schedule=Schedule.daily("UTC"))
+
+    @pipeline.task(destination=destination, write="replace", safe_repeat=True)
+    def load(ctx: TaskContext) -> pa.Table:
+        """Ten rows of the day (after ``sleep`` seconds of pretend I/O)."""
+        if sleep:
+            time.sleep(sleep)
+        return ten_rows(ctx.interval.start.date())
+
+    return pipeline
+
+
+def run_twice(ledger_url: str, destination: str, units: int, sleep: float
+              ) -> tuple[float, float]:
+    """(wall seconds, CPU seconds) per unit of ``units`` units after a warm-up."""
+    pipeline = unit_pipeline(destination, sleep)
+    spans = pipeline.schedule.intervals(FIRST_DAY, FIRST_DAY + timedelta(days=units + WARM_UNITS))
+    with Ledger.open(ledger_url) as ledger:
+        executor = Executor(pipeline, ledger, max_workers=1)
+        if not executor.run(spans[:WARM_UNITS]).ok:
+            raise RuntimeError("warm-up units did not succeed")
+        wall, cpu = time.perf_counter(), time.process_time()
+        result = executor.run(spans[WARM_UNITS:])
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        if not result.ok:
+            raise RuntimeError(f"units did not succeed: {result.counts()}")
+    return wall / units, cpu / units
+
+
+# -- the floor: the same transactions from a bare script ------------------------------------
+
+LEDGER_DDL = [
+    "CREATE TABLE units (uow_id TEXT PRIMARY KEY, pipeline TEXT, task TEXT, start TEXT)",
+    "CREATE TABLE leases (uow_id TEXT PRIMARY KEY, holder TEXT, token BIGINT, expires TEXT, "
+    "released TEXT)",
+    "CREATE TABLE events (seq BIGINT, uow_id TEXT, kind TEXT, at TEXT, data TEXT)",
+    "CREATE INDEX events_uow ON events (uow_id, seq)",
+    "CREATE TABLE observations (uow_id TEXT, attempt INT, state TEXT, source TEXT, at TEXT)",
+    "CREATE TABLE fingerprints (destination TEXT, part TEXT, version INT, row_count BIGINT, "
+    "checksum TEXT)",
+    "CREATE INDEX fingerprints_part ON fingerprints (destination, part, version)",
+]
+DEST_DDL = [
+    "CREATE TABLE out (day DATE, v BIGINT)",
+    "CREATE TABLE commits (table_name TEXT, slice TEXT, uow_id TEXT, token BIGINT, "
+    "row_count BIGINT, checksum TEXT, committed_at TEXT)",
+    "CREATE INDEX commits_fence ON commits (table_name, slice, token)",
+]
+NOW = "2024-01-01T00:00:00+00:00"
+
+
+def ledger_claim(execute: Callable[..., Any], p: str, i: int) -> None:
+    uow = f"bench_unit.load.{i}"
+    execute(f"INSERT INTO units VALUES ({p}, 'bench_unit', 'load', {p})", (uow, NOW))
+    execute(f"INSERT INTO leases VALUES ({p}, 'bench', {p}, {p}, NULL)", (uow, i, NOW))
+    execute(f"INSERT INTO events VALUES ({p}, {p}, 'attempt-started', {p}, {p})",
+            (2 * i, uow, NOW, '{"attempt": 1, "holder": "bench"}'))
+
+
+def ledger_end(execute: Callable[..., Any], p: str, i: int) -> None:
+    uow = f"bench_unit.load.{i}"
+    execute(f"INSERT INTO events VALUES ({p}, {p}, 'attempt-ended', {p}, {p})",
+            (2 * i + 1, uow, NOW, '{"attempt": 1, "outcome": "succeeded"}'))
+    execute(f"INSERT INTO observations VALUES ({p}, 1, 'succeeded', 'executor', {p})", (uow, NOW))
+    execute(f"INSERT INTO fingerprints VALUES ('out', {p}, 1, {ROWS}, 'abc')", (uow,))
+    execute(f"UPDATE leases SET released = {p} WHERE uow_id = {p}", (NOW, uow))
+
+
+def floor_sqlite(workdir: Path, units: int) -> float:
+    """SQLite ledger (WAL, synchronous FULL, as twice's) and SQLite destination file (opened
+    per unit, as twice opens it), each transaction committed."""
+    ledger = sqlite3.connect(workdir / "floor-ledger.db", isolation_level=None)
+    ledger.execute("PRAGMA journal_mode = WAL")
+    ledger.execute("PRAGMA synchronous = FULL")
+    for ddl in LEDGER_DDL:
+        ledger.execute(ddl)
+    dest_path = workdir / "floor-dest.db"
+    with sqlite3.connect(dest_path) as dest:
+        for ddl in DEST_DDL:
+            dest.execute(ddl)
+    rows = [(str(FIRST_DAY), v) for v in range(ROWS)]
+
+    def one(i: int) -> None:
+        ledger.execute("BEGIN IMMEDIATE")
+        ledger_claim(ledger.execute, "?", i)
+        ledger.execute("COMMIT")
+        dest = sqlite3.connect(dest_path, isolation_level=None)
+        dest.execute("BEGIN IMMEDIATE")
+        dest.execute("DELETE FROM out WHERE day = ?", (str(FIRST_DAY),))
+        dest.executemany("INSERT INTO out VALUES (?, ?)", rows)
+        dest.execute("INSERT INTO commits VALUES ('out', ?, ?, ?, ?, 'abc', ?)",
+                     (str(FIRST_DAY), f"u{i}", i, ROWS, NOW))
+        dest.execute("COMMIT")
+        dest.close()
+        ledger.execute("BEGIN IMMEDIATE")
+        ledger_end(ledger.execute, "?", i)
+        ledger.execute("COMMIT")
+
+    try:
+        return per_unit(one, units)
+    finally:
+        ledger.close()
+
+
+def floor_duckdb(workdir: Path, units: int, *, reopen: bool) -> float:
+    """SQLite ledger as above; DuckDB destination opened per unit (``reopen``) or held."""
+    import duckdb
+
+    ledger = sqlite3.connect(workdir / f"floor-ledger-duck-{reopen}.db", isolation_level=None)
+    ledger.execute("PRAGMA journal_mode = WAL")
+    ledger.execute("PRAGMA synchronous = FULL")
+    for ddl in LEDGER_DDL:
+        ledger.execute(ddl)
+    path = str(workdir / f"floor-{reopen}.duckdb")
+    held = duckdb.connect(path)
+    for ddl in DEST_DDL:
+        held.execute(ddl)
+    if reopen:
+        held.close()
+    table = ten_rows(FIRST_DAY)
+
+    def one(i: int) -> None:
+        ledger.execute("BEGIN IMMEDIATE")
+        ledger_claim(ledger.execute, "?", i)
+        ledger.execute("COMMIT")
+        dest = duckdb.connect(path) if reopen else held
+        dest.execute("BEGIN TRANSACTION")
+        dest.execute("DELETE FROM out WHERE day = ?", [FIRST_DAY])
+        dest.register("incoming", table)
+        dest.execute("INSERT INTO out SELECT * FROM incoming")
+        dest.unregister("incoming")
+        dest.execute("INSERT INTO commits VALUES ('out', ?, ?, ?, ?, 'abc', ?)",
+                     [str(FIRST_DAY), f"u{i}", i, ROWS, NOW])
+        dest.execute("COMMIT")
+        if reopen:
+            dest.close()
+        ledger.execute("BEGIN IMMEDIATE")
+        ledger_end(ledger.execute, "?", i)
+        ledger.execute("COMMIT")
+
+    try:
+        return per_unit(one, units)
+    finally:
+        ledger.close()
+        if not reopen:
+            held.close()
+
+
+def floor_postgres(url: str, units: int) -> float:
+    """PostgreSQL ledger and destination (one database, two held connections), each
+    transaction committed; the rows by COPY, as twice sends them."""
+    import psycopg
+
+    ledger = psycopg.connect(url, autocommit=True)
+    dest = psycopg.connect(url, autocommit=True)
+    for ddl in LEDGER_DDL + DEST_DDL:
+        ledger.execute(ddl)
+    rows = [(FIRST_DAY, v) for v in range(ROWS)]
+
+    def one(i: int) -> None:
+        with ledger.transaction():
+            ledger_claim(ledger.execute, "%s", i)
+        with dest.transaction(), dest.cursor() as cur:
+            cur.execute("DELETE FROM out WHERE day = %s", (FIRST_DAY,))
+            with cur.copy("COPY out (day, v) FROM STDIN") as copy:
+                for row in rows:
+                    copy.write_row(row)
+            cur.execute("INSERT INTO commits VALUES ('out', %s, %s, %s, %s, 'abc', %s)",
+                        (str(FIRST_DAY), f"u{i}", i, ROWS, NOW))
+        with ledger.transaction():
+            ledger_end(ledger.execute, "%s", i)
+
+    try:
+        return per_unit(one, units)
+    finally:
+        ledger.close()
+        dest.close()
+
+
+def per_unit(one: Callable[[int], None], units: int) -> float:
+    for i in range(WARM_UNITS):
+        one(-1 - i)
+    began = time.perf_counter()
+    for i in range(units):
+        one(i)
+    return (time.perf_counter() - began) / units
+
+
+# -- the configurations ----------------------------------------------------------------------
+
+def measure(ledger_url: Callable[[str], str], destination: Callable[[str], str],
+            floor: Callable[[], float], args: argparse.Namespace) -> Results:
+    results: Results = {}
+    wall, cpu = run_twice(ledger_url("noop"), destination("noop"), args.units, 0.0)
+    results["twice, no-op task: per unit"] = wall
+    results["twice, no-op task: CPU per unit"] = cpu
+    if args.slow_units:
+        wall, cpu = run_twice(ledger_url("slow"), destination("slow"), args.slow_units,
+                              SLOW_SECONDS)
+        results["twice, 0.2 s task: overhead per unit"] = wall - SLOW_SECONDS
+        results["twice, 0.2 s task: CPU per unit"] = cpu
+    else:
+        results["twice, 0.2 s task: overhead per unit"] = None
+        results["twice, 0.2 s task: CPU per unit"] = None
+    results["floor: same transactions, bare script"] = floor()
+    return results
+
+
+def bench_sqlite(workdir: Path, args: argparse.Namespace) -> Results:
+    return measure(lambda n: f"sqlite:///{workdir / ('ledger-' + n + '.db')}",
+                   lambda n: f"sqlite://{workdir / ('out-' + n + '.db')}?partition_column=day#out",
+                   lambda: floor_sqlite(workdir, args.units), args)
+
+
+def bench_duckdb(workdir: Path, args: argparse.Namespace) -> Results:
+    results = measure(
+        lambda n: f"sqlite:///{workdir / ('dledger-' + n + '.db')}",
+        lambda n: f"duckdb://{workdir / ('out-' + n + '.duckdb')}?partition_column=day#out",
+        lambda: floor_duckdb(workdir, args.units, reopen=True), args)
+    results[HELD] = floor_duckdb(workdir, args.units, reopen=False)
+    return results
+
+
+HELD = "floor, DuckDB file held for the run"
+
+
+def bench_postgres(args: argparse.Namespace) -> Results:
+    with scratch_databases(args.postgres) as url:
+        made: dict[str, str] = {}
+
+        def database(name: str) -> str:
+            if name not in made:
+                made[name] = url("unit_" + name)
+            return made[name]
+
+        return measure(database,
+                       lambda n: f"{database(n)}?partition_column=day#public.out",
+                       lambda: floor_postgres(database("floor"), args.units), args)
+
+
+GOALS = {"sqlite": 0.008, "duckdb": 0.008, "postgresql": 0.015}
+
+
+def report(args: argparse.Namespace, columns: dict[str, Results | str]) -> None:
+    names = list(columns)
+    width = 46
+    print(f"\nunit benchmark: {args.units} no-op units and {args.slow_units} units of a "
+          f"{SLOW_SECONDS:g} s task, each a {ROWS}-row owned write; milliseconds per unit "
+          "(wall clock, one run)\n")
+    print("".ljust(width) + "".join(n.rjust(14) for n in names))
+    measures: list[str] = []
+    for column in columns.values():
+        if isinstance(column, dict):
+            measures += [m for m in column if m not in measures]
+    for measure_name in measures:
+        cells = []
+        for n in names:
+            column = columns[n]
+            value = None if isinstance(column, str) else column.get(measure_name)
+            text = "skipped" if isinstance(column, str) else (
+                "n/a" if value is None else f"{value * 1000:.2f}")
+            cells.append(text.rjust(14))
+        print(measure_name.ljust(width) + "".join(cells))
+    print("\nratios and goals\n")
+    rows = [
+        ("no-op unit / floor (goal <= 3x, or the ms goal)", "twice, no-op task: per unit",
+         "floor: same transactions, bare script"),
+        ("0.2 s task overhead / floor", "twice, 0.2 s task: overhead per unit",
+         "floor: same transactions, bare script"),
+    ]
+    for label, top, bottom in rows:
+        cells = []
+        for n in names:
+            column = columns[n]
+            a = b = None
+            if isinstance(column, dict):
+                a, b = column.get(top), column.get(bottom)
+            cells.append(("n/a" if a is None or not b else f"{a / b:.1f}x").rjust(14))
+        print(label.ljust(width) + "".join(cells))
+    cells = []
+    for n in names:
+        column = columns[n]
+        if isinstance(column, str):
+            cells.append("skipped".rjust(14))
+            continue
+        value = column.get("twice, no-op task: per unit")
+        floor = column.get("floor: same transactions, bare script")
+        goal = max(GOALS[n], 3 * floor) if floor else GOALS[n]
+        cells.append((f"{goal * 1000:.1f} " + ("met" if value and value <= goal else "not met")
+                      ).rjust(14))
+    print("goal (ms): max(ms goal, 3x floor)".ljust(width) + "".join(cells))
+    for n in names:
+        if isinstance(columns[n], str):
+            print(f"\n{n}: {columns[n]}")
+
+
+@contextmanager
+def scratch_dir() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="twice-bench-unit-"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--units", type=int, default=200)
+    parser.add_argument("--slow-units", type=int, default=20)
+    parser.add_argument("--postgres", default=os.environ.get("TWICE_TEST_POSTGRES_URL"),
+                        help="admin URL of a PostgreSQL server (scratch databases are created)")
+    parser.add_argument("--only", default="sqlite,duckdb,postgresql",
+                        help="comma-separated subset of sqlite, duckdb, postgresql")
+    args = parser.parse_args(argv)
+    if args.units < 1 or args.slow_units < 0:
+        parser.error("--units must be >= 1 and --slow-units >= 0")
+    chosen = [n.strip() for n in args.only.split(",") if n.strip()]
+    columns: dict[str, Results | str] = {}
+    with scratch_dir() as workdir:
+        if "sqlite" in chosen:
+            columns["sqlite"] = bench_sqlite(workdir, args)
+        if "duckdb" in chosen:
+            columns["duckdb"] = bench_duckdb(workdir, args)
+        if "postgresql" in chosen:
+            if not args.postgres:
+                columns["postgresql"] = "no --postgres URL and TWICE_TEST_POSTGRES_URL unset"
+            else:
+                try:
+                    columns["postgresql"] = bench_postgres(args)
+                except Exception as exc:  # report it, keep the other columns
+                    first = (str(exc).strip().splitlines() or [repr(exc)])[0]
+                    columns["postgresql"] = f"failed ({type(exc).__name__}): {first}"
+    report(args, columns)
+
+
+if __name__ == "__main__":
+    main()
