@@ -133,6 +133,32 @@ def test_a_new_nullable_column_is_added_under_accept_schema_change(
     assert "MISMATCH" in tampered.output and "column w" in tampered.output
 
 
+@pytest.mark.parametrize("engine", ["sqlite", "duckdb"])
+def test_twice_run_takes_accept_schema_change_too(engine: str, engines: Any,
+                                                  tmp_path: Path) -> None:
+    """The refusal names --accept-schema-change; ``twice run`` must offer it, as backfill
+    does, for a run of new intervals (no --force implied: a succeeded unit stays as it is)."""
+    spec = _spec(engines, engine)
+    path, ledger = tmp_path / "p.py", tmp_path / "l.db"
+    path.write_text(PIPELINE.format(spec=spec))
+    assert _backfill(path, ledger, OLD).exit_code == 0
+
+    def run(*extra: str) -> Any:
+        return CliRunner().invoke(cli, ["run", str(path), "--interval", "2024-01-03",
+                                        "--ledger", str(ledger), "--deadline", "none",
+                                        *extra], env={"WIDER": "1"})
+
+    refused = run()
+    assert refused.exit_code == 1, refused.output
+    assert "--accept-schema-change" in " ".join(refused.output.split())
+    accepted = run("--accept-schema-change")
+    assert accepted.exit_code == 0, accepted.output
+    rows = _rows(spec)
+    assert rows[("2024-01-03", 1)] == "a" and rows[("2024-01-01", 1)] is None
+    again = run("--accept-schema-change")  # already succeeded: not run again without --force
+    assert again.exit_code == 0 and "already succeeded" in " ".join(again.output.split())
+
+
 # ------------------------------------------------------------ the destination, stamp by stamp
 
 

@@ -49,6 +49,15 @@ _STYLE = {
 @options.force_option("Run units that already succeeded again (a new job generation each): "
                       "the named --tasks, or all; their dependents follow when their input "
                       "changed. Without it a succeeded unit is not run again.")
+@click.option("--accept-schema-change", is_flag=True,
+              help="Let this run's writes change their destination's schema: new nullable "
+              "columns in a task's output are added to its SQLite, DuckDB or PostgreSQL table "
+              "(ALTER TABLE ... ADD COLUMN, in the write's transaction; rows already there "
+              "hold NULL) and the new schema is recorded with the partition's fingerprint; "
+              "other changes (a type, a dropped or renamed column) are refused with the "
+              "statement to run. Units that already succeeded run again only with --force; "
+              "to rewrite a whole range in the new schema, use twice backfill "
+              "--accept-schema-change.")
 @options.seed_option()
 @options.deadline_option(
     "Override the pipeline's delivery deadline for this run (ISO-8601 instant with offset), "
@@ -66,7 +75,7 @@ _STYLE = {
 @exit_on_error("twice run")
 def run(pipeline_file: str, interval: str | None, start: str | None, end: str | None,
         tasks: str | None, ledger_url: str | None, concurrency: int | None,
-        max_workers: int | None, force: bool, seed: int | None,
+        max_workers: int | None, force: bool, accept_schema_change: bool, seed: int | None,
         deadline: str | None, lease_ttl: float, repeat: str | None, allow_open: bool,
         refresh_snapshots: bool, yes: bool, as_json: bool) -> None:
     """Run a pipeline for one interval or a range."""
@@ -94,7 +103,7 @@ def run(pipeline_file: str, interval: str | None, start: str | None, end: str | 
             rng=None if seed is None else random.Random(seed), repeat=inputs.repeat,
             lease_ttl=lease_ttl, allow_open=allow_open, refresh_snapshots=refresh_snapshots,
             force=(inputs.named or list(inputs.pipeline.tasks)) if force else (),
-            listeners=[*listeners, progress],
+            accept_schema_change=accept_schema_change, listeners=[*listeners, progress],
         )
         with run_failures(), lineage_run(listeners):
             try:

@@ -1044,7 +1044,7 @@ class SqlDestination(BaseDestination, ABC, Generic[ConnT]):
                 f"{self.spec}: the output has new column{'s' if len(added) > 1 else ''} "
                 f"{shown} that table {self.table_label} lacks, an additive schema change that "
                 "twice makes only when told to: rerun with --accept-schema-change (twice "
-                "backfill) and it "
+                "run or twice backfill) and it "
                 f"runs {statements} in the write's transaction (rows already in the table hold "
                 "NULL)" + ("" if owner is not None else "; this write is no twice run's (it has "
                            "no write stamp): run that statement yourself first"), added=added,
