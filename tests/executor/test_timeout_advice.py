@@ -17,12 +17,14 @@ from twice.engine.timeout_advice import timeout_advice
 from twice.ledger import Ledger
 
 
-def _pipeline(clock: ManualClock, timeout: float, takes: float) -> Pipeline:
+def _pipeline(clock: ManualClock, timeout: float, takes: float | list[float]) -> Pipeline:
     pipeline = Pipeline("queries", schedule=Schedule.daily("UTC"))
+    durations = list(takes) if isinstance(takes, list) else None
 
     @pipeline.task(timeout=timeout, safe_repeat=True)
     def query(ctx: TaskContext) -> None:
-        clock.advance(takes)  # the query's measured duration
+        # the query's measured duration (one of ``takes`` per run, in order, when a list)
+        clock.advance(durations.pop(0) if durations else takes)  # type: ignore[arg-type]
 
     return pipeline
 
@@ -44,6 +46,7 @@ def test_an_hour_for_a_two_minute_query_is_called_out(tmp_path: Path) -> None:
     _run_days(pipeline, ledger, clock, 1, first=2)
     [advice] = timeout_advice(pipeline, ledger)
     assert advice.startswith("task 'query': timeout 1 h is 30x its typical attempt (2 min")
+    assert advice.endswith("a timeout near 6 min (3x the median) would detect it sooner")
     assert "a hung attempt is detected only after 1 h" in advice
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -58,3 +61,24 @@ def test_a_timeout_that_fits_its_attempts_is_not(tmp_path: Path) -> None:
     pipeline = _pipeline(clock, timeout=600, takes=120)
     _run_days(pipeline, ledger, clock, 4)
     assert timeout_advice(pipeline, ledger) == []
+
+
+def test_the_suggestion_leaves_room_for_the_slowest_success(tmp_path: Path) -> None:
+    """A median says what is typical; a suggestion three times it would cut off the slow
+    month-end run that succeeded. The suggestion covers the slowest (1.5x), and says so."""
+    clock = ManualClock()
+    ledger = Ledger.open(f"sqlite:///{tmp_path / 'ledger.db'}", clock=clock)
+    pipeline = _pipeline(clock, timeout=3 * 3600, takes=[120, 120, 1800, 120])
+    _run_days(pipeline, ledger, clock, 4)
+    [advice] = timeout_advice(pipeline, ledger)
+    assert "(2 min, the median of its last 4 that succeeded; the slowest took 30 min)" in advice
+    assert advice.endswith("a timeout near 45 min (1.5x the slowest) would detect it sooner")
+
+
+def test_a_timeout_that_just_covers_the_slowest_success_is_not_called_out(
+        tmp_path: Path) -> None:
+    clock = ManualClock()
+    ledger = Ledger.open(f"sqlite:///{tmp_path / 'ledger.db'}", clock=clock)
+    pipeline = _pipeline(clock, timeout=3600, takes=[120, 120, 2700, 120])
+    _run_days(pipeline, ledger, clock, 4)
+    assert timeout_advice(pipeline, ledger) == []  # 1.5 x 45 min is above the hour

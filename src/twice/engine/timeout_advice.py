@@ -7,6 +7,12 @@ usually finishes in two minutes only delays failure detection". Validation canno
 ``MIN_SAMPLES`` times, a timeout more than ``FACTOR`` times its median attempt (and more than
 ``MIN_EXCESS_SECONDS`` above it) is called out, with a suggestion. Advice, never a refusal:
 the timeout may cover a known slow case the recent attempts did not meet.
+
+The median says what is typical, so it decides whether the timeout is far above it; the
+suggestion must not cut off the slow attempts that succeeded, so it is the longer of
+``SUGGESTED_FACTOR`` times the median and ``SLOWEST_MARGIN`` times the slowest (a p95 of a
+handful of samples is the slowest anyway). When that suggestion is not well below the timeout
+(``MIN_EXCESS_SECONDS``), the timeout already fits the slow case and nothing is said.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ FACTOR = TIMEOUT_FACTOR
 MIN_EXCESS_SECONDS = TIMEOUT_MIN_EXCESS_SECONDS
 RECENT_UNITS = 20  # the durations of the task's latest units only: the task changes
 SUGGESTED_FACTOR = SUGGESTED_TIMEOUT_FACTOR
+SLOWEST_MARGIN = 1.5  # a suggested timeout leaves the slowest success this much room
 
 
 def timeout_advice(pipeline: Pipeline, ledger: Ledger) -> list[str]:
@@ -44,15 +51,21 @@ def timeout_advice(pipeline: Pipeline, ledger: Ledger) -> list[str]:
         durations = _measured(ledger, pipeline.name, task.name)
         if len(durations) < MIN_SAMPLES:
             continue
-        typical = statistics.median(durations)
-        if not timeout_far_above(task.timeout, typical):
+        typical, slowest = statistics.median(durations), max(durations)
+        suggested = max(SUGGESTED_FACTOR * typical, SLOWEST_MARGIN * slowest)
+        if not timeout_far_above(task.timeout, typical) or (
+            task.timeout - suggested <= MIN_EXCESS_SECONDS
+        ):
             continue
+        basis = (f"{SUGGESTED_FACTOR:g}x the median" if suggested > SLOWEST_MARGIN * slowest
+                 else f"{SLOWEST_MARGIN:g}x the slowest")
         found.append(
             f"task {task.name!r}: timeout {spoken(task.timeout)} is "
             f"{task.timeout / typical:.0f}x its typical attempt ({spoken(typical)}, the "
-            f"median of its last {len(durations)} that succeeded): a hung attempt is detected "
-            f"only after {spoken(task.timeout)}, holding its slots meanwhile; a timeout near "
-            f"{spoken(SUGGESTED_FACTOR * typical)} would detect it sooner"
+            f"median of its last {len(durations)} that succeeded; the slowest took "
+            f"{spoken(slowest)}): a hung attempt is detected only after "
+            f"{spoken(task.timeout)}, holding its slots meanwhile; a timeout near "
+            f"{spoken(suggested)} ({basis}) would detect it sooner"
         )
     return found
 
