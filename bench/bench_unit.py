@@ -11,7 +11,8 @@ For each configuration (ledger + destination):
 
 it runs ``--units`` daily units of a task returning 10 rows (``write="replace"``, the owned
 write: commit record, fencing, fingerprint, verification) through ``twice.Executor.run`` with one
-worker, and ``--slow-units`` units of the same task sleeping 0.2 s first (I/O-bound). Overhead
+worker, and ``--slow-units`` units of the same task sleeping 0.2 s first (I/O-bound); then the
+no-op units again through the backfill driver (``run_backfill``) and a ``Worker``. Overhead
 per unit is wall time per unit minus the task's own time; the CPU time per unit of the
 process is printed beside it.
 
@@ -47,6 +48,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_ledger import scratch_databases
 
 from twice import Pipeline, Schedule, TaskContext
+from twice.drivers.backfill import run_backfill
+from twice.drivers.worker import Worker
 from twice.engine.executor import Executor
 from twice.ledger import Ledger
 
@@ -75,20 +78,31 @@ def unit_pipeline(destination: str, sleep: float) -> Pipeline:
     return pipeline
 
 
-def run_twice(ledger_url: str, destination: str, units: int, sleep: float
-              ) -> tuple[float, float]:
-    """(wall seconds, CPU seconds) per unit of ``units`` units after a warm-up."""
+DRIVERS = ("run", "backfill", "worker")
+
+
+def run_twice(ledger_url: str, destination: str, units: int, sleep: float,
+              driver: str = "run", first: date = FIRST_DAY) -> tuple[float, float]:
+    """(wall seconds, CPU seconds) per unit of ``units`` units after a warm-up, through
+    ``driver``: ``Executor.run`` (``twice run``), ``run_backfill`` (``twice backfill``) or a
+    ``Worker`` (``twice worker``), each with one unit at a time."""
     pipeline = unit_pipeline(destination, sleep)
-    spans = pipeline.schedule.intervals(FIRST_DAY, FIRST_DAY + timedelta(days=units + WARM_UNITS))
+    spans = pipeline.schedule.intervals(first, first + timedelta(days=units + WARM_UNITS))
     with Ledger.open(ledger_url) as ledger:
-        executor = Executor(pipeline, ledger, max_workers=1)
-        if not executor.run(spans[:WARM_UNITS]).ok:
+        def drive(chosen: list[Any]) -> bool:
+            if driver == "backfill":
+                return bool(run_backfill(pipeline, ledger, chosen).ok)
+            if driver == "worker":
+                return bool(Worker(pipeline, ledger, chosen, poll=0.01).run().ok)
+            return bool(Executor(pipeline, ledger, max_workers=1).run(chosen).ok)
+
+        if not drive(spans[:WARM_UNITS]):
             raise RuntimeError("warm-up units did not succeed")
         wall, cpu = time.perf_counter(), time.process_time()
-        result = executor.run(spans[WARM_UNITS:])
+        ok = drive(spans[WARM_UNITS:])
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-        if not result.ok:
-            raise RuntimeError(f"units did not succeed: {result.counts()}")
+        if not ok:
+            raise RuntimeError(f"{driver}: units did not succeed")
     return wall / units, cpu / units
 
 
@@ -256,17 +270,23 @@ def per_unit(one: Callable[[int], None], units: int) -> float:
 def measure(ledger_url: Callable[[str], str], destination: Callable[[str], str],
             floor: Callable[[], float], args: argparse.Namespace) -> Results:
     results: Results = {}
-    wall, cpu = run_twice(ledger_url("noop"), destination("noop"), args.units, 0.0)
+    # one ledger and one table; each measure runs its own days (the units are all new)
+    ledger, table = ledger_url("twice"), destination("twice")
+    stride = timedelta(days=max(args.units, args.slow_units) + WARM_UNITS + 1)
+    wall, cpu = run_twice(ledger, table, args.units, 0.0)
     results["twice, no-op task: per unit"] = wall
     results["twice, no-op task: CPU per unit"] = cpu
     if args.slow_units:
-        wall, cpu = run_twice(ledger_url("slow"), destination("slow"), args.slow_units,
-                              SLOW_SECONDS)
+        wall, cpu = run_twice(ledger, table, args.slow_units, SLOW_SECONDS,
+                              first=FIRST_DAY + stride)
         results["twice, 0.2 s task: overhead per unit"] = wall - SLOW_SECONDS
         results["twice, 0.2 s task: CPU per unit"] = cpu
     else:
         results["twice, 0.2 s task: overhead per unit"] = None
         results["twice, 0.2 s task: CPU per unit"] = None
+    for n, driver in enumerate(DRIVERS[1:], start=2):
+        wall, _ = run_twice(ledger, table, args.units, 0.0, driver, first=FIRST_DAY + n * stride)
+        results[f"twice, no-op task, twice {driver}: per unit"] = wall
     results["floor: same transactions, bare script"] = floor()
     return results
 

@@ -38,8 +38,10 @@ BENCHMARKS: dict[str, tuple[str, list[str], list[str]]] = {
                     ["--rows", "5000", "--repeat", "1"]),
     "planning": ("bench_planning.py", ["--units", "100,10000,100000", "--repeat", "3"],
                  ["--units", "10,100", "--repeat", "1"]),
+    "unit": ("bench_unit.py", ["--units", "200", "--slow-units", "20"],
+             ["--units", "2", "--slow-units", "0"]),
 }
-POSTGRES_AWARE = {"ledger", "writers", "fingerprint"}
+POSTGRES_AWARE = {"ledger", "writers", "fingerprint", "unit"}
 
 
 def main(argv: list[str] | None = None) -> int:

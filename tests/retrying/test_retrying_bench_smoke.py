@@ -24,6 +24,8 @@ EXPECTED = {
                "backfill per interval", "Executor.run per interval"],
     "writers": ["raw bulk insert", "replace (rerun)", "upsert (update all)", "pandas to_sql",
                 "fingerprint / count(*)", "fingerprint at scale"],
+    "unit": ["twice, no-op task: per unit", "twice, no-op task, twice worker: per unit",
+             "floor: same transactions, bare script"],
 }
 
 
