@@ -8,15 +8,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import Select, func, select
+from sqlalchemy import Select, bindparam, func, select
 
 from twice.ledger import units
 from twice.ledger.checks import count, text
 from twice.ledger.engine import lock_key
 from twice.ledger.errors import LedgerError
 from twice.ledger.journal import append_entry
+from twice.ledger.prepared import prepare, rows_where, run
 from twice.ledger.records import FingerprintDiff, FingerprintRecord
-from twice.ledger.rows import FINGERPRINT, encode_names
+from twice.ledger.rows import FINGERPRINT, encode_names, first
 from twice.ledger.schema import fingerprints
 from twice.ledger.session import Session
 
@@ -52,12 +53,8 @@ class FingerprintStore:
             lock_key(conn, "fingerprint", f"{destination}\x1f{partition}")
             if uow_id is not None:
                 units.require(conn, uow_id, attempt=attempt)
-            latest = conn.execute(
-                select(func.max(fingerprints.c.version)).where(
-                    fingerprints.c.destination == destination,
-                    fingerprints.c.partition == partition,
-                )
-            ).scalar()
+            latest = run(conn, _NEWEST_VERSION,
+                         {"destination": destination, "partition": partition}).scalar()
             version = int(latest or 0) + 1
             row = append_entry(
                 conn, fingerprints,
@@ -78,9 +75,10 @@ class FingerprintStore:
         return self._all(_of(destination, partition).order_by(fingerprints.c.version))
 
     def latest(self, destination: str, partition: str) -> FingerprintRecord | None:
-        query = _of(destination, partition).order_by(fingerprints.c.version.desc()).limit(1)
-        found = self._all(query)
-        return found[0] if found else None
+        """Read once per unit's finish: a statement built once (``twice.ledger.prepared``)."""
+        with self._session.read() as conn:
+            return first(conn, _LATEST, FINGERPRINT,
+                         params={"destination": destination, "partition": partition})
 
     def latest_of_each(self, destination: str | None) -> list[FingerprintRecord]:
         newest = select(
@@ -117,6 +115,14 @@ class FingerprintStore:
     def _all(self, query: Select[tuple[object, ...]]) -> list[FingerprintRecord]:
         with self._session.read() as conn:
             return [FINGERPRINT(row) for row in conn.execute(query).mappings()]
+
+
+# the statements a unit's finish runs, built once (see twice.ledger.prepared)
+_LATEST = rows_where(fingerprints, "destination", "partition", order=("-version",), limit=1)
+_NEWEST_VERSION = prepare(select(func.max(fingerprints.c.version)).where(
+    fingerprints.c.destination == bindparam("destination"),
+    fingerprints.c.partition == bindparam("partition"),
+))
 
 
 def _of(destination: str, partition: str) -> Select[tuple[object, ...]]:
