@@ -38,8 +38,11 @@ BENCHMARKS: dict[str, tuple[str, list[str], list[str]]] = {
                     ["--rows", "5000", "--repeat", "1"]),
     "planning": ("bench_planning.py", ["--units", "100,10000,100000", "--repeat", "3"],
                  ["--units", "10,100", "--repeat", "1"]),
+    "workers": ("bench_workers.py", ["--units", "240", "--workers", "1,2,4,6,8",
+                                     "--sleeps", "0.05,0.2"],
+                ["--units", "2", "--workers", "2", "--sleeps", "0"]),
 }
-POSTGRES_AWARE = {"ledger", "writers", "fingerprint"}
+POSTGRES_AWARE = {"ledger", "writers", "fingerprint", "workers"}
 
 
 def main(argv: list[str] | None = None) -> int:

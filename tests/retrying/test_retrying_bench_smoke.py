@@ -24,6 +24,7 @@ EXPECTED = {
                "backfill per interval", "Executor.run per interval"],
     "writers": ["raw bulk insert", "replace (rerun)", "upsert (update all)", "pandas to_sql",
                 "fingerprint / count(*)", "fingerprint at scale"],
+    "workers": ["speedup", "conflicts", "extra", "cpu ms/unit"],
 }
 
 
