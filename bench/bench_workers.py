@@ -19,7 +19,9 @@ long its interpreters took to start on a busy machine. Per run it prints:
 * wall: from starting the processes to the last one's exit (interpreter start-up included);
 * run: from the "go" to the last process's exit (opening the ledger, choosing, claiming,
   running, recording, and the last ``--poll`` wait of workers with nothing left to take);
-* span: from the first task body's start to the last one's end;
+* span: from the first task body's start to the last one's end; to work: from the "go" to the
+  moment the last worker to start one began its first task body (opening the ledger, the
+  first claims, the first write's table creation);
 * ideal: units x task time / workers (the tasks' own time, nothing else);
 * units/s over the run; speedup: the first fleet size's run / this run, same task time, same
   invocation (span x and wall x: the same ratio on span and wall);
@@ -27,6 +29,9 @@ long its interpreters took to start on a busy machine. Per run it prints:
   ``lease_conflicts``; n/a for a twice that does not count them);
 * extra: task-body executions beyond one per unit, from the bodies' own log files (0 is the
   guarantee); missing: units never executed; ran/worker: units each worker ran (min-max);
+* lock waits s: session-seconds the fleet's database sessions spent waiting on a lock another
+  held (row, transaction, advisory), sampled every 20 ms from ``pg_stat_activity``: the
+  serialisation itself, whatever the machine's load;
 * cpu ms/unit: the worker processes' CPU time (user + system, start-up included) per unit:
   with the fleet's units/s it says how much of the machine's CPUs the workers need
   (PostgreSQL's own CPU is not counted).
@@ -44,6 +49,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from datetime import date, timedelta
@@ -56,8 +62,39 @@ PIPELINE = HERE / "worker_pipeline.py"
 FIRST_DAY = date(2025, 1, 1)
 TASKS = 4
 
-sys.path.insert(0, str(HERE))
+sys.path[:0] = [str(HERE), str(ROOT / "src")]  # the twice the workers run (ROOT/src)
 from bench_ledger import scratch_databases  # noqa: E402
+
+
+class LockWaits:
+    """Samples, every ``every`` seconds on a connection of its own, how many sessions of the
+    database wait on a lock (``pg_stat_activity.wait_event_type = 'Lock'``: a row, a
+    transaction id, an advisory lock, a relation); ``seconds`` is the sum of samples x
+    ``every``: session-seconds spent waiting on another session, the serialisation itself."""
+
+    def __init__(self, db: str, every: float = 0.02) -> None:
+        import psycopg
+
+        self.every, self.seconds = every, 0.0
+        self._conn = psycopg.connect(db, autocommit=True)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def __enter__(self) -> LockWaits:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._conn.close()
+
+    def _sample(self) -> None:
+        while not self._stop.wait(self.every):
+            (waiting,) = self._conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND wait_event_type = 'Lock'").fetchone() or (0,)
+            self.seconds += int(waiting) * self.every
 
 
 def run_fleet(db: str, workers: int, units: int, sleep: float, workdir: Path,
@@ -97,10 +134,11 @@ def run_fleet(db: str, workers: int, units: int, sleep: float, workdir: Path,
         if any(proc.poll() is not None for proc in procs):
             break  # one failed early: its report (or error) is read below
         time.sleep(0.01)
-    went = time.time()
-    go.touch()
-    outputs = [proc.communicate() for proc in procs]
-    ended = time.time()
+    with LockWaits(db) as waits:
+        went = time.time()
+        go.touch()
+        outputs = [proc.communicate() for proc in procs]
+        ended = time.time()
     wall, run = ended - began, ended - went
     cpu_after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (cpu_after.ru_utime - cpu_before.ru_utime) + (cpu_after.ru_stime - cpu_before.ru_stime)
@@ -116,12 +154,14 @@ def run_fleet(db: str, workers: int, units: int, sleep: float, workdir: Path,
                                f"{reports[-1]['counts']}")
     starts: Counter[tuple[str, str]] = Counter()
     first, last = float("inf"), 0.0
+    firsts: dict[str, float] = {}  # pid -> its first task start
     for log in side.glob("executions-*.log"):
         for line in log.read_text(encoding="utf-8").splitlines():
-            kind, task, day, _pid, at = line.split()
+            kind, task, day, pid, at = line.split()
             if kind == "start":
                 starts[(task, day)] += 1
                 first = min(first, float(at))
+                firsts[pid] = min(firsts.get(pid, float("inf")), float(at))
             else:
                 last = max(last, float(at))
     expected = tasks * days
@@ -134,11 +174,13 @@ def run_fleet(db: str, workers: int, units: int, sleep: float, workdir: Path,
         "missing": expected - len(starts),
         "wall": wall,
         "run": run,
+        "to_work": max(firsts.values()) - went if firsts else float("nan"),
         "span": last - first if starts else float("nan"),
         "conflicts": None if None in conflicts else sum(c for c in conflicts if c is not None),
         "ran": (min(ran), max(ran)),
         "passes": max(r["passes"] for r in reports),
         "cpu": cpu,
+        "lock_waits": waits.seconds,
     }
 
 
@@ -169,7 +211,7 @@ def main(argv: list[str] | None = None) -> None:
     header = (f"{'task s':>6} {'workers':>7} {'wall s':>7} {'run s':>7} {'span s':>7} "
               f"{'ideal s':>7} {'units/s':>7} {'speedup':>7} {'span x':>6} {'wall x':>6} "
               f"{'conflicts':>9} {'extra':>5} {'missing':>7} {'ran/worker':>10} "
-              f"{'cpu ms/unit':>11}")
+              f"{'cpu ms/unit':>11} {'to work s':>9} {'lock waits s':>12}")
     print(f"\n{header}", flush=True)
     if not args.postgres:
         print("\npostgresql: no --postgres URL and TWICE_TEST_POSTGRES_URL unset; skipped")
@@ -202,7 +244,8 @@ def main(argv: list[str] | None = None) -> None:
                             f"{times('span'):>6} {times('wall'):>6} {conflicts:>9} "
                             f"{got['extra']:>5} {got['missing']:>7} "
                             f"{got['ran'][0]:>4}-{got['ran'][1]:<5} "
-                            f"{got['cpu'] * 1000 / got['units']:>11.1f}")
+                            f"{got['cpu'] * 1000 / got['units']:>11.1f} "
+                            f"{got['to_work']:>9.2f} {got['lock_waits']:>12.2f}")
                         print(rows[-1], flush=True)
         except psycopg.OperationalError as exc:
             print(f"\npostgresql: unreachable: {str(exc).strip().splitlines()[0]}")

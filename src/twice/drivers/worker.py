@@ -27,7 +27,10 @@ executor a worker takes its claim intent (``Ledger.claim_intents``, PostgreSQL):
 worker is claiming at that instant is skipped for the next one instead of waited for (its
 claiming transaction holds the unit's rows until it commits), and looked at again on the next
 pass, when the executor decides even if the intent is still held (a stopped claimer must not
-keep its unit from a takeover). The lease, taken in the executor's claiming transaction, still
+keep its unit from a takeover). Two workers that went for the same unit were walking the list
+in step: the one that lost leaves up to ``SPREAD`` free units after it to others (chosen at
+random; they are looked at again on the next pass), so the fleet spreads over the list instead
+of colliding on each next unit. The lease, taken in the executor's claiming transaction, still
 decides who runs a unit; ``lease_conflicts`` counts the claims another worker won.
 
 Passes repeat (``poll`` seconds apart when nothing changed; ``CLAIM_WAIT`` when a unit was
@@ -47,6 +50,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import random
 import signal
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -188,6 +192,10 @@ GO = _Go()
 
 #: How many open units ahead a worker reads the state of at once (one read per run unit).
 READ_AHEAD = 32
+#: After losing a unit to another worker's claim, a worker leaves up to this many free units
+#: after it (chosen at random) to others and claims the next one: workers that went for the
+#: same unit were walking the list in step, and would collide again on each next unit.
+SPREAD = 8
 #: The wait before the next pass when a unit was skipped only because another worker was
 #: claiming it (a claim takes one ledger transaction): instead of ``poll``.
 CLAIM_WAIT = 0.05
@@ -261,6 +269,7 @@ class Worker:
         self.since = since
         self._stop = threading.Event()
         self.conflicts = 0  # see WorkerReport.lease_conflicts
+        self._spread = random.Random()
         self._stop_why: str | None = None
         self.executor = Executor(
             pipeline, ledger, holder=self.name, lease_ttl=lease_ttl, pool_ttl=pool_ttl,
@@ -335,6 +344,7 @@ class Worker:
             passes += 1
             progressed = False
             claimed_elsewhere = False  # a unit skipped: another worker was claiming it
+            spread = 0  # free units still to leave to others after a conflict (see SPREAD)
             ahead: dict[tuple[str, Interval], tuple[UnitOfWork, ClaimState]] = {}
             pending = list(open_units)
             for position, item in enumerate(pending):
@@ -352,6 +362,11 @@ class Worker:
                     item.claimed_elsewhere = False  # a claim seen through: intents count anew
                     continue  # wait: leased elsewhere or a dependency is still open
                 if unit is RUN:
+                    if spread and not item.claimed_elsewhere:
+                        spread -= 1
+                        claimed_elsewhere = True  # work is left: no poll wait
+                        item.why = "left to another worker, to spread after a conflict"
+                        continue
                     if item.uow_id is not None and not intents.take(item.uow_id):
                         self.conflicts += 1
                         if not item.claimed_elsewhere:
@@ -360,6 +375,8 @@ class Worker:
                             # must not keep its unit from being taken over)
                             item.claimed_elsewhere = claimed_elsewhere = True
                             item.why = "another worker was claiming it"
+                            # the two were walking the same way: one of them jumps ahead
+                            spread = 0 if self.once else self._spread.randrange(SPREAD)
                             continue
                     runs += 1
                     try:
