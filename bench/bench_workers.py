@@ -76,6 +76,7 @@ class LockWaits:
         import psycopg
 
         self.every, self.seconds = every, 0.0
+        self.by: dict[str, float] = {}  # "wait event: statement" -> seconds
         self._conn = psycopg.connect(db, autocommit=True)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
@@ -91,10 +92,13 @@ class LockWaits:
 
     def _sample(self) -> None:
         while not self._stop.wait(self.every):
-            (waiting,) = self._conn.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                "AND wait_event_type = 'Lock'").fetchone() or (0,)
-            self.seconds += int(waiting) * self.every
+            for event, query in self._conn.execute(
+                    "SELECT wait_event, left(regexp_replace(query, '\\s+', ' ', 'g'), 70) "
+                    "FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND wait_event_type = 'Lock'").fetchall():
+                self.seconds += self.every
+                key = f"{event}: {query}"
+                self.by[key] = self.by.get(key, 0.0) + self.every
 
 
 def run_fleet(db: str, workers: int, units: int, sleep: float, workdir: Path,
@@ -181,6 +185,7 @@ def run_fleet(db: str, workers: int, units: int, sleep: float, workdir: Path,
         "passes": max(r["passes"] for r in reports),
         "cpu": cpu,
         "lock_waits": waits.seconds,
+        "lock_waits_by": sorted(waits.by.items(), key=lambda kv: -kv[1])[:3],
     }
 
 
@@ -247,6 +252,8 @@ def main(argv: list[str] | None = None) -> None:
                             f"{got['cpu'] * 1000 / got['units']:>11.1f} "
                             f"{got['to_work']:>9.2f} {got['lock_waits']:>12.2f}")
                         print(rows[-1], flush=True)
+                        for what, seconds in got["lock_waits_by"]:
+                            print(f"{'':>14}lock waits {seconds:.2f} s on {what}", flush=True)
         except psycopg.OperationalError as exc:
             print(f"\npostgresql: unreachable: {str(exc).strip().splitlines()[0]}")
             return
