@@ -40,8 +40,11 @@ BENCHMARKS: dict[str, tuple[str, list[str], list[str]]] = {
                  ["--units", "10,100", "--repeat", "1"]),
     "unit": ("bench_unit.py", ["--units", "200", "--slow-units", "20"],
              ["--units", "2", "--slow-units", "0"]),
+    "workers": ("bench_workers.py", ["--units", "240", "--workers", "1,2,4,6,8",
+                                     "--sleeps", "0.05,0.2"],
+                ["--units", "2", "--workers", "2", "--sleeps", "0"]),
 }
-POSTGRES_AWARE = {"ledger", "writers", "fingerprint", "unit"}
+POSTGRES_AWARE = {"ledger", "writers", "fingerprint", "unit", "workers"}
 
 
 def main(argv: list[str] | None = None) -> int:

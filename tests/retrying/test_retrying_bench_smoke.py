@@ -26,6 +26,7 @@ EXPECTED = {
                 "fingerprint / count(*)", "fingerprint at scale"],
     "unit": ["twice, no-op task: per unit", "twice, no-op task, twice worker: per unit",
              "floor: same transactions, bare script"],
+    "workers": ["speedup", "conflicts", "extra", "cpu ms/unit"],
 }
 
 

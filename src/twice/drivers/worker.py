@@ -19,8 +19,23 @@ Per unit, on each pass:
   others in turn; a worker started later (a new run, after a fix) does run it again;
 - otherwise the executor runs it (its result is the worker's result for that unit).
 
-Passes repeat (``poll`` seconds apart when nothing changed) until every unit is settled,
-unless ``once`` (one pass) or ``max_units`` (that many executor runs) stops it earlier.
+Choosing without serialising (issue 38): the state of the units ahead (their latest attempt,
+lease and slot's writer) is read for up to ``READ_AHEAD`` of them in one consistent read
+(``Ledger.claim_states``), again after each unit this worker runs, so a worker walking past
+units others hold or finished costs no round trip per unit. Before handing a unit to the
+executor a worker takes its claim intent (``Ledger.claim_intents``, PostgreSQL): a unit another
+worker is claiming at that instant is skipped for the next one instead of waited for (its
+claiming transaction holds the unit's rows until it commits), and looked at again on the next
+pass, when the executor decides even if the intent is still held (a stopped claimer must not
+keep its unit from a takeover). Two workers that went for the same unit were walking the list
+in step: the one that lost leaves up to ``SPREAD`` free units after it to others (chosen at
+random; they are looked at again on the next pass), so the fleet spreads over the list instead
+of colliding on each next unit. The lease, taken in the executor's claiming transaction, still
+decides who runs a unit; ``lease_conflicts`` counts the claims another worker won.
+
+Passes repeat (``poll`` seconds apart when nothing changed; ``CLAIM_WAIT`` when a unit was
+skipped only because another worker was claiming it) until every unit is settled, unless
+``once`` (one pass) or ``max_units`` (that many executor runs) stops it earlier.
 Pools are held in the ledger (``shared_pools``), so their capacity binds all workers together.
 
 Stopping: ``request_stop`` (SIGTERM/SIGINT under ``stop_on_signals``) lets the running attempt
@@ -35,6 +50,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import random
 import signal
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -45,15 +61,17 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from twice.core.interval import Interval
 from twice.core.outcomes import Settlement
+from twice.core.unit import UnitOfWork
 from twice.define.schedule import refuse_open_intervals
 from twice.engine.evidence import iso
 from twice.engine.executor import Executor, UnitResult, overwritten_by
 from twice.errors import TwiceError
+from twice.ledger.claims import ClaimIntents, ClaimState
 from twice.ledger.lease import in_force
 from twice.ledger.lease_holders import process_holder
 
 if TYPE_CHECKING:
-    from twice.define.pipeline import Pipeline
+    from twice.define.pipeline import Pipeline, Task
     from twice.ledger import AttemptRecord, Ledger
 
 StopReason = Literal["finished", "once", "max-units", "signal"]
@@ -121,6 +139,9 @@ class WorkerReport:
     started_at: datetime
     finished_at: datetime
     notes: tuple[str, ...] = ()
+    #: claims that found another worker first: its claim intent held (the unit skipped for
+    #: another, not waited for) or, in the executor, its lease
+    lease_conflicts: int = 0
 
     @property
     def ran(self) -> tuple[WorkerUnit, ...]:
@@ -150,6 +171,7 @@ class WorkerReport:
             "counts": self.counts(),
             "units": [unit.to_dict() for unit in self.units],
             "notes": list(self.notes),
+            "lease_conflicts": self.lease_conflicts,
             # Truthfulness: what this worker established.
             "jobsExecuted": any(u.result is not None and u.result.attempts for u in self.units),
             "outputsVerified": False,
@@ -161,7 +183,22 @@ class _Run:
     """The verdict "hand this unit to the executor now"."""
 
 
+class _Go:
+    """The verdict "its dependencies let it run: read its state"."""
+
+
 RUN = _Run()
+GO = _Go()
+
+#: How many open units ahead a worker reads the state of at once (one read per run unit).
+READ_AHEAD = 32
+#: After losing a unit to another worker's claim, a worker leaves up to this many free units
+#: after it (chosen at random) to others and claims the next one: workers that went for the
+#: same unit were walking the list in step, and would collide again on each next unit.
+SPREAD = 8
+#: The wait before the next pass when a unit was skipped only because another worker was
+#: claiming it (a claim takes one ledger transaction): instead of ``poll``.
+CLAIM_WAIT = 0.05
 
 
 @dataclass
@@ -170,6 +207,8 @@ class _Open:
     interval: Interval
     uow_id: str | None = None
     why: str = "not looked at yet"
+    #: skipped once because another worker held its claim intent (``twice.ledger.claims``)
+    claimed_elsewhere: bool = False
 
 
 class Worker:
@@ -229,6 +268,8 @@ class Worker:
         self.max_units = max_units
         self.since = since
         self._stop = threading.Event()
+        self.conflicts = 0  # see WorkerReport.lease_conflicts
+        self._spread = random.Random()
         self._stop_why: str | None = None
         self.executor = Executor(
             pipeline, ledger, holder=self.name, lease_ttl=lease_ttl, pool_ttl=pool_ttl,
@@ -282,6 +323,13 @@ class Worker:
 
     def run(self) -> WorkerReport:
         """Pass over the open units until all are settled or a stop condition (see module)."""
+        intents = self.ledger.claim_intents()
+        try:
+            return self._passes(intents)
+        finally:
+            intents.close()
+
+    def _passes(self, intents: ClaimIntents) -> WorkerReport:
         started = self.ledger.now()
         since = self.since or started
         open_units = [_Open(task, interval) for interval in self.intervals for task in self.order]
@@ -295,18 +343,50 @@ class Worker:
         while open_units:
             passes += 1
             progressed = False
-            for item in list(open_units):
+            claimed_elsewhere = False  # a unit skipped: another worker was claiming it
+            spread = 0  # free units still to leave to others after a conflict (see SPREAD)
+            ahead: dict[tuple[str, Interval], tuple[UnitOfWork, ClaimState]] = {}
+            pending = list(open_units)
+            for position, item in enumerate(pending):
                 if self.stopping:
                     break
                 if self.max_units is not None and runs >= self.max_units:
                     break
-                unit = self._look(item, settled, since)
+                unit: WorkerUnit | _Run | _Go | None = self._ready(item, settled)
+                if unit is GO:
+                    if (item.task, item.interval) not in ahead:
+                        ahead = self._read_ahead(pending, position, settled)
+                    seen = ahead.get((item.task, item.interval))
+                    unit = RUN if seen is None else self._judge(item, *seen, since)
                 if unit is None:
+                    item.claimed_elsewhere = False  # a claim seen through: intents count anew
                     continue  # wait: leased elsewhere or a dependency is still open
                 if unit is RUN:
+                    if spread and not item.claimed_elsewhere:
+                        spread -= 1
+                        claimed_elsewhere = True  # work is left: no poll wait
+                        item.why = "left to another worker, to spread after a conflict"
+                        continue
+                    if item.uow_id is not None and not intents.take(item.uow_id):
+                        self.conflicts += 1
+                        if not item.claimed_elsewhere:
+                            # someone is claiming it this instant: another unit first; on a
+                            # later pass the executor decides (a stopped claimer's intent
+                            # must not keep its unit from being taken over)
+                            item.claimed_elsewhere = claimed_elsewhere = True
+                            item.why = "another worker was claiming it"
+                            # the two were walking the same way: one of them jumps ahead
+                            spread = 0 if self.once else self._spread.randrange(SPREAD)
+                            continue
                     runs += 1
-                    unit = self._run(item)
+                    try:
+                        unit = self._run(item)
+                    finally:
+                        if item.uow_id is not None:
+                            intents.give_back(item.uow_id)
+                    ahead = {}  # read afresh: others moved on while this unit ran
                     if unit is None:  # another holder took the lease first: revisit
+                        self.conflicts += 1
                         continue
                 assert isinstance(unit, WorkerUnit)
                 open_units.remove(item)
@@ -331,7 +411,10 @@ class Worker:
                 log.debug("pass %d: %d unit(s) open, leased elsewhere or waiting; next pass in "
                           "%s s", passes, len(open_units), self.poll,
                           extra={"worker": self.name, "pipeline": self.pipeline.name})
-            if not progressed and self._stop.wait(self.poll):
+            # A unit being claimed elsewhere is settled (or leased) within a transaction's
+            # time: look again at once rather than a whole poll later.
+            wait = min(self.poll, CLAIM_WAIT) if claimed_elsewhere else self.poll
+            if not progressed and self._stop.wait(wait):
                 continue  # the stop is handled at the top of the next pass
         for item in open_units:
             done.append(WorkerUnit(item.task, item.interval, "left", item.why, uow_id=item.uow_id))
@@ -342,19 +425,15 @@ class Worker:
                  extra={"worker": self.name, "pipeline": self.pipeline.name})
         return WorkerReport(
             self.pipeline.name, self.name, tuple(done), stopped, passes, started,
-            self.ledger.now(), tuple(notes),
+            self.ledger.now(), tuple(notes), lease_conflicts=self.conflicts,
         )
 
-    def _look(
-        self,
-        item: _Open,
-        settled: Mapping[tuple[str, Interval], WorkerUnit],
-        since: datetime,
-    ) -> WorkerUnit | _Run | None:
-        """Settle ``item`` from the ledger, or say to run it (``RUN``) or to wait (None).
-
-        Why it waits is kept in ``item.why`` for the report of units left open.
-        """
+    def _ready(
+        self, item: _Open, settled: Mapping[tuple[str, Interval], WorkerUnit]
+    ) -> _Run | _Go | None:
+        """Whether ``item``'s dependencies (among the selected tasks) let it be looked at
+        (``GO``); ``RUN`` when one did not succeed (the executor records it blocked, with the
+        reason); None while one is still open (why in ``item.why``)."""
         task = self.pipeline.get_task(item.task)
         for dep in task.depends_on:
             if dep not in self.selected:
@@ -364,25 +443,49 @@ class Worker:
                 item.why = f"waiting for dependency {dep} ({item.interval.label})"
                 return None
             if not _succeeded(other):
-                return RUN  # the executor records it blocked, with the reason
-        try:  # identified afresh: its input version covers its upstream's current output
-            unit = self.executor.unit_for(item.task, item.interval)
-        except Exception:
-            return RUN  # the executor reports why the unit cannot be identified
+                return RUN
+        return GO
+
+    def _read_ahead(
+        self, pending: Sequence[_Open], position: int,
+        settled: Mapping[tuple[str, Interval], WorkerUnit],
+    ) -> dict[tuple[str, Interval], tuple[UnitOfWork, ClaimState]]:
+        """The units of the next ``READ_AHEAD`` open items from ``position`` whose dependencies
+        let them be looked at, each identified afresh (its input version covers its upstream's
+        current output), with their ledger state read in one consistent read: one read per
+        unit this worker runs, not one per unit it walks past."""
+        found: dict[tuple[str, Interval], UnitOfWork] = {}
+        for item in pending[position:]:
+            if len(found) >= READ_AHEAD:
+                break
+            key = (item.task, item.interval)
+            if key in settled or self._ready(item, settled) is not GO:
+                continue
+            try:
+                found[key] = self.executor.unit_for(item.task, item.interval)
+            except Exception:
+                continue  # the executor reports why the unit cannot be identified
+        tasks = {key: self.pipeline.get_task(key[0]) for key in found}
+        slots = {unit.uow_id: (tasks[key].destination, unit.interval.label)
+                 for key, unit in found.items() if tasks[key].owns_output}
+        states = self.ledger.claim_states([unit.uow_id for unit in found.values()], slots)
+        return {key: (unit, states[unit.uow_id]) for key, unit in found.items()}
+
+    def _judge(self, item: _Open, unit: UnitOfWork, state: ClaimState,
+               since: datetime) -> WorkerUnit | _Run | None:
+        """Settle ``item`` from its unit's ledger state, or say to run it (``RUN``) or to wait
+        (None, why in ``item.why``). The attempt and the lease were read in one transaction:
+        they are settled in one (the success and the lease's release), so reading them apart
+        could see the attempt still running and the lease already free, and run a unit that
+        is done."""
         item.uow_id = unit.uow_id
-        # One consistent view: an attempt and its lease are settled in one transaction (the
-        # success and the lease's release), so reading them apart could see the attempt
-        # still running and the lease already free, and run a unit that is done.
-        with self.ledger.snapshot():
-            if self.ledger.unit(item.uow_id) is None:
-                return RUN  # never recorded: nobody has touched it yet
-            latest = self.ledger.latest_attempt(item.uow_id)
-            done = latest is not None and latest.outcome == "succeeded" and overwritten_by(
-                self.ledger, task, unit
-            ) is None
-            lease = self.ledger.lease(item.uow_id)
-        if done:
-            assert latest is not None
+        if not state.recorded:
+            return RUN  # never recorded: nobody has touched it yet
+        latest, lease = state.latest, state.lease
+        task = self.pipeline.get_task(item.task)
+        if latest is not None and latest.outcome == "succeeded" and not _overwritten(
+            self.ledger, task, unit, state
+        ):
             return _done_elsewhere(item, latest)
         now = self.ledger.now()
         if lease is not None and in_force(lease, now) and lease.holder != self.name:
@@ -435,6 +538,13 @@ def _done_elsewhere(item: _Open, latest: AttemptRecord) -> WorkerUnit:
         f"attempt {latest.number} by {latest.holder} succeeded; not run again",
         uow_id=item.uow_id, by=latest.holder, outcome="succeeded",
     )
+
+
+def _overwritten(ledger: Ledger, task: Task, unit: UnitOfWork, state: ClaimState) -> bool:
+    """``overwritten_by``, from the slot's writer read with the unit's state when it was."""
+    if not state.slot_read:
+        return overwritten_by(ledger, task, unit) is not None
+    return state.slot_writer not in (None, unit.uow_id)
 
 
 def _succeeded(unit: WorkerUnit) -> bool:

@@ -36,7 +36,7 @@ with ``BEGIN IMMEDIATE`` (one writer at a time), on PostgreSQL they lock the row
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
@@ -45,6 +45,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import Connection
 
 from twice.ledger import inserted, lease_holders, units
+from twice.ledger.claims import ClaimState, claim_states
 from twice.ledger.engine import insert_ignore, is_postgres, lock_key
 from twice.ledger.errors import LedgerError
 from twice.ledger.journal import insert_observation
@@ -617,6 +618,13 @@ class LeaseStore:
     def get(self, uow_id: str) -> LeaseRecord | None:
         with self._session.read() as conn:
             return get_lease(conn, uow_id)
+
+    def claim_states(self, uow_ids: Sequence[str],
+                     slots: Mapping[str, tuple[str, str]] | None = None
+                     ) -> dict[str, ClaimState]:
+        """``twice.ledger.claims.claim_states`` in one snapshot."""
+        with self._session.snapshot(), self._session.read() as conn:
+            return claim_states(conn, uow_ids, slots)
 
     def acquire_slots(
         self, pool: str, capacity: int, slots: int, holder: str, ttl_seconds: float

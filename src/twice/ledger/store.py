@@ -43,6 +43,7 @@ from twice.ledger import migrations as schema_steps
 from twice.ledger.adoptions import AdoptionRecord, AdoptionStore
 from twice.ledger.attempts import AttemptStore
 from twice.ledger.catalog import CatalogStore
+from twice.ledger.claims import ClaimIntents, ClaimState
 from twice.ledger.decisions import DecisionStore
 from twice.ledger.engine import (
     SQLITE_BUSY_TIMEOUT_SECONDS,
@@ -709,6 +710,19 @@ class Ledger(Closeable):
     def lease(self, uow_id: str) -> LeaseRecord | None:
         """The stored lease (check ``active(ledger.now())``: it may be expired or released)."""
         return self._leases.get(uow_id)
+
+    def claim_states(self, uow_ids: Sequence[str],
+                     slots: Mapping[str, tuple[str, str]] | None = None
+                     ) -> dict[str, ClaimState]:
+        """Many units' latest attempt and lease (and, for ``slots``' succeeded units, who
+        wrote their slot last), in one consistent read: a worker choosing its next unit
+        (``twice.ledger.claims``)."""
+        return self._leases.claim_states(uow_ids, slots)
+
+    def claim_intents(self) -> ClaimIntents:
+        """This process's intents to claim units, so workers skip a unit another is claiming
+        instead of waiting for it (``twice.ledger.claims``); close it when done."""
+        return ClaimIntents(self._session)
 
     def acquire_pool_slots(
         self, pool: str, capacity: int, slots: int, holder: str, ttl_seconds: float

@@ -1,0 +1,198 @@
+"""What many workers sharing one ledger need to choose their next unit without colliding.
+
+Workers (``twice.drivers.worker``) all walk the same units. Two things made them serialise on
+PostgreSQL, and this module removes both without touching what decides who runs a unit (the
+lease row, locked in the claiming transaction, and its fencing token: ``twice.ledger.lease``):
+
+* **Reading the state of many units at once** (:func:`claim_states`): a unit's latest attempt
+  and its lease, for a batch of units, in one consistent read (three statements, whatever the
+  batch's size) instead of a snapshot per unit. A worker reads the units ahead of it and skips
+  those leased elsewhere without a round trip each.
+* **Claim intents** (:class:`ClaimIntents`, PostgreSQL only): before a worker hands a unit to
+  the executor it takes a session-level ``pg_try_advisory_lock`` keyed by the unit, on a
+  connection of its own, and gives it back when the executor returns. A second worker trying
+  the same unit is told at once that someone is claiming it and moves on to another unit,
+  instead of waiting on the first one's uncommitted unit and lease rows (``INSERT ... ON
+  CONFLICT`` and ``SELECT ... FOR NO KEY UPDATE`` wait for the other transaction to end) only
+  to find the unit leased. An intent is per unit, never table-wide, held by no transaction, and
+  only advisory: a worker that cannot take one may still hand the unit to the executor (it does
+  after a pass, so a process stopped while holding an intent never keeps its unit from being
+  taken over once its lease expires); the lease decides, as before. A dead worker's intents end
+  with its connection. On SQLite there is nothing to skip (its writers are serialised by
+  ``BEGIN IMMEDIATE`` anyway): every intent is granted.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from sqlalchemy import and_, func, select, text, tuple_
+from sqlalchemy.engine import Connection
+
+from twice.ledger.records import AttemptRecord, LeaseRecord
+from twice.ledger.rows import ATTEMPT, LEASE
+from twice.ledger.schema import attempts, fingerprints, leases
+from twice.ledger.schema import units as unit_rows
+
+if TYPE_CHECKING:
+    from twice.ledger.session import Session
+
+#: Units read per statement (well under SQLite's limit on bound parameters).
+BATCH = 500
+
+_INTENT_PREFIX = "twice-claim|"
+
+
+@dataclass(frozen=True)
+class ClaimState:
+    """One unit as a worker choosing its next unit sees it: recorded or not, its latest
+    attempt and its lease (None: none yet), all read in one transaction."""
+
+    uow_id: str
+    recorded: bool
+    latest: AttemptRecord | None
+    lease: LeaseRecord | None
+    #: the unit of work whose output its slot's latest recorded fingerprint is (None: none
+    #: recorded, or one recorded without a unit); read only for a unit whose latest attempt
+    #: succeeded and whose slot was given (``slots``), else left unread (``slot_read`` False)
+    slot_writer: str | None = None
+    slot_read: bool = False
+
+
+def claim_states(conn: Connection, uow_ids: Sequence[str],
+                 slots: Mapping[str, tuple[str, str]] | None = None) -> dict[str, ClaimState]:
+    """The state of every unit of ``uow_ids``, read with three statements per ``BATCH`` units
+    (the caller reads in one snapshot, so attempts and leases are seen as of one instant).
+
+    ``slots``: a unit's destination slot (destination, partition); for those whose latest
+    attempt succeeded, one more statement reads who wrote the slot's latest fingerprint (a
+    success another unit's write has overwritten since no longer stands for its slot)."""
+    wanted = list(dict.fromkeys(uow_ids))
+    recorded: set[str] = set()
+    latest: dict[str, AttemptRecord] = {}
+    held: dict[str, LeaseRecord] = {}
+    for begin in range(0, len(wanted), BATCH):
+        ids = wanted[begin:begin + BATCH]
+        recorded.update(conn.execute(
+            select(unit_rows.c.uow_id).where(unit_rows.c.uow_id.in_(ids))).scalars())
+        if not recorded.intersection(ids):
+            continue  # attempts and leases need a recorded unit (foreign keys)
+        top = (select(attempts.c.uow_id, func.max(attempts.c.number).label("number"))
+               .where(attempts.c.uow_id.in_(ids)).group_by(attempts.c.uow_id).subquery())
+        query = select(attempts).join(
+            top, and_(attempts.c.uow_id == top.c.uow_id, attempts.c.number == top.c.number))
+        for row in conn.execute(query).mappings():
+            latest[row["uow_id"]] = ATTEMPT(row)
+        for row in conn.execute(select(leases).where(leases.c.uow_id.in_(ids))).mappings():
+            held[row["uow_id"]] = LEASE(row)
+    asked = {uow_id: slot for uow_id, slot in (slots or {}).items()
+             if uow_id in latest and latest[uow_id].outcome == "succeeded"}
+    writers = _slot_writers(conn, sorted(set(asked.values())))
+    return {
+        uow_id: ClaimState(uow_id, uow_id in recorded, latest.get(uow_id), held.get(uow_id),
+                           slot_writer=writers.get(asked[uow_id]) if uow_id in asked else None,
+                           slot_read=uow_id in asked)
+        for uow_id in wanted
+    }
+
+
+def _slot_writers(conn: Connection, slots: Sequence[tuple[str, str]]
+                  ) -> dict[tuple[str, str], str | None]:
+    """For each (destination, partition) with a recorded fingerprint: the unit that wrote
+    its latest version (None if that version names no unit)."""
+    found: dict[tuple[str, str], str | None] = {}
+    for begin in range(0, len(slots), BATCH):
+        part = slots[begin:begin + BATCH]
+        newest = (select(fingerprints.c.destination, fingerprints.c.partition,
+                         func.max(fingerprints.c.version).label("version"))
+                  .where(tuple_(fingerprints.c.destination, fingerprints.c.partition).in_(part))
+                  .group_by(fingerprints.c.destination, fingerprints.c.partition).subquery())
+        query = select(fingerprints.c.destination, fingerprints.c.partition,
+                       fingerprints.c.uow_id).join(newest, and_(
+                           fingerprints.c.destination == newest.c.destination,
+                           fingerprints.c.partition == newest.c.partition,
+                           fingerprints.c.version == newest.c.version))
+        for row in conn.execute(query):
+            found[(row.destination, row.partition)] = row.uow_id
+    return found
+
+
+class ClaimIntents:
+    """One process's intents to claim units (see the module): ``take`` before handing a unit
+    to the executor, ``give_back`` after. Thread-safe; ``close`` ends every intent.
+
+    Any failure of the intent's own connection grants the intent (and drops the connection):
+    intents only spare waits, so without them workers are as correct as before, only slower.
+    """
+
+    def __init__(self, session: Session) -> None:
+        self._session = session
+        self._postgres = session.engine.dialect.name == "postgresql"
+        self._conn: Connection | None = None
+        self._held: set[str] = set()
+        self._lock = threading.Lock()
+
+    def take(self, uow_id: str) -> bool:
+        """True: this process may claim ``uow_id`` now (no other intent on it, or intents are
+        not used here); False: another process is claiming or running it."""
+        if not self._postgres:
+            return True
+        with self._lock:
+            if uow_id in self._held:
+                return True
+            try:
+                conn = self._connection()
+                got = bool(conn.execute(
+                    text("SELECT pg_try_advisory_lock(hashtextextended(:key, 0))"),
+                    {"key": _INTENT_PREFIX + uow_id}).scalar())
+            except Exception:
+                self._drop()
+                return True
+            if got:
+                self._held.add(uow_id)
+            return got
+
+    def give_back(self, uow_id: str) -> None:
+        """End this process's intent on ``uow_id`` (nothing if it holds none)."""
+        with self._lock:
+            if uow_id not in self._held:
+                return
+            self._held.discard(uow_id)
+            if self._conn is None:
+                return
+            try:
+                self._conn.execute(
+                    text("SELECT pg_advisory_unlock(hashtextextended(:key, 0))"),
+                    {"key": _INTENT_PREFIX + uow_id})
+            except Exception:
+                self._drop()  # closing the connection ends every intent it held
+
+    def close(self) -> None:
+        """End every intent now (a dead process's end when its connection does, a moment
+        after: the server notices the closed connection)."""
+        with self._lock:
+            if self._conn is not None and self._held:
+                try:
+                    self._conn.execute(text("SELECT pg_advisory_unlock_all()"))
+                except Exception:
+                    pass
+            self._drop()
+
+    def _connection(self) -> Connection:
+        if self._conn is None:
+            self._conn = self._session.engine.connect().execution_options(
+                isolation_level="AUTOCOMMIT")
+        return self._conn
+
+    def _drop(self) -> None:
+        conn, self._conn = self._conn, None
+        self._held.clear()
+        if conn is not None:
+            try:
+                conn.invalidate()  # never back to the pool with session locks held
+                conn.close()
+            except Exception:
+                pass
