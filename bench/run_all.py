@@ -38,6 +38,8 @@ BENCHMARKS: dict[str, tuple[str, list[str], list[str]]] = {
                     ["--rows", "5000", "--repeat", "1"]),
     "planning": ("bench_planning.py", ["--units", "100,10000,100000", "--repeat", "3"],
                  ["--units", "10,100", "--repeat", "1"]),
+    "year": ("bench_year.py", ["--months", "1,3,12", "--verified", "20000"],
+             ["--hours", "2,3", "--verified", "3", "--engines", "sqlite"]),
 }
 POSTGRES_AWARE = {"ledger", "writers", "fingerprint"}
 
