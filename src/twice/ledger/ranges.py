@@ -8,7 +8,8 @@ read the same facts for a window of intervals in a few statements, all in one re
 
 * :func:`units_between`: the units of a pipeline whose interval starts in a window;
 * :func:`latest_attempts_of`: the latest attempt of each of a set of units;
-* :func:`latest_fingerprints_of`: the latest fingerprint of each (destination, partition).
+* :func:`latest_fingerprints_of`: the latest fingerprint of each (destination, partition);
+* :func:`latest_units`: a task's units with the latest intervals (``twice.engine.timeout_advice``).
 
 Read-only: a read snapshot of its own (or the caller's transaction).
 """
@@ -90,6 +91,19 @@ def units_between(ledger: Ledger, pipeline: str, first_start: datetime, last_sta
              .order_by(units.c.interval_start_utc, units.c.task, units.c.uow_id))
     with ledger._session.read() as conn:
         return [UNIT(row) for row in conn.execute(query).mappings()]
+
+
+@_retried
+def latest_units(ledger: Ledger, pipeline: str, task: str, limit: int) -> list[UnitRecord]:
+    """The ``limit`` units of ``pipeline``'s ``task`` with the latest intervals, in interval
+    order (``ledger.units(...)[-limit:]`` without reading every unit of the task)."""
+    query = (select(units)
+             .where(units.c.pipeline == pipeline, units.c.task == task)
+             .order_by(units.c.interval_start_utc.desc(), units.c.pipeline.desc(),
+                       units.c.task.desc(), units.c.uow_id.desc())
+             .limit(limit))
+    with ledger._session.read() as conn:
+        return [UNIT(row) for row in conn.execute(query).mappings()][::-1]
 
 
 @_retried
