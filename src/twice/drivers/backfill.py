@@ -8,18 +8,23 @@ the attempt counts as succeeded, and the difference with the previous version (r
 checksum changed or not, schema changed or not) comes back as an event and is reported.
 
 Plan and resume: a unit of work (its id covers the input version, which covers the upstream
-outputs it reads, and the transform version) is *verified* when its latest attempt succeeded,
-the latest fingerprint of its partition was recorded by that same unit, and the partition still
-has that fingerprint now. Verified units are skipped unless ``force`` (the named tasks, or all);
-a changed source gives a new input version, hence a new unit, so it is never skipped as an
-"equivalent" rerun. A dependent of a task that runs is identified again after that task settles:
-it executes only if the output it reads changed.
+outputs it reads, and the transform version) is *verified* when its latest attempt succeeded
+and the latest fingerprint of its partition was recorded by that same unit; with
+``verify_untouched`` the partition must also still have that fingerprint now (measured in the
+destination, one read a partition: what ``twice verify`` checks for every partition). The
+plan reads these facts a window of intervals at a time (``twice.ledger.ranges``), so a restart
+or a rerun over tens of thousands of verified units reaches new work after a few statements
+per window, not several per unit. Verified units are skipped unless ``force`` (the named
+tasks, or all); a changed source gives a new input version, hence a new unit, so it is never
+skipped as an "equivalent" rerun. A dependent of a task that runs is identified again after
+that task settles: it executes only if the output it reads changed.
 
 Deadlines. The intervals of a backfill are past: their delivery deadlines are history and
 planning against them would refuse every attempt. A backfill plans against its own
 ``deadline`` (one instant for the whole range) or none.
 
-Drift. Before an interval's units write, each partition they will rewrite is measured against
+Drift. Before an interval's units write, each partition they will rewrite (and, with
+``verify_untouched``, each partition a verified unit would leave untouched) is measured against
 its latest recorded fingerprint version (recomputed with that version's algorithm and columns;
 the plan's own measurement is reused when recent). A difference is *drift*: the partition was
 changed behind twice's back (rows deleted by hand, values edited). It is recorded in the ledger
@@ -727,7 +732,8 @@ def run_backfill(
     before anything is recorded (``OpenIntervalError``) unless ``allow_open``; its runs are then
     recorded as run on an open interval. Each interval is planned just before it starts (the
     plan streams: see :func:`iter_plan`), against the ledger as read a window of intervals at
-    a time; the result's plan holds every item, in order, as :func:`plan_backfill`'s.
+    a time; the result's plan holds every item, in order, as :func:`plan_backfill`'s (equal
+    to them; without ``latest_seen`` and ``earlier_inputs``, read only to run them).
     """
     from twice.define.schedule import refuse_open_intervals
     from twice.engine.executor import Executor, default_holder
@@ -877,7 +883,10 @@ def run_backfill(
                     more = False
                     break
                 interval, items = taken
-                planned.extend(items)
+                # kept for the result without what only running them needs (the attempt
+                # records read): a year of hourly units keeps 26,280 items
+                planned.extend(replace(item, latest_seen=None, earlier_inputs=frozenset())
+                               for item in items)
                 reruns.update((item.uow.uow_id, item.latest_attempt or 0)
                               for item in items if item.action == "run" and item.rerun
                               and _planned_on_success(item))
