@@ -24,6 +24,7 @@ EXPECTED = {
                "backfill per interval", "Executor.run per interval"],
     "writers": ["raw bulk insert", "replace (rerun)", "upsert (update all)", "pandas to_sql",
                 "fingerprint / count(*)", "fingerprint at scale"],
+    "year": ["restart: time to new work", "no-op rerun of 9 units", "peak RSS, largest"],
 }
 
 
