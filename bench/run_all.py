@@ -43,6 +43,9 @@ BENCHMARKS: dict[str, tuple[str, list[str], list[str]]] = {
     "workers": ("bench_workers.py", ["--units", "240", "--workers", "1,2,4,6,8",
                                      "--sleeps", "0.05,0.2"],
                 ["--units", "2", "--workers", "2", "--sleeps", "0"]),
+    # the year on SQLite only: on PostgreSQL it takes hours here (docs/benchmarks.md)
+    "year": ("bench_year.py", ["--months", "1,3,12", "--verified", "20000", "--engines", "sqlite"],
+             ["--hours", "2,3", "--verified", "3", "--engines", "sqlite"]),
 }
 POSTGRES_AWARE = {"ledger", "writers", "fingerprint", "unit", "workers"}
 

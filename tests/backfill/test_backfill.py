@@ -66,7 +66,11 @@ def test_resume_skips_verified_intervals_and_force_reruns(setup) -> None:
     con.execute("DELETE FROM positions WHERE day = DATE '2026-11-24' AND fund_id = 'FUND_A'")
     con.close()
     before = helpers.contents(root)
-    resumed = run_backfill(pipeline, ledger, spans)
+    # a plain resume decides verified units from the ledger alone: the drift waits for
+    # twice verify, or for a backfill that asks to measure untouched partitions
+    assert run_backfill(pipeline, ledger, spans).counts() == {"skipped": 12}
+    assert helpers.contents(root) == before
+    resumed = run_backfill(pipeline, ledger, spans, verify_untouched=True)
     ran = sorted((r.interval.start.day, r.task) for r in resumed.runs if r.status == "succeeded")
     readers = [t.name for t in pipeline if "load" in t.depends_on]
     assert ran == sorted([(24, "load"), *((24, name) for name in readers)])
@@ -350,13 +354,14 @@ def test_dependents_of_a_repaired_drift_run_again(tmp_path: Path) -> None:
             conn.execute("UPDATE a SET v = 1000")  # behind twice's back
         assert run_backfill(pipeline, ledger, spans, tasks=["b"], force=True).ok
         assert totals() == [1000]  # b read the drifted rows
-        repaired = run_backfill(pipeline, ledger, spans)
+        repaired = run_backfill(pipeline, ledger, spans, verify_untouched=True)
         assert repaired.ok
         assert {r.task: r.status for r in repaired.runs} == {"a": "succeeded",
                                                              "b": "succeeded"}
         assert totals() == [4]
-        assert [r.action for r in plan_backfill(pipeline, ledger, spans).items] == ["skip",
-                                                                                    "skip"]
+        assert [r.action for r in plan_backfill(pipeline, ledger, spans,
+                                                verify_untouched=True).items] == ["skip",
+                                                                                  "skip"]
 
 
 def test_the_plan_foresees_the_hold_of_a_dependent_that_follows_its_upstream(

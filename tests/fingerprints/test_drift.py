@@ -4,6 +4,9 @@ Issue 18: a backfill compared only the new output with the last *recorded* versi
 deleted behind twice's back showed as "rows 10 -> 10, unchanged". Now the partition is measured
 before the rerun writes: the drift (10 -> 8 behind twice's back) and the change (8 -> 10) are
 printed, carried in the diff and recorded in the ledger as a ``drift`` observation.
+
+Issue 38: a partition the backfill would skip as verified is measured only on request
+(``--verify-untouched``, ``verify_untouched=True``); a forced rerun measures what it rewrites.
 """
 
 from __future__ import annotations
@@ -37,11 +40,13 @@ def test_rows_deleted_by_hand_show_as_drift_in_the_next_backfill(engine: str, en
     ledger = f"sqlite:///{tmp_path / 'ledger.db'}"
     assert backfill(pipeline, ledger).exit_code == 0
     _delete_two(target)
-    dry = backfill(pipeline, ledger, "--dry-run", "--json")
+    plain = backfill(pipeline, ledger, "--dry-run", "--json")  # on the ledger's word
+    assert {i["action"] for i in json.loads(plain.output)["items"]} == {"skip"}
+    dry = backfill(pipeline, ledger, "--dry-run", "--json", "--verify-untouched")
     [item] = [i for i in json.loads(dry.output)["items"] if i["interval"].startswith(D1)]
     assert item["action"] == "run" and "10 -> 8 rows" in item["reason"]
     assert _drift_observations(ledger) == []  # a dry run records nothing
-    result = backfill(pipeline, ledger)
+    result = backfill(pipeline, ledger, "--verify-untouched")
     assert result.exit_code == 0, result.output
     line = unit_line(result.output, D1)
     assert "v2: rows 10 -> 10" in line  # against the last record alone: looks unchanged
@@ -53,7 +58,7 @@ def test_rows_deleted_by_hand_show_as_drift_in_the_next_backfill(engine: str, en
     assert (observation.detail["rows_recorded"], observation.detail["rows_now"]) == (10, 8)
     assert observation.detail["columns"] == ["amount", "day", "id", "name"]
     assert observation.detail["version"] == 1 and observation.detail["drifted"] is True
-    again = backfill(pipeline, ledger)  # repaired and recorded: nothing to rerun
+    again = backfill(pipeline, ledger, "--verify-untouched")  # repaired: nothing to rerun
     assert "drift" not in again.output
 
 
@@ -84,9 +89,9 @@ def test_the_api_carries_drift_into_the_partition_diff(engines, tmp_path) -> Non
     with ledger:
         assert run_backfill(pipeline, ledger, days).ok
         _delete_two(target)
-        [item] = plan_backfill(pipeline, ledger, days).items
+        [item] = plan_backfill(pipeline, ledger, days, verify_untouched=True).items
         assert item.drift is not None and item.drift.drifted and item.drift.rows_now == 8
-        result = run_backfill(pipeline, ledger, days)
+        result = run_backfill(pipeline, ledger, days, verify_untouched=True)
         [diff] = result.diffs
         assert (diff.rows_before, diff.rows_now, diff.rows_after, diff.drifted) == (10, 8, 10, True)
         assert diff.verdict == "unchanged"  # the change against the record; the drift is apart

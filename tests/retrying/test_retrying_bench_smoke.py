@@ -27,6 +27,7 @@ EXPECTED = {
     "unit": ["twice, no-op task: per unit", "twice, no-op task, twice worker: per unit",
              "floor: same transactions, bare script"],
     "workers": ["speedup", "conflicts", "extra", "cpu ms/unit"],
+    "year": ["restart: time to new work", "no-op rerun of 9 units", "peak RSS, largest"],
 }
 
 

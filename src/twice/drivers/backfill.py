@@ -8,18 +8,23 @@ the attempt counts as succeeded, and the difference with the previous version (r
 checksum changed or not, schema changed or not) comes back as an event and is reported.
 
 Plan and resume: a unit of work (its id covers the input version, which covers the upstream
-outputs it reads, and the transform version) is *verified* when its latest attempt succeeded,
-the latest fingerprint of its partition was recorded by that same unit, and the partition still
-has that fingerprint now. Verified units are skipped unless ``force`` (the named tasks, or all);
-a changed source gives a new input version, hence a new unit, so it is never skipped as an
-"equivalent" rerun. A dependent of a task that runs is identified again after that task settles:
-it executes only if the output it reads changed.
+outputs it reads, and the transform version) is *verified* when its latest attempt succeeded
+and the latest fingerprint of its partition was recorded by that same unit; with
+``verify_untouched`` the partition must also still have that fingerprint now (measured in the
+destination, one read a partition: what ``twice verify`` checks for every partition). The
+plan reads these facts a window of intervals at a time (``twice.ledger.ranges``), so a restart
+or a rerun over tens of thousands of verified units reaches new work after a few statements
+per window, not several per unit. Verified units are skipped unless ``force`` (the named
+tasks, or all); a changed source gives a new input version, hence a new unit, so it is never
+skipped as an "equivalent" rerun. A dependent of a task that runs is identified again after
+that task settles: it executes only if the output it reads changed.
 
 Deadlines. The intervals of a backfill are past: their delivery deadlines are history and
 planning against them would refuse every attempt. A backfill plans against its own
 ``deadline`` (one instant for the whole range) or none.
 
-Drift. Before an interval's units write, each partition they will rewrite is measured against
+Drift. Before an interval's units write, each partition they will rewrite (and, with
+``verify_untouched``, each partition a verified unit would leave untouched) is measured against
 its latest recorded fingerprint version (recomputed with that version's algorithm and columns;
 the plan's own measurement is reused when recent). A difference is *drift*: the partition was
 changed behind twice's back (rows deleted by hand, values edited). It is recorded in the ledger
@@ -76,6 +81,7 @@ if TYPE_CHECKING:
     from twice.engine.evidence import AssumedDuration
     from twice.engine.executor import UnitResult
     from twice.ledger import AttemptRecord, FingerprintRecord, Ledger
+    from twice.ledger.ranges import RangeFacts
 
 __all__ = [
     "BackfillError", "BackfillPlan", "BackfillResult", "Drift", "OutcomeUnknownError",
@@ -260,10 +266,12 @@ NOT_RUN = "not run with this input and transform version"
 
 
 def _verified(ledger: Ledger, task: Task, uow: UnitOfWork, interval: Interval,
-              attempts: Sequence[AttemptRecord]) -> tuple[bool, str, Drift | None]:
-    """Whether ``uow`` already succeeded (``attempts`` are its recorded ones) and its partition
-    still holds what it recorded; with the partition measured against its record, when it
-    was (the drift, carried into the backfill's diff)."""
+              attempts: Sequence[AttemptRecord], *, measure: bool = False
+              ) -> tuple[bool, str, Drift | None]:
+    """Whether ``uow`` already succeeded (``attempts`` are its recorded ones) and its
+    partition's latest recorded fingerprint is its own. With ``measure`` (``verify_untouched``)
+    the partition is also measured against that record, and must still hold it; the
+    measurement (the drift) is carried into the backfill's diff."""
     from twice.destinations import DestinationError
 
     if ledger.unit(uow.uow_id) is None:
@@ -276,6 +284,8 @@ def _verified(ledger: Ledger, task: Task, uow: UnitOfWork, interval: Interval,
     recorded = ledger.latest_fingerprint(task.destination, partition_key(interval))
     if recorded is None or recorded.uow_id != uow.uow_id:
         return False, "partition's latest fingerprint was written by another unit of work", None
+    if not measure:
+        return True, _recorded_reason(recorded), None
     try:
         drift = measure_drift(task.destination, interval, recorded)
     except DestinationError as exc:
@@ -287,6 +297,11 @@ def _verified(ledger: Ledger, task: Task, uow: UnitOfWork, interval: Interval,
             drift)
 
 
+def _recorded_reason(recorded: FingerprintRecord) -> str:
+    """Why a unit is skipped when its partition was not measured (no ``verify_untouched``)."""
+    return f"verified: same unit of work recorded fingerprint v{recorded.version}"
+
+
 def plan_backfill(
     pipeline: Pipeline,
     ledger: Ledger,
@@ -295,6 +310,7 @@ def plan_backfill(
     tasks: Sequence[str] | None = None,
     force: bool = False,
     repeat: Collection[str] = (),
+    verify_untouched: bool = False,
 ) -> BackfillPlan:
     """Decide, without writing anything, which units of work a backfill runs or skips.
 
@@ -302,7 +318,10 @@ def plan_backfill(
     upstream runs is planned ``run`` but is a deliberate rerun only if its own output no longer
     verifies: otherwise its unit of work is identified again after the upstream settles (its
     input version covers the upstream output, ``twice.engine.executor.identify_unit``), and it
-    executes only if that output changed.
+    executes only if that output changed. ``verify_untouched``: measure the partition of every
+    unit that would be skipped as verified against its recorded fingerprint, and run it again
+    if it drifted (one destination read a unit; by default a verified unit is decided from the
+    ledger alone).
 
     The whole plan at once; :func:`iter_plan` gives the same items one at a time.
     """
@@ -310,7 +329,8 @@ def plan_backfill(
     if not spans:
         raise BackfillError("the backfill range holds no interval")
     names, dependents = selected_tasks(pipeline, tasks)
-    items = tuple(iter_plan(pipeline, ledger, spans, tasks=tasks, force=force, repeat=repeat))
+    items = tuple(iter_plan(pipeline, ledger, spans, tasks=tasks, force=force, repeat=repeat,
+                            verify_untouched=verify_untouched))
     return BackfillPlan(pipeline.name, spans, tuple(names), tuple(dependents), items, force)
 
 
@@ -322,57 +342,113 @@ def iter_plan(
     tasks: Sequence[str] | None = None,
     force: bool = False,
     repeat: Collection[str] = (),
+    verify_untouched: bool = False,
 ) -> Iterator[PlanItem]:
     """:func:`plan_backfill`'s items as a generator: each interval is taken from ``intervals``
     (which may be lazy, e.g. ``Schedule.iter_intervals``) and planned only when its first item
     is asked for, so the first item of a plan of any length is ready at once.
 
-    The tasks are checked and the ledger's known input versions and units read now, in one
-    query: a unit the ledger did not hold then is planned without reading the ledger again
-    (no unit, no attempt), so the cost per unit stays flat over 100,000 intervals (a unit that
-    did run is still read and verified when planned). An empty ``intervals`` raises
-    ``BackfillError`` when the iteration finds it empty.
+    The ledger is read a window of intervals at a time (``PLAN_WINDOW``, :class:`_Window`): the
+    units of the window's intervals, their latest attempts and their partitions' latest
+    fingerprints, in a few statements. A unit the ledger did not hold then is planned without
+    reading the ledger again (no unit, no attempt), and a unit those facts show verified is
+    skipped without reading it again either, so the cost per unit stays flat over 100,000
+    intervals and a rerun of verified units issues a few statements per window, not several
+    per unit. Only the other units (to run, forced, or not settled as succeeded) are read one
+    by one. An empty ``intervals`` raises ``BackfillError`` when the iteration finds it empty.
     """
     names, _ = selected_tasks(pipeline, tasks)
-    unit_ids: set[str] = set()
-    known = _known_inputs(pipeline, ledger, unit_ids)
+    window = _Window(pipeline, ledger, names)
     return (item for _interval, items in _plan_intervals(pipeline, ledger, intervals, names,
-                                                         tasks, force, known,
-                                                         unit_ids=unit_ids, repeat=repeat)
+                                                         tasks, force, window, repeat=repeat,
+                                                         verify_untouched=verify_untouched)
             for item in items)
 
 
-def _known_inputs(pipeline: Pipeline, ledger: Ledger, unit_ids: set[str] | None = None
-                  ) -> dict[tuple[str, str], set[str]]:
-    """(task, interval label) -> the input versions the ledger has units for; ``unit_ids``,
-    when given, receives the ids of those units."""
-    known: dict[tuple[str, str], set[str]] = {}
-    for unit in ledger.units(pipeline=pipeline.name):
-        known.setdefault((unit.task, unit.interval.label), set()).add(unit.input_version)
-        if unit_ids is not None:
-            unit_ids.add(unit.uow_id)
-    return known
+#: How far ahead of the interval being planned the ledger is read at once, in intervals of
+#: its length: a year of hourly intervals is read in 18 windows.
+PLAN_WINDOW = 500
+
+
+class _Window:
+    """The ledger's facts (``twice.ledger.ranges.range_facts``) for the intervals that start
+    within ``PLAN_WINDOW`` interval lengths of the one being planned, read when planning first
+    reaches an interval outside the window read last. Only one window is held at a time, so
+    planning's memory does not grow with the range.
+
+    The facts are as the ledger stood when the window was read, as the plan once read every
+    unit when the backfill began: a unit they show verified is skipped (another process that
+    reruns it later does so after this plan), one they do not show is planned to run and the
+    engine, which claims it, finds any success recorded since."""
+
+    def __init__(self, pipeline: Pipeline, ledger: Ledger, names: Sequence[str]) -> None:
+        self.pipeline, self.ledger = pipeline, ledger
+        destinations: set[str] = set()
+        for name in names:
+            task = pipeline.get_task(name)
+            for owner in (task, *(pipeline.get_task(dep) for dep in task.depends_on
+                                  if dep in pipeline)):
+                if owner.owns_output:
+                    destinations.add(owner.destination)
+        self.destinations = frozenset(destinations)
+        self.first: datetime | None = None
+        self.last: datetime | None = None
+        self.facts: RangeFacts | None = None
+        self.known: dict[tuple[str, str], set[str]] = {}
+        self.unit_ids: set[str] = set()
+
+    def covering(self, interval: Interval) -> RangeFacts:
+        """The facts of the window holding ``interval`` (read now if it is not the last one)."""
+        from twice.ledger.ranges import range_facts
+
+        start = interval.start
+        if (self.facts is None or self.first is None or self.last is None
+                or not self.first <= start <= self.last):
+            self.first, self.last = start, start + PLAN_WINDOW * (interval.end - start)
+            self.facts = range_facts(self.ledger, self.pipeline.name, self.first, self.last,
+                                     self.destinations)
+            self.known, self.unit_ids = {}, set()
+            for unit in self.facts.units:
+                self.known.setdefault((unit.task, unit.interval.label), set()).add(
+                    unit.input_version)
+                self.unit_ids.add(unit.uow_id)
+        return self.facts
+
+    def upstream(self, task: Task, interval: Interval
+                 ) -> dict[str, FingerprintRecord | None] | None:
+        """``task``'s upstream partitions' latest fingerprints for ``interval`` from the
+        window (as ``identify_unit``'s ``upstream``), or None where the window did not read
+        them (no unit of the pipeline for that interval)."""
+        facts = self.facts
+        label = partition_key(interval)
+        if facts is None or label not in facts.partitions:
+            return None
+        out: dict[str, FingerprintRecord | None] = {}
+        for dep in task.depends_on:
+            if dep in self.pipeline and self.pipeline.get_task(dep).owns_output:
+                out[dep] = facts.fingerprints.get((self.pipeline.get_task(dep).destination,
+                                                   label))
+        return out
 
 
 def _plan_intervals(
     pipeline: Pipeline, ledger: Ledger, intervals: Iterable[Interval], names: Sequence[str],
-    tasks: Sequence[str] | None, force: bool, known: Mapping[tuple[str, str], set[str]],
+    tasks: Sequence[str] | None, force: bool, window: _Window,
     identify: Identify | None = None, began: datetime | None = None,
-    unit_ids: set[str] | None = None, repeat: Collection[str] = (),
+    repeat: Collection[str] = (), verify_untouched: bool = False,
 ) -> Iterator[tuple[Interval, list[PlanItem]]]:
     """Each interval (canonical) with its plan items, computed when taken. ``identify`` names
     a task's unit for an interval (default ``identify_unit``; a backfill that refreshes
     snapshots passes its executor's, which reads the sources first). ``began``: when the
     backfill began; a rerun repeats the latest attempt made before it, so a success another
-    process made since stands (racing forced backfills execute each unit once). ``unit_ids``:
-    the units the ledger held when planning began (see :func:`iter_plan`); None reads the
-    ledger for every unit as it is planned."""
+    process made since stands (racing forced backfills execute each unit once). ``window``:
+    the ledger's facts, read a window of intervals at a time (see :func:`iter_plan`)."""
     empty = True
     for given in intervals:
         interval = pipeline.schedule.canonical(given)
         empty = False
-        yield interval, _plan_interval(pipeline, ledger, interval, names, tasks, force, known,
-                                       identify, began, unit_ids, repeat)
+        yield interval, _plan_interval(pipeline, ledger, interval, names, tasks, force, window,
+                                       identify, began, repeat, verify_untouched)
     if empty:
         raise BackfillError("the backfill range holds no interval")
 
@@ -383,27 +459,62 @@ def _is_new_input(earlier: frozenset[str], input_version: str) -> bool:
     return bool(earlier) and input_version not in earlier
 
 
+def _verified_in_window(task: Task, uow: UnitOfWork, interval: Interval, facts: RangeFacts,
+                        began: datetime | None) -> tuple[AttemptRecord, str] | None:
+    """The unit's latest attempt and the skip reason, when the window's facts show it
+    verified (its latest attempt succeeded, before ``began``, and its partition's latest
+    fingerprint is its own): what :func:`_verified` decides without measuring, with no
+    read of its own. None: read the unit itself."""
+    latest = facts.latest_attempts.get(uow.uow_id)
+    if latest is None or latest.outcome != "succeeded" or (
+        began is not None and latest.started_at > began
+    ):
+        return None
+    if not task.owns_output:
+        return latest, "succeeded before with the same input and transform version"
+    recorded = facts.fingerprints.get((task.destination, partition_key(interval)))
+    if recorded is None or recorded.uow_id != uow.uow_id:
+        return None
+    return latest, _recorded_reason(recorded)
+
+
 def _plan_interval(
     pipeline: Pipeline, ledger: Ledger, interval: Interval, names: Sequence[str],
-    tasks: Sequence[str] | None, force: bool, known: Mapping[tuple[str, str], set[str]],
+    tasks: Sequence[str] | None, force: bool, window: _Window,
     identify: Identify | None = None, began: datetime | None = None,
-    unit_ids: set[str] | None = None, repeat: Collection[str] = (),
+    repeat: Collection[str] = (), verify_untouched: bool = False,
 ) -> list[PlanItem]:
     from twice.engine.executor import identify_unit, latest_attempt_before
 
+    facts = window.covering(interval)
     items: list[PlanItem] = []
     upstream_runs: set[str] = set()
     stopped: dict[str, str] = {}  # planned to run, but held or blocked: which
     for name in names:
         task = pipeline.get_task(name)
-        uow = (identify(name, interval) if identify is not None
-               else identify_unit(pipeline, ledger, name, interval))
-        unknown = unit_ids is not None and uow.uow_id not in unit_ids  # no unit, no attempt
-        recorded = [] if unknown else ledger.attempts(uow.uow_id)
-        seen = frozenset(known.get((name, interval.label), ()) if known else ())
-        new_input = _is_new_input(seen, uow.input_version)
+        upstream = None if identify is not None else window.upstream(task, interval)
+        if identify is not None:
+            uow = identify(name, interval)
+        elif upstream:  # read by the window
+            uow = identify_unit(pipeline, ledger, name, interval, upstream=upstream)
+        else:
+            uow = identify_unit(pipeline, ledger, name, interval)
+        unknown = uow.uow_id not in window.unit_ids  # no unit, no attempt
+        seen = frozenset(window.known.get((name, interval.label), ()))
         ran_upstream = sorted(set(task.depends_on) & upstream_runs)
         forced = force and (not tasks or name in tasks)
+        found = (None if unknown or forced or verify_untouched or ran_upstream
+                 else _verified_in_window(task, uow, interval, facts, began))
+        if found is not None:  # verified by the window's facts: nothing more to read
+            latest, reason = found
+            items.append(PlanItem(interval, name, uow, "skip", reason, False,
+                                  latest.number, True, None, latest, seen, None))
+            continue
+        if upstream:  # named from the window's upstream versions: name it as the ledger is now
+            uow = identify_unit(pipeline, ledger, name, interval)
+            unknown = uow.uow_id not in window.unit_ids
+        new_input = _is_new_input(seen, uow.input_version)
+        recorded = [] if unknown else ledger.attempts(uow.uow_id)
         rerun = True
         drift = None
         action: PlanAction
@@ -411,7 +522,8 @@ def _plan_interval(
             action, reason = "run", "--force"
         else:
             ok, reason, drift = ((False, NOT_RUN, None) if unknown
-                                 else _verified(ledger, task, uow, interval, recorded))
+                                 else _verified(ledger, task, uow, interval, recorded,
+                                                measure=verify_untouched))
             action = "skip" if ok else "run"
             if new_input:
                 reason = f"source changed: new input version {uow.input_version}"
@@ -522,10 +634,9 @@ def schema_conflicts(pipeline: Pipeline, ledger: Ledger, plan: BackfillPlan, *,
                 problems.append(_partial_change(spec, outside, now, plan))
             continue
         recorded: dict[str, list[str]] = {}
-        for key, interval in keys.items():
-            record = ledger.latest_fingerprint(spec, key)
-            if record is not None and record.schema is not None:
-                recorded.setdefault(record.schema, []).append(interval.label)
+        for key, record in _latest_in_range(ledger, spec, list(keys)):
+            if record.schema is not None:
+                recorded.setdefault(record.schema, []).append(keys[key].label)
         if not recorded:
             continue
         shown = [f"{_where(labels)} [{signature or 'no columns'}]"
@@ -539,6 +650,21 @@ def schema_conflicts(pipeline: Pipeline, ledger: Ledger, plan: BackfillPlan, *,
                 "the range: rerun with --accept-schema-change to rewrite every interval"
             )
     return problems
+
+
+def _latest_in_range(ledger: Ledger, spec: str, keys: Sequence[str]
+                     ) -> Iterator[tuple[str, FingerprintRecord]]:
+    """The latest recorded fingerprint of each of ``spec``'s partitions ``keys`` that has one,
+    in ``keys`` order: one batched read per ``PLAN_WINDOW`` partitions, not one a partition."""
+    from twice.ledger.ranges import latest_fingerprints_of
+
+    for first in range(0, len(keys), PLAN_WINDOW):
+        batch = keys[first:first + PLAN_WINDOW]
+        found = latest_fingerprints_of(ledger, [spec], batch)
+        for key in batch:
+            record = found.get((spec, key))
+            if record is not None:
+                yield key, record
 
 
 def _where(labels: Sequence[str]) -> str:
@@ -584,6 +710,7 @@ def run_backfill(
     allow_open: bool = False,
     refresh_snapshots: bool = False,
     listeners: Iterable[Callable[[Event], None]] = (),
+    verify_untouched: bool = False,
 ) -> BackfillResult:
     """Backfill ``intervals`` (in order, ``concurrency`` in flight) and verify every partition.
 
@@ -596,12 +723,17 @@ def run_backfill(
     ``observe_timeout`` go to the executor; ``repeat`` names tasks that are not
     ``safe_repeat`` to execute again anyway (otherwise their successes are ``held``);
     ``listeners`` receive the engine's events too (OpenLineage: ``twice.engine.lineage``).
+    ``verify_untouched`` measures the partition of every unit the plan would skip as verified
+    and reruns it if it drifted (see :func:`plan_backfill`); by default only the partitions
+    the backfill rewrites are measured (before writing: drift), and ``twice verify`` checks
+    the others.
 
     An interval that has not ended (by ``clock``, default the ledger's) refuses the backfill
     before anything is recorded (``OpenIntervalError``) unless ``allow_open``; its runs are then
     recorded as run on an open interval. Each interval is planned just before it starts (the
-    plan streams: see :func:`iter_plan`), against the input versions the ledger knew when the
-    backfill began; the result's plan holds every item, in order, as :func:`plan_backfill`'s.
+    plan streams: see :func:`iter_plan`), against the ledger as read a window of intervals at
+    a time; the result's plan holds every item, in order, as :func:`plan_backfill`'s (equal
+    to them; without ``latest_seen`` and ``earlier_inputs``, read only to run them).
     """
     from twice.define.schedule import refuse_open_intervals
     from twice.engine.executor import Executor, default_holder
@@ -619,8 +751,7 @@ def run_backfill(
         raise BackfillError("the backfill range holds no interval")
     refuse_open_intervals(spans, clock() if clock is not None else ledger.now(),
                           allow_open=allow_open)
-    unit_ids: set[str] = set()  # a unit unknown when the backfill began has no attempt to read
-    known = _known_inputs(pipeline, ledger, unit_ids)
+    window = _Window(pipeline, ledger, names)  # the ledger, read a window at a time
     began = ledger.now()
     # The range and tasks, before any item is planned (the items follow, interval by interval).
     plan = BackfillPlan(pipeline.name, spans, tuple(names), tuple(dependents), (), force)
@@ -739,9 +870,9 @@ def run_backfill(
     results: dict[Interval, list[TaskRun]] = {}
     planned: list[PlanItem] = []
     # An interval is planned when a slot is free for it, so planning never waits for the range.
-    upcoming = _plan_intervals(pipeline, ledger, spans, names, tasks, force, known,
+    upcoming = _plan_intervals(pipeline, ledger, spans, names, tasks, force, window,
                                executor.unit_for if refresh_snapshots else None, began,
-                               unit_ids, tuple(repeat))
+                               tuple(repeat), verify_untouched)
     with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="twice-bf") as pool:
         pending: dict[Future[list[TaskRun]], Interval] = {}
         more = True
@@ -752,10 +883,18 @@ def run_backfill(
                     more = False
                     break
                 interval, items = taken
-                planned.extend(items)
+                # kept for the result without what only running them needs (the attempt
+                # records read): a year of hourly units keeps 26,280 items
+                planned.extend(replace(item, latest_seen=None, earlier_inputs=frozenset())
+                               for item in items)
                 reruns.update((item.uow.uow_id, item.latest_attempt or 0)
                               for item in items if item.action == "run" and item.rerun
                               and _planned_on_success(item))
+                if not pending and all(item.action == "skip" for item in items):
+                    # nothing to run and nothing running before it: reported here, in order,
+                    # without a thread handoff (a rerun of verified units is mostly these)
+                    results[interval] = one_interval(interval, items)
+                    continue
                 pending[pool.submit(one_interval, interval, items)] = interval
             if not pending:
                 continue

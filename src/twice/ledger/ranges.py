@@ -1,0 +1,160 @@
+"""Batched reads of a range of intervals, for planning a backfill without one query per unit.
+
+A backfill over a year of hourly units decides, for each of its 26,280 units, whether the unit
+is already verified: recorded, its latest attempt succeeded, and its partition's latest
+fingerprint recorded by it. Read one unit at a time, that is several queries a unit (about a
+millisecond each) before the first new unit starts, and again on every rerun. These functions
+read the same facts for a window of intervals in a few statements, all in one read snapshot:
+
+* :func:`units_between`: the units of a pipeline whose interval starts in a window;
+* :func:`latest_attempts_of`: the latest attempt of each of a set of units;
+* :func:`latest_fingerprints_of`: the latest fingerprint of each (destination, partition);
+* :func:`latest_units`: a task's units with the latest intervals (``twice.engine.timeout_advice``).
+
+Read-only: a read snapshot of its own (or the caller's transaction).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Collection, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from sqlalchemy import and_, func, select
+
+from twice.ledger.records import AttemptRecord, FingerprintRecord, UnitRecord
+from twice.ledger.rows import ATTEMPT, FINGERPRINT, UNIT
+from twice.ledger.schema import attempts, fingerprints, units
+
+if TYPE_CHECKING:
+    from twice.ledger.store import Ledger
+
+T = TypeVar("T")
+
+#: Bound values per ``IN (...)`` statement (SQLite allows 32,766 a statement; PostgreSQL
+#: 65,535): a longer list is read in several statements of this many.
+CHUNK = 900
+
+
+@dataclass(frozen=True)
+class RangeFacts:
+    """What the ledger holds for a window of intervals, read at once (see the module).
+
+    ``partitions``: the partitions whose latest fingerprints were read (those of the window's
+    units): for them, a slot absent from ``fingerprints`` has none recorded."""
+
+    units: tuple[UnitRecord, ...]
+    latest_attempts: dict[str, AttemptRecord]  # uow_id -> its latest attempt
+    fingerprints: dict[tuple[str, str], FingerprintRecord]  # (destination, partition) -> latest
+    partitions: frozenset[str]
+
+
+def _retried(read: Callable[..., T]) -> Callable[..., T]:
+    """``read(ledger, ...)`` run again whole on a transient fault, as every ``Ledger`` read
+    is (``Session.retrying``); inside the caller's transaction or retry, once."""
+    @functools.wraps(read)
+    def call(ledger: Ledger, *args: Any, **kwargs: Any) -> T:
+        session = ledger._session
+        if session.current() is not None or session.in_retry():
+            return read(ledger, *args, **kwargs)
+        return session.retrying(lambda: read(ledger, *args, **kwargs),
+                                what=f"{read.__name__}()")
+    return call
+
+
+@_retried
+def range_facts(ledger: Ledger, pipeline: str, first_start: datetime, last_start: datetime,
+                destinations: Collection[str]) -> RangeFacts:
+    """The units of ``pipeline`` whose interval starts in ``[first_start, last_start]`` with
+    each one's latest attempt, and the latest fingerprint in each of ``destinations`` of
+    their intervals' partitions (``partition_key``: the interval's label): one read
+    snapshot, a few statements (not one a unit)."""
+    with ledger.snapshot():
+        found = units_between(ledger, pipeline, first_start, last_start)
+        labels = frozenset(unit.interval.label for unit in found)
+        latest = latest_attempts_of(ledger, [unit.uow_id for unit in found])
+        prints = latest_fingerprints_of(ledger, destinations, labels)
+    return RangeFacts(tuple(found), latest, prints, labels)
+
+
+@_retried
+def units_between(ledger: Ledger, pipeline: str, first_start: datetime, last_start: datetime
+                  ) -> list[UnitRecord]:
+    """Units of ``pipeline`` whose interval starts in ``[first_start, last_start]``, in
+    interval order (one statement, on the units' (pipeline, task, start) index)."""
+    query = (select(units)
+             .where(units.c.pipeline == pipeline,
+                    units.c.interval_start_utc >= first_start,
+                    units.c.interval_start_utc <= last_start)
+             .order_by(units.c.interval_start_utc, units.c.task, units.c.uow_id))
+    with ledger._session.read() as conn:
+        return [UNIT(row) for row in conn.execute(query).mappings()]
+
+
+@_retried
+def latest_units(ledger: Ledger, pipeline: str, task: str, limit: int) -> list[UnitRecord]:
+    """The ``limit`` units of ``pipeline``'s ``task`` with the latest intervals, in interval
+    order (``ledger.units(...)[-limit:]`` without reading every unit of the task)."""
+    query = (select(units)
+             .where(units.c.pipeline == pipeline, units.c.task == task)
+             .order_by(units.c.interval_start_utc.desc(), units.c.pipeline.desc(),
+                       units.c.task.desc(), units.c.uow_id.desc())
+             .limit(limit))
+    with ledger._session.read() as conn:
+        return [UNIT(row) for row in conn.execute(query).mappings()][::-1]
+
+
+@_retried
+def latest_attempts_of(ledger: Ledger, uow_ids: Sequence[str]) -> dict[str, AttemptRecord]:
+    """Each unit's latest attempt (highest number); a unit without attempts is absent. One
+    statement per ``CHUNK`` units."""
+    found: dict[str, AttemptRecord] = {}
+    with ledger._session.read() as conn:
+        for ids in _chunks(uow_ids):
+            newest = (select(attempts.c.uow_id, func.max(attempts.c.number).label("number"))
+                      .where(attempts.c.uow_id.in_(ids))
+                      .group_by(attempts.c.uow_id).subquery())
+            query = select(attempts).join(newest, and_(
+                attempts.c.uow_id == newest.c.uow_id, attempts.c.number == newest.c.number))
+            for row in conn.execute(query).mappings():
+                record = ATTEMPT(row)
+                found[record.uow_id] = record
+    return found
+
+
+@_retried
+def latest_fingerprints_of(ledger: Ledger, destinations: Collection[str],
+                           partitions: Collection[str]
+                           ) -> dict[tuple[str, str], FingerprintRecord]:
+    """The latest fingerprint of each ``destinations`` x ``partitions`` slot that has one.
+    One statement per destination and ``CHUNK`` partitions."""
+    found: dict[tuple[str, str], FingerprintRecord] = {}
+    with ledger._session.read() as conn:
+        for destination in sorted(set(destinations)):
+            for keys in _chunks(sorted(set(partitions))):
+                newest = (select(fingerprints.c.partition,
+                                 func.max(fingerprints.c.version).label("version"))
+                          .where(fingerprints.c.destination == destination,
+                                 fingerprints.c.partition.in_(keys))
+                          .group_by(fingerprints.c.partition).subquery())
+                query = select(fingerprints).join(newest, and_(
+                    fingerprints.c.destination == destination,
+                    fingerprints.c.partition == newest.c.partition,
+                    fingerprints.c.version == newest.c.version))
+                for row in conn.execute(query).mappings():
+                    record = FINGERPRINT(row)
+                    found[(record.destination, record.partition)] = record
+    return found
+
+
+def _chunks(values: Iterable[str]) -> Iterable[list[str]]:
+    batch: list[str] = []
+    for value in values:
+        batch.append(value)
+        if len(batch) == CHUNK:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
