@@ -6,13 +6,25 @@ as per-day slices ("1, 1, 0 rows") though it held 99 rows; a failing model showe
 and dbt's summary line while the cause was only in a log under ``target/``.
 
 ``tests/on_dbt/shop`` is a jaffle_shop-style project written with no thought of twice: seeds,
-staging views, mart tables, a source loaded by another system (no event_time), a microbatch
-model and an incremental model. Real dbt-duckdb (``$TWICE_DBT_VENV``) runs it through the CLI:
+staging views, an ephemeral intermediate model, mart tables, a source loaded by another system
+(no event_time), a microbatch model, an incremental model and a snapshot (dbt's YAML snapshot,
+strategy ``check``). Real dbt-duckdb (``$TWICE_DBT_VENV``) runs it through the CLI:
 
-- one backfill of two days runs every node (no ``--select``) and verifies each unit; the tables
-  and views are built once, as whole relations recorded with whole-relation fingerprints, the
-  table over the microbatch model after both of its days;
+- one backfill of two days runs every node (no ``--select``) and verifies each unit; the tables,
+  views, seeds and the snapshot are built once, as whole relations recorded with whole-relation
+  fingerprints, the table over the microbatch model after both of its days; the ephemeral model
+  is no unit (no run, no ledger entry, no relation): its SQL is part of the table that reads
+  it, whose rows are those computed here from the seed files;
 - the same command again executes nothing;
+- an edit of the ephemeral model is an edit of its reader: the next backfill rebuilds that
+  table alone, with the new rows;
+- a customer renamed in the seed: twice keys the snapshot's unit by its definition and the
+  whole-relation fingerprint of what it reads (``stg_customers``), so the changed upstream is a
+  new unit, which runs ``dbt snapshot`` once and the snapshot records the change (the old
+  version closed, the new one current). Put back as it was, the upstream names the first
+  unit again; twice runs it again because another unit wrote the snapshot since (its slot was
+  overwritten), so the snapshot records that change too; a third backfill executes nothing. An
+  unchanged upstream never runs the snapshot (nothing for it to record);
 - a dropped source and a seed that breaks a dbt test: the failing model's cause is one line
   (no colour codes) in the CLI and the ledger, the rejected build is not verified, and what
   reads either is blocked.
@@ -20,11 +32,14 @@ model and an incremental model. Real dbt-duckdb (``$TWICE_DBT_VENV``) runs it th
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
+from datetime import date
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +54,8 @@ SHOP = Path(__file__).resolve().parent / "shop"
 PIPELINE = "dbt_shop"
 DAYS = ("2026-11-01", "2026-11-02")
 WHOLE = ("raw_customers", "raw_orders", "stg_customers", "stg_orders", "stg_events", "orders",
-         "customers", "customer_activity")
+         "customers", "customer_activity", "customer_revenue", "customers_snapshot")
+EPHEMERAL = "int_order_totals"  # read by customer_revenue
 PER_DAY = ("page_events", "daily_revenue")
 EVENTS = [  # the source another system loads: clicks and purchases over two days
     (1, 1, "2026-11-01 08:00:00", "purchase", 12.5),
@@ -82,6 +98,35 @@ class Shop:
             [(found,)] = conn.execute(f"SELECT count(*) FROM {table}").fetchall()
         return int(found)
 
+    def rows(self, query: str) -> list[tuple[Any, ...]]:
+        with duckdb.connect(str(self.database), read_only=True) as conn:
+            return conn.execute(query).fetchall()
+
+    def seed(self, name: str) -> list[dict[str, str]]:
+        with open(self.project / "seeds" / f"{name}.csv", newline="") as seed:
+            return list(csv.DictReader(seed))
+
+    def revenue(self) -> list[tuple[Any, ...]]:
+        return self.rows("SELECT customer_id, first_name, orders, round(revenue, 2), last_order "
+                         "FROM customer_revenue ORDER BY customer_id")
+
+    def expected_revenue(self, counted: Callable[[str], bool]) -> list[tuple[Any, ...]]:
+        """customer_revenue computed here from the seed files: each customer's orders whose
+        status is ``counted``, amounts in cents."""
+        orders = [o for o in self.seed("raw_orders") if counted(o["status"])]
+        found = []
+        for customer in self.seed("raw_customers"):
+            mine = [o for o in orders if o["user_id"] == customer["id"]]
+            found.append((int(customer["id"]), customer["first_name"], len(mine),
+                          round(sum(int(o["amount"]) for o in mine) / 100, 2),
+                          max((date.fromisoformat(o["order_date"]) for o in mine), default=None)))
+        return sorted(found)
+
+    def snapshot(self) -> list[tuple[Any, ...]]:
+        """The snapshot's versions: customer, names, and whether the version is current."""
+        return self.rows("SELECT customer_id, first_name, last_name, dbt_valid_to IS NULL "
+                         "FROM customers_snapshot ORDER BY customer_id, dbt_valid_from")
+
     def attempt_folders(self) -> list[Path]:
         return sorted((self.project / "target" / "twice" / "runs").glob("*/attempt-*"))
 
@@ -113,6 +158,19 @@ def test_every_node_runs_once_per_its_scope_and_is_verified(
     units = {u["name"]: u for u in result["dbt"]["units"]}
     assert units["orders"]["materialized"] == "table" and units["orders"]["scope"] == "whole"
     assert units["page_events"]["scope"] == "interval"
+    assert units["customers_snapshot"] == {"name": "customers_snapshot", "scope": "whole",
+                                           "resource_type": "snapshot", "materialized": "snapshot"}
+    # the ephemeral model is selected (dbt ls names it) but is no unit: no run, no relation
+    assert EPHEMERAL in result["dbt"]["selected"] and EPHEMERAL not in units
+    assert not runs_of(result, EPHEMERAL)
+    assert not house.rows(f"SELECT 1 FROM information_schema.tables WHERE table_name = "
+                          f"'{EPHEMERAL}'")
+    # its SQL is part of customer_revenue, whose rows are those the seed files give
+    assert house.revenue() == house.expected_revenue(lambda status: status != "returned")
+    assert house.revenue()[1] == (2, "Shawn", 0, 0.0, None)  # only a returned order
+    # the snapshot holds one current version of each customer
+    assert house.snapshot() == [(int(c["id"]), c["first_name"], c["last_name"], True)
+                                for c in house.seed("raw_customers")]
 
     with Ledger.open(str(house.ledger)) as ledger:
         attempts = {}
@@ -124,6 +182,16 @@ def test_every_node_runs_once_per_its_scope_and_is_verified(
                 assert unit.interval == WHOLE_RELATION and "partition_column" not in (
                     unit.destination), unit.destination
         assert len(attempts) == len(WHOLE) + 2 * len(PER_DAY)
+        assert not ledger.units(pipeline=PIPELINE, task=EPHEMERAL)
+        # the snapshot runs `dbt snapshot`, after the view it reads
+        [snapshot] = ledger.units(pipeline=PIPELINE, task="customers_snapshot")
+        evidence = [o for o in ledger.observations(snapshot.uow_id) if o.source == "dbt"]
+        assert " snapshot --select customers_snapshot " in evidence[-1].detail["command"]
+        staged = attempts[("stg_customers", WHOLE_RELATION.label)]
+        assert staged.finished_at is not None and staged.finished_at <= attempts[
+            ("customers_snapshot", WHOLE_RELATION.label)].started_at
+        record = ledger.latest_fingerprint(snapshot.destination, WHOLE_RELATION.label)
+        assert record is not None and record.row_count == 4 and record.version == 1
         # the table over the microbatch model is built after both of its days
         activity = attempts[("customer_activity", WHOLE_RELATION.label)]
         days = [a for (task, _), a in attempts.items() if task == "page_events"]
@@ -152,10 +220,102 @@ def test_the_same_backfill_again_executes_nothing(shop: tuple[Shop, dict[str, An
     assert house.attempt_folders() == before
 
 
+INT_ORDER_TOTALS = "models/intermediate/int_order_totals.sql"
+
+
 @pytest.fixture(scope="module")
-def broken(shop: tuple[Shop, dict[str, Any]]) -> tuple[Shop, subprocess.CompletedProcess[str]]:
-    """The source dropped, and an order with a status the accepted_values test refuses."""
+def edited(shop: tuple[Shop, dict[str, Any]]) -> tuple[Shop, dict[str, Any]]:
+    """The ephemeral model now counts only orders that shipped or completed."""
     house, _ = shop
+    path = house.project / INT_ORDER_TOTALS
+    text = path.read_text()
+    assert "where status != 'returned'" in text
+    path.write_text(text.replace("where status != 'returned'",
+                                 "where status in ('shipped', 'completed')"))
+    return house, house.backfill()
+
+
+def test_an_edited_ephemeral_model_rebuilds_its_reader(
+        edited: tuple[Shop, dict[str, Any]]) -> None:
+    house, result = edited
+    ran = {run["task"] for run in result["runs"] if run["status"] == "succeeded"}
+    assert ran == {"customer_revenue"}, result["counts"]
+    assert result["counts"] == {"succeeded": 1, "skipped": len(WHOLE) + 2 * len(PER_DAY) - 1}
+    assert house.revenue() == house.expected_revenue(lambda s: s in ("shipped", "completed"))
+    assert house.revenue()[3] == (4, "Jimmy", 0, 0.0, None)  # only a placed order now
+    with Ledger.open(str(house.ledger)) as ledger:
+        assert not ledger.units(pipeline=PIPELINE, task=EPHEMERAL)
+        units = ledger.units(pipeline=PIPELINE, task="customer_revenue")
+        assert len({u.transform_version for u in units}) == 2  # the edit is its definition's
+        latest = ledger.latest_fingerprint(units[0].destination, WHOLE_RELATION.label)
+        assert latest is not None and latest.version == 2
+
+
+def _renamed(house: Shop, before: str, after: str) -> dict[str, Any]:
+    seed = house.project / "seeds" / "raw_customers.csv"
+    text = seed.read_text()
+    assert before in text
+    seed.write_text(text.replace(before, after))
+    return house.backfill()
+
+
+#: What reads raw_customers: each rebuilt when a customer is renamed, the rest skipped.
+CUSTOMER_NODES = {"raw_customers", "stg_customers", "customers", "customer_activity",
+                  "customer_revenue", "customers_snapshot"}
+
+
+@pytest.fixture(scope="module")
+def renamed(edited: tuple[Shop, dict[str, Any]]
+            ) -> tuple[Shop, list[dict[str, Any]], list[list[tuple[Any, ...]]]]:
+    """Kathleen P. renamed Kathleen Q. in the seed, then put back, then the same again: each
+    backfill's result and the snapshot's rows after it."""
+    house, _ = edited
+    results, snapshots = [], []
+    for change in (("3,Kathleen,P.", "3,Kathleen,Q."), ("3,Kathleen,Q.", "3,Kathleen,P."), None):
+        results.append(house.backfill() if change is None else _renamed(house, *change))
+        snapshots.append(house.snapshot())
+    return house, results, snapshots
+
+
+def test_a_snapshot_records_a_changed_upstream_row(
+        renamed: tuple[Shop, list[dict[str, Any]], list[list[tuple[Any, ...]]]]) -> None:
+    house, [changed, back, again], [after_change, after_back, after_again] = renamed
+    total = len(WHOLE) + 2 * len(PER_DAY)
+    for result in (changed, back):  # what reads the seed runs, once; the rest is verified
+        ran = {run["task"] for run in result["runs"] if run["status"] == "succeeded"}
+        assert ran == CUSTOMER_NODES, result["counts"]
+        assert result["counts"] == {"succeeded": len(CUSTOMER_NODES),
+                                    "skipped": total - len(CUSTOMER_NODES)}
+    [first] = runs_of(changed, "customers_snapshot")
+    assert first["scope"] == "whole" and first["interval"] is None
+    assert (first["diff"]["rows_before"], first["diff"]["rows_after"]) == (4, 5)
+    assert after_change == [(1, "Michael", "P.", True), (2, "Shawn", "M.", True),
+                            (3, "Kathleen", "P.", False), (3, "Kathleen", "Q.", True),
+                            (4, "Jimmy", "C.", True)]
+    [second] = runs_of(back, "customers_snapshot")
+    assert (second["diff"]["rows_before"], second["diff"]["rows_after"]) == (5, 6)
+    assert after_back == [(1, "Michael", "P.", True), (2, "Shawn", "M.", True),
+                          (3, "Kathleen", "P.", False), (3, "Kathleen", "Q.", False),
+                          (3, "Kathleen", "P.", True), (4, "Jimmy", "C.", True)]
+    assert again["counts"] == {"skipped": total} and after_again == after_back
+    with Ledger.open(str(house.ledger)) as ledger:
+        units = ledger.units(pipeline=PIPELINE, task="customers_snapshot")
+        assert len(units) == 2  # the seed as it was, and renamed
+        records = ledger.fingerprints(units[0].destination, WHOLE_RELATION.label)
+        assert [r.row_count for r in records] == [4, 5, 6]
+        # put back, the upstream names the first unit again; it ran again (its slot had been
+        # overwritten by the renamed one's build), verified with the whole relation's rows
+        assert records[0].uow_id == records[2].uow_id == second["uow_id"]
+        assert records[1].uow_id == first["uow_id"] != second["uow_id"]
+        assert [a.outcome for a in ledger.attempts(second["uow_id"])] == ["succeeded"] * 2
+        assert "partition_column" not in units[0].destination
+
+
+@pytest.fixture(scope="module")
+def broken(renamed: tuple[Shop, list[dict[str, Any]], list[list[tuple[Any, ...]]]]
+           ) -> tuple[Shop, subprocess.CompletedProcess[str]]:
+    """The source dropped, and an order with a status the accepted_values test refuses."""
+    house = renamed[0]
     with duckdb.connect(str(house.database)) as conn:
         conn.execute("DROP TABLE raw_events")
     seed = house.project / "seeds" / "raw_orders.csv"
