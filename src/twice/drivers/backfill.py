@@ -57,7 +57,7 @@ import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 from twice.core.interval import Interval
@@ -404,7 +404,11 @@ class _Window:
         start = interval.start
         if (self.facts is None or self.first is None or self.last is None
                 or not self.first <= start <= self.last):
-            self.first, self.last = start, start + PLAN_WINDOW * (interval.end - start)
+            try:
+                last = start + PLAN_WINDOW * (interval.end - start)
+            except OverflowError:  # a whole-relation interval (a dbt table) ends far ahead
+                last = datetime.max.replace(tzinfo=UTC)
+            self.first, self.last = start, last
             self.facts = range_facts(self.ledger, self.pipeline.name, self.first, self.last,
                                      self.destinations)
             self.known, self.unit_ids = {}, set()
