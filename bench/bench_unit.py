@@ -145,14 +145,31 @@ def ledger_end(execute: Callable[..., Any], p: str, i: int) -> None:
     execute(f"UPDATE leases SET released = {p} WHERE uow_id = {p}", (NOW, uow))
 
 
-def floor_sqlite(workdir: Path, units: int) -> float:
-    """SQLite ledger (WAL, synchronous FULL, as twice's) and SQLite destination file (opened
-    per unit, as twice opens it), each transaction committed."""
-    ledger = sqlite3.connect(workdir / "floor-ledger.db", isolation_level=None)
+def floor_ledger(path: Path) -> sqlite3.Connection:
+    """The floor's SQLite ledger, with twice's durability settings (WAL, synchronous FULL)."""
+    ledger = sqlite3.connect(path, isolation_level=None)
     ledger.execute("PRAGMA journal_mode = WAL")
     ledger.execute("PRAGMA synchronous = FULL")
     for ddl in LEDGER_DDL:
         ledger.execute(ddl)
+    return ledger
+
+
+def floor_unit(ledger: sqlite3.Connection, i: int, write: Callable[[], None]) -> None:
+    """One unit of the floor on a SQLite ledger: the claim, ``write``, the end."""
+    ledger.execute("BEGIN IMMEDIATE")
+    ledger_claim(ledger.execute, "?", i)
+    ledger.execute("COMMIT")
+    write()
+    ledger.execute("BEGIN IMMEDIATE")
+    ledger_end(ledger.execute, "?", i)
+    ledger.execute("COMMIT")
+
+
+def floor_sqlite(workdir: Path, units: int) -> float:
+    """SQLite ledger (WAL, synchronous FULL, as twice's) and SQLite destination file (opened
+    per unit, as twice opens it), each transaction committed."""
+    ledger = floor_ledger(workdir / "floor-ledger.db")
     dest_path = workdir / "floor-dest.db"
     with sqlite3.connect(dest_path) as dest:
         for ddl in DEST_DDL:
@@ -160,20 +177,17 @@ def floor_sqlite(workdir: Path, units: int) -> float:
     rows = [(str(FIRST_DAY), v) for v in range(ROWS)]
 
     def one(i: int) -> None:
-        ledger.execute("BEGIN IMMEDIATE")
-        ledger_claim(ledger.execute, "?", i)
-        ledger.execute("COMMIT")
-        dest = sqlite3.connect(dest_path, isolation_level=None)
-        dest.execute("BEGIN IMMEDIATE")
-        dest.execute("DELETE FROM out WHERE day = ?", (str(FIRST_DAY),))
-        dest.executemany("INSERT INTO out VALUES (?, ?)", rows)
-        dest.execute("INSERT INTO commits VALUES ('out', ?, ?, ?, ?, 'abc', ?)",
-                     (str(FIRST_DAY), f"u{i}", i, ROWS, NOW))
-        dest.execute("COMMIT")
-        dest.close()
-        ledger.execute("BEGIN IMMEDIATE")
-        ledger_end(ledger.execute, "?", i)
-        ledger.execute("COMMIT")
+        def write() -> None:
+            dest = sqlite3.connect(dest_path, isolation_level=None)
+            dest.execute("BEGIN IMMEDIATE")
+            dest.execute("DELETE FROM out WHERE day = ?", (str(FIRST_DAY),))
+            dest.executemany("INSERT INTO out VALUES (?, ?)", rows)
+            dest.execute("INSERT INTO commits VALUES ('out', ?, ?, ?, ?, 'abc', ?)",
+                         (str(FIRST_DAY), f"u{i}", i, ROWS, NOW))
+            dest.execute("COMMIT")
+            dest.close()
+
+        floor_unit(ledger, i, write)
 
     try:
         return per_unit(one, units)
@@ -185,11 +199,7 @@ def floor_duckdb(workdir: Path, units: int, *, reopen: bool) -> float:
     """SQLite ledger as above; DuckDB destination opened per unit (``reopen``) or held."""
     import duckdb
 
-    ledger = sqlite3.connect(workdir / f"floor-ledger-duck-{reopen}.db", isolation_level=None)
-    ledger.execute("PRAGMA journal_mode = WAL")
-    ledger.execute("PRAGMA synchronous = FULL")
-    for ddl in LEDGER_DDL:
-        ledger.execute(ddl)
+    ledger = floor_ledger(workdir / f"floor-ledger-duck-{reopen}.db")
     path = str(workdir / f"floor-{reopen}.duckdb")
     held = duckdb.connect(path)
     for ddl in DEST_DDL:
@@ -199,23 +209,20 @@ def floor_duckdb(workdir: Path, units: int, *, reopen: bool) -> float:
     table = ten_rows(FIRST_DAY)
 
     def one(i: int) -> None:
-        ledger.execute("BEGIN IMMEDIATE")
-        ledger_claim(ledger.execute, "?", i)
-        ledger.execute("COMMIT")
-        dest = duckdb.connect(path) if reopen else held
-        dest.execute("BEGIN TRANSACTION")
-        dest.execute("DELETE FROM out WHERE day = ?", [FIRST_DAY])
-        dest.register("incoming", table)
-        dest.execute("INSERT INTO out SELECT * FROM incoming")
-        dest.unregister("incoming")
-        dest.execute("INSERT INTO commits VALUES ('out', ?, ?, ?, ?, 'abc', ?)",
-                     [str(FIRST_DAY), f"u{i}", i, ROWS, NOW])
-        dest.execute("COMMIT")
-        if reopen:
-            dest.close()
-        ledger.execute("BEGIN IMMEDIATE")
-        ledger_end(ledger.execute, "?", i)
-        ledger.execute("COMMIT")
+        def write() -> None:
+            dest = duckdb.connect(path) if reopen else held
+            dest.execute("BEGIN TRANSACTION")
+            dest.execute("DELETE FROM out WHERE day = ?", [FIRST_DAY])
+            dest.register("incoming", table)
+            dest.execute("INSERT INTO out SELECT * FROM incoming")
+            dest.unregister("incoming")
+            dest.execute("INSERT INTO commits VALUES ('out', ?, ?, ?, ?, 'abc', ?)",
+                         [str(FIRST_DAY), f"u{i}", i, ROWS, NOW])
+            dest.execute("COMMIT")
+            if reopen:
+                dest.close()
+
+        floor_unit(ledger, i, write)
 
     try:
         return per_unit(one, units)
