@@ -391,3 +391,29 @@ def test_the_grid_links_every_cell_to_its_unit(outputs: dict[str, Any]) -> None:
     headers = [th.all_text() for th in grid.find_all("th") if "data-task" in th.attrs]
     assert headers[0] == "extract"  # the engine's order: extract before what depends on it
     assert headers.index("check") > headers.index("extract")
+
+
+def test_settled_cards_are_folded_and_attention_cards_open(faulted: FaultedRun,
+                                                          outputs: dict[str, Any]) -> None:
+    """Issue 39: the page stays small to read. A card whose unit needs nothing from a person
+    (verified, asserted, superseded) shows its heading and status line, its timeline and
+    evidence folded away; a card that needs attention or is in progress opens with them."""
+    dom = parse(outputs["report.html"])
+    expected = faulted.expected()
+    seen: set[str] = set()
+    for article in dom.find_all("article", "unit"):
+        health = _health_of(article.one("h3"))
+        body = article.one("details", "card-body")
+        assert body.find_all("svg"), article.attrs["id"]  # the evidence is there, folded or not
+        assert ("open" in body.attrs) == (Health(health) in health_module.AWAITING_ACTION), health
+        seen.add(health)
+    assert {"verified", "unknown", "failed"} <= seen == set(expected.values())
+
+
+def test_recorded_details_are_inert_text_without_escaped_quotes(outputs: dict[str, Any]) -> None:
+    """A recorded detail's JSON is text content: ``<`` and ``&`` are escaped, quotes need not
+    be (they are most of the bytes of every detail)."""
+    page = outputs["report.html"]
+    codes = re.findall(r'<details class="detail"><summary>[^<]*</summary><code>(.*?)</code>',
+                       page, re.S)
+    assert codes and all("&quot;" not in c and '"' in c and "<" not in c for c in codes)

@@ -33,6 +33,7 @@ from twice.reports.gather import (
     group_assumptions,
 )
 from twice.reports.health import (
+    AWAITING_ACTION,
     BASES,
     BASIS_LABEL,
     BASIS_MEANING,
@@ -213,10 +214,11 @@ def _detail(detail: Mapping[str, Any], shown: Iterable[str] = ()) -> str:
         return ""
     text = json.dumps(rest, sort_keys=True, default=str)
     if len(text) <= 120:
-        return f"<code>{escape(text)}</code>"
+        return f"<code>{escape(text, quote=False)}</code>"
     keys = ", ".join(sorted(rest))
+    # Text content: quotes need no escape, and they are most of a JSON detail's bytes.
     return (f'<details class="detail"><summary>{escape(keys)}</summary>'
-            f"<code>{escape(text[:2000])}</code></details>")
+            f"<code>{escape(text[:2000], quote=False)}</code></details>")
 
 
 def _table(css: str, headers: Iterable[str], rows: Iterable[str], table_id: str = "") -> str:
@@ -429,7 +431,16 @@ def _generations(unit: UnitReport) -> str:
     return f"<details open><summary>Job generations</summary>{table}</details>"
 
 
+def _counted(unit: UnitReport) -> str:
+    return ", ".join(f"{n} {what}{'' if n == 1 else 's'}" for n, what in (
+        (len(unit.attempts), "attempt"), (len(unit.observations), "observation"),
+        (len(unit.decisions), "decision")))
+
+
 def _unit_article(unit: UnitReport, as_of: datetime) -> str:
+    """A unit's card. Its timeline and evidence fold away when the unit needs nothing from a
+    person (verified, asserted, superseded): a scope of many settled units reads as a list of
+    headings, with every card's evidence one click away (no script: the page stays inert)."""
     u = unit.unit
     deadline = ""
     if unit.deadline is not None:
@@ -447,6 +458,8 @@ def _unit_article(unit: UnitReport, as_of: datetime) -> str:
         f"<h3>{escape(unit.label)} — {_state(unit)} {badge(unit.status.basis)}</h3>"
         f"<p>{identity}</p>"
         f'<p class="status-text">{escape(unit.status.text)}</p>'
+        f'<details class="card-body"{" open" if unit.status.state in AWAITING_ACTION else ""}>'
+        f"<summary>Timeline and evidence: {_counted(unit)}</summary>"
         f"{timeline_svg(unit, as_of)}"
         f"<details open><summary>Attempts ({len(unit.attempts)})</summary>"
         f"{_attempts(unit)}</details>"
@@ -454,7 +467,7 @@ def _unit_article(unit: UnitReport, as_of: datetime) -> str:
         f"{_observations(unit)}</details>"
         f"<details open><summary>Decisions ({len(unit.decisions)})</summary>"
         f"{_decisions(unit)}</details>"
-        f"{_problems(unit)}{_generations(unit)}</article>"
+        f"{_problems(unit)}{_generations(unit)}</details></article>"
     )
 
 
