@@ -8,6 +8,7 @@ succeeded or was verified.
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 import re
@@ -435,6 +436,7 @@ def run_with_progress(pipeline: Any, ledger: Any, intervals: Any, total: int | N
                 )
             elif kind == "task-finished":
                 print_line(progress.console, "  " + shown(describe_run(data)))
+                return  # the counts change only as intervals start and finish
             progress.update(bar, running=state["running"], failed=state["failed"],
                             held=state["held"])
 
@@ -457,8 +459,10 @@ def print_line(console: Any, text: str) -> None:
     console.file.write(text + "\n")
 
 
+@functools.lru_cache(maxsize=64)
 def _short(label: str) -> str:
-    """An interval's label (``START/END``) as a line names it (``Interval.short``)."""
+    """An interval's label (``START/END``) as a line names it (``Interval.short``; kept for
+    the few intervals in flight: each of an interval's tasks prints a line)."""
     from twice.core.interval import Interval
 
     return Interval.parse(label).short

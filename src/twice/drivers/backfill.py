@@ -81,7 +81,7 @@ if TYPE_CHECKING:
     from twice.engine.evidence import AssumedDuration
     from twice.engine.executor import UnitResult
     from twice.ledger import AttemptRecord, FingerprintRecord, Ledger
-    from twice.ledger.ranges import RangeFacts
+    from twice.ledger.ranges import RangeFacts, WindowAttempt
 
 __all__ = [
     "BackfillError", "BackfillPlan", "BackfillResult", "Drift", "OutcomeUnknownError",
@@ -158,7 +158,8 @@ class PlanItem:
 
     ``latest_attempt`` is the unit's latest attempt number when the plan was made: a success
     recorded after it (by another process) is not repeated. ``latest_seen`` is the latest
-    attempt the plan read.
+    attempt the plan read for a unit it did not skip on the window's facts (what running it
+    needs; a skipped unit's is only its number, ``latest_attempt``).
     """
 
     interval: Interval
@@ -413,8 +414,7 @@ class _Window:
                                      self.destinations)
             self.known, self.unit_ids = {}, set()
             for unit in self.facts.units:
-                self.known.setdefault((unit.task, unit.interval.label), set()).add(
-                    unit.input_version)
+                self.known.setdefault((unit.task, unit.label), set()).add(unit.input_version)
                 self.unit_ids.add(unit.uow_id)
         return self.facts
 
@@ -464,7 +464,7 @@ def _is_new_input(earlier: frozenset[str], input_version: str) -> bool:
 
 
 def _verified_in_window(task: Task, uow: UnitOfWork, interval: Interval, facts: RangeFacts,
-                        began: datetime | None) -> tuple[AttemptRecord, str] | None:
+                        began: datetime | None) -> tuple[WindowAttempt, str] | None:
     """The unit's latest attempt and the skip reason, when the window's facts show it
     verified (its latest attempt succeeded, before ``began``, and its partition's latest
     fingerprint is its own): what :func:`_verified` decides without measuring, with no
@@ -512,7 +512,7 @@ def _plan_interval(
         if found is not None:  # verified by the window's facts: nothing more to read
             latest, reason = found
             items.append(PlanItem(interval, name, uow, "skip", reason, False,
-                                  latest.number, True, None, latest, seen, None))
+                                  latest.number, True, None, None, seen, None))
             continue
         if upstream:  # named from the window's upstream versions: name it as the ledger is now
             uow = identify_unit(pipeline, ledger, name, interval)
@@ -638,9 +638,9 @@ def schema_conflicts(pipeline: Pipeline, ledger: Ledger, plan: BackfillPlan, *,
                 problems.append(_partial_change(spec, outside, now, plan))
             continue
         recorded: dict[str, list[str]] = {}
-        for key, record in _latest_in_range(ledger, spec, list(keys)):
-            if record.schema is not None:
-                recorded.setdefault(record.schema, []).append(keys[key].label)
+        for key, schema in _latest_in_range(ledger, spec, list(keys)):
+            if schema is not None:
+                recorded.setdefault(schema, []).append(keys[key].label)
         if not recorded:
             continue
         shown = [f"{_where(labels)} [{signature or 'no columns'}]"
@@ -657,18 +657,18 @@ def schema_conflicts(pipeline: Pipeline, ledger: Ledger, plan: BackfillPlan, *,
 
 
 def _latest_in_range(ledger: Ledger, spec: str, keys: Sequence[str]
-                     ) -> Iterator[tuple[str, FingerprintRecord]]:
-    """The latest recorded fingerprint of each of ``spec``'s partitions ``keys`` that has one,
-    in ``keys`` order: one batched read per ``PLAN_WINDOW`` partitions, not one a partition."""
-    from twice.ledger.ranges import latest_fingerprints_of
+                     ) -> Iterator[tuple[str, str | None]]:
+    """The schema recorded with the latest fingerprint of each of ``spec``'s partitions
+    ``keys`` that has one, in ``keys`` order: one batched read per ``PLAN_WINDOW`` partitions,
+    not one a partition."""
+    from twice.ledger.ranges import latest_schemas_of
 
     for first in range(0, len(keys), PLAN_WINDOW):
         batch = keys[first:first + PLAN_WINDOW]
-        found = latest_fingerprints_of(ledger, [spec], batch)
+        found = latest_schemas_of(ledger, spec, batch)
         for key in batch:
-            record = found.get((spec, key))
-            if record is not None:
-                yield key, record
+            if key in found:
+                yield key, found[key]
 
 
 def _where(labels: Sequence[str]) -> str:

@@ -9,6 +9,7 @@ read the same facts for a window of intervals in a few statements, all in one re
 * :func:`units_between`: the units of a pipeline whose interval starts in a window;
 * :func:`latest_attempts_of`: the latest attempt of each of a set of units;
 * :func:`latest_fingerprints_of`: the latest fingerprint of each (destination, partition);
+* :func:`latest_schemas_of`: only the schema recorded with each partition's latest one;
 * :func:`latest_units`: a task's units with the latest intervals (``twice.engine.timeout_advice``).
 
 Read-only: a read snapshot of its own (or the caller's transaction).
@@ -20,7 +21,7 @@ import functools
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from sqlalchemy import and_, func, select
 
@@ -38,6 +39,24 @@ T = TypeVar("T")
 CHUNK = 900
 
 
+class WindowUnit(NamedTuple):
+    """A recorded unit as the plan's window needs it: no record built, no instant parsed
+    (``label`` is the interval's, from the identity strings the ledger stores)."""
+
+    uow_id: str
+    task: str
+    label: str
+    input_version: str
+
+
+class WindowAttempt(NamedTuple):
+    """A unit's latest attempt as the plan's window needs it (whether it settled the unit)."""
+
+    number: int
+    outcome: str | None
+    started_at: datetime
+
+
 @dataclass(frozen=True)
 class RangeFacts:
     """What the ledger holds for a window of intervals, read at once (see the module).
@@ -45,8 +64,8 @@ class RangeFacts:
     ``partitions``: the partitions whose latest fingerprints were read (those of the window's
     units): for them, a slot absent from ``fingerprints`` has none recorded."""
 
-    units: tuple[UnitRecord, ...]
-    latest_attempts: dict[str, AttemptRecord]  # uow_id -> its latest attempt
+    units: tuple[WindowUnit, ...]
+    latest_attempts: dict[str, WindowAttempt]  # uow_id -> its latest attempt
     fingerprints: dict[tuple[str, str], FingerprintRecord]  # (destination, partition) -> latest
     partitions: frozenset[str]
 
@@ -72,9 +91,9 @@ def range_facts(ledger: Ledger, pipeline: str, first_start: datetime, last_start
     their intervals' partitions (``partition_key``: the interval's label): one read
     snapshot, a few statements (not one a unit)."""
     with ledger.snapshot():
-        found = units_between(ledger, pipeline, first_start, last_start)
-        labels = frozenset(unit.interval.label for unit in found)
-        latest = latest_attempts_of(ledger, [unit.uow_id for unit in found])
+        found = _window_units(ledger, pipeline, first_start, last_start)
+        labels = frozenset(unit.label for unit in found)
+        latest = _window_attempts(ledger, [unit.uow_id for unit in found])
         prints = latest_fingerprints_of(ledger, destinations, labels)
     return RangeFacts(tuple(found), latest, prints, labels)
 
@@ -91,6 +110,20 @@ def units_between(ledger: Ledger, pipeline: str, first_start: datetime, last_sta
              .order_by(units.c.interval_start_utc, units.c.task, units.c.uow_id))
     with ledger._session.read() as conn:
         return [UNIT(row) for row in conn.execute(query).mappings()]
+
+
+def _window_units(ledger: Ledger, pipeline: str, first_start: datetime, last_start: datetime
+                  ) -> list[WindowUnit]:
+    """:func:`units_between`'s units, only the four columns the plan's window reads."""
+    query = (select(units.c.uow_id, units.c.task, units.c.interval_start, units.c.interval_end,
+                    units.c.input_version)
+             .where(units.c.pipeline == pipeline,
+                    units.c.interval_start_utc >= first_start,
+                    units.c.interval_start_utc <= last_start)
+             .order_by(units.c.interval_start_utc, units.c.task, units.c.uow_id))
+    with ledger._session.read() as conn:
+        return [WindowUnit(uow_id, task, f"{start}/{end}", version)
+                for uow_id, task, start, end, version in conn.execute(query)]
 
 
 @_retried
@@ -124,6 +157,23 @@ def latest_attempts_of(ledger: Ledger, uow_ids: Sequence[str]) -> dict[str, Atte
     return found
 
 
+def _window_attempts(ledger: Ledger, uow_ids: Sequence[str]) -> dict[str, WindowAttempt]:
+    """:func:`latest_attempts_of`, only the three columns the plan's window reads."""
+    found: dict[str, WindowAttempt] = {}
+    with ledger._session.read() as conn:
+        for ids in _chunks(uow_ids):
+            newest = (select(attempts.c.uow_id, func.max(attempts.c.number).label("number"))
+                      .where(attempts.c.uow_id.in_(ids))
+                      .group_by(attempts.c.uow_id).subquery())
+            query = select(attempts.c.uow_id, attempts.c.number, attempts.c.outcome,
+                           attempts.c.started_at).join(newest, and_(
+                               attempts.c.uow_id == newest.c.uow_id,
+                               attempts.c.number == newest.c.number))
+            for uow_id, number, outcome, started_at in conn.execute(query):
+                found[uow_id] = WindowAttempt(number, outcome, started_at)
+    return found
+
+
 @_retried
 def latest_fingerprints_of(ledger: Ledger, destinations: Collection[str],
                            partitions: Collection[str]
@@ -146,6 +196,28 @@ def latest_fingerprints_of(ledger: Ledger, destinations: Collection[str],
                 for row in conn.execute(query).mappings():
                     record = FINGERPRINT(row)
                     found[(record.destination, record.partition)] = record
+    return found
+
+
+@_retried
+def latest_schemas_of(ledger: Ledger, destination: str, partitions: Collection[str]
+                      ) -> dict[str, str | None]:
+    """The schema signature recorded with the latest fingerprint of each of ``destination``'s
+    ``partitions`` that has one (``schema_conflicts``' check of a whole range before it
+    starts): two columns a partition, no record built. One statement per ``CHUNK``."""
+    found: dict[str, str | None] = {}
+    with ledger._session.read() as conn:
+        for keys in _chunks(sorted(set(partitions))):
+            newest = (select(fingerprints.c.partition,
+                             func.max(fingerprints.c.version).label("version"))
+                      .where(fingerprints.c.destination == destination,
+                             fingerprints.c.partition.in_(keys))
+                      .group_by(fingerprints.c.partition).subquery())
+            query = select(fingerprints.c.partition, fingerprints.c.schema_signature).join(
+                newest, and_(fingerprints.c.destination == destination,
+                             fingerprints.c.partition == newest.c.partition,
+                             fingerprints.c.version == newest.c.version))
+            found.update((partition, schema) for partition, schema in conn.execute(query))
     return found
 
 

@@ -11,6 +11,7 @@ says so in ``columns``.
 
 from __future__ import annotations
 
+import functools
 import json
 import types
 from collections.abc import Callable, Mapping, Sequence
@@ -83,7 +84,10 @@ def _instant(value: Any) -> datetime:
     return value if isinstance(value, datetime) else datetime.fromisoformat(value)
 
 
+@functools.lru_cache(maxsize=256)
 def _names(text: str) -> tuple[str, ...]:
+    """Column names as stored (immutable, so decoded once per distinct text: every partition
+    of a destination stores the same list)."""
     return tuple(decode_detail(text)["columns"])
 
 
