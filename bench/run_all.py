@@ -46,6 +46,9 @@ BENCHMARKS: dict[str, tuple[str, list[str], list[str]]] = {
     # the year on SQLite only: on PostgreSQL it takes hours here (docs/benchmarks.md)
     "year": ("bench_year.py", ["--months", "1,3,12", "--verified", "20000", "--engines", "sqlite"],
              ["--hours", "2,3", "--verified", "3", "--engines", "sqlite"]),
+    # restart to new work like for like: builds its 20,000 verified units once a run
+    "restart": ("bench_restart.py", ["--verified", "20000", "--repeat", "3"],
+                ["--verified", "6", "--repeat", "1"]),
 }
 POSTGRES_AWARE = {"ledger", "writers", "fingerprint", "unit", "workers"}
 

@@ -28,6 +28,7 @@ EXPECTED = {
              "floor: same transactions, bare script"],
     "workers": ["speedup", "conflicts", "extra", "cpu ms/unit"],
     "year": ["restart: time to new work", "no-op rerun of 9 units", "peak RSS, largest"],
+    "restart": ["units verified, 72 new", "time to new work"],
 }
 
 
