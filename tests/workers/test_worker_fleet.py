@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import Counter
 from datetime import date, timedelta
 from itertools import combinations
+from pathlib import Path
 
 import pytest
 
@@ -26,11 +27,12 @@ def _days(count: int) -> list[date]:
     return [FIRST + timedelta(days=offset) for offset in range(count)]
 
 
-def test_three_workers_run_every_unit_exactly_once(shared_db: str) -> None:
+def test_three_workers_run_every_unit_exactly_once(shared_db: str, tmp_path: Path) -> None:
     end = (FIRST + timedelta(days=DAYS)).isoformat()
     fleet = [
         start("w_many.py", shared_db, shared_db, f"w{n}", "--start", FIRST.isoformat(),
-              "--end", end, "--poll", "0.1", env={"TWICE_W_SLEEP": "0.05"})
+              "--end", end, "--poll", "0.1",
+              env={"TWICE_W_SLEEP": "0.05", "TWICE_W_BARRIER": f"{tmp_path}:3"})
         for n in range(3)
     ]
     finished = [proc.finish() for proc in fleet]
@@ -69,10 +71,11 @@ def test_three_workers_run_every_unit_exactly_once(shared_db: str) -> None:
             assert lease is not None and lease.released_at is not None
 
 
-def test_one_slot_pool_is_never_held_by_two_workers(shared_db: str) -> None:
+def test_one_slot_pool_is_never_held_by_two_workers(shared_db: str, tmp_path: Path) -> None:
     fleet = [
         start("w_pooled.py", shared_db, shared_db, f"p{n}", "--start", "2026-11-01",
-              "--end", "2026-11-05", "--poll", "0.1", env={"TWICE_W_SLEEP": "0.15"})
+              "--end", "2026-11-05", "--poll", "0.1",
+              env={"TWICE_W_SLEEP": "0.15", "TWICE_W_BARRIER": f"{tmp_path}:3"})
         for n in range(3)
     ]
     for proc in fleet:

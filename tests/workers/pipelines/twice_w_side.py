@@ -3,7 +3,10 @@
 Configured by environment variables, because each worker is a separate process:
 ``TWICE_W_DB`` (PostgreSQL database of the test), ``TWICE_W_SLEEP`` (seconds each task works),
 ``TWICE_W_PAUSE_BEFORE`` / ``TWICE_W_PAUSE_AFTER`` (seconds the crash task waits before / after
-its destination write, so the test can kill the worker at that point).
+its destination write, so the test can kill the worker at that point), ``TWICE_W_BARRIER``
+(``FOLDER:N``: each worker waits, when its pipeline loads, until N workers have loaded theirs,
+so a fleet starts claiming together: on a loaded machine one worker's start-up can otherwise
+outlast the whole run, and a test of shared work would see one worker do it all).
 """
 
 from __future__ import annotations
@@ -17,6 +20,20 @@ import psycopg
 
 from twice.define.pipeline import TaskContext
 from twice.destinations import open_destination
+
+
+def _barrier(spec: str, timeout: float = 120.0) -> None:
+    folder, _, count = spec.rpartition(":")
+    here = os.path.join(folder, str(os.getpid()))
+    open(here, "w").close()
+    ends = time.monotonic() + timeout
+    while len(os.listdir(folder)) < int(count) and time.monotonic() < ends:
+        time.sleep(0.02)
+
+
+if os.environ.get("TWICE_W_BARRIER"):
+    _barrier(os.environ["TWICE_W_BARRIER"])
+
 
 EXECUTIONS_DDL = """
 CREATE TABLE IF NOT EXISTS w_executions (
