@@ -2,7 +2,8 @@
 
 Each ``docs/guides/*.md`` runs by the README's mechanism (``tests/readme/runner.py``): its
 ```bash and ```console blocks in order, in one shell, in a fresh directory holding the
-repository's ``examples`` and ``labs`` (as after a clone). Every command must exit as the guide
+repository's ``examples`` and ``labs`` (as after a clone), with ``COLUMNS=100``: the guides
+show what a terminal 100 columns wide prints. Every command must exit as the guide
 says (0 unless it states ``$ echo $?`` or ``# exit N``), and what a console block shows must be
 what the command printed: each table row's outcome, each backfill line's, and every line that
 holds nothing that changes from run to run. A block that needs an environment this machine lacks
@@ -43,6 +44,9 @@ def run_guide(name: str, workdir: Path) -> tuple[list[str], list[str]]:
     databases = DATABASES.get(name, ())
     postgres = os.environ.get("TWICE_TEST_POSTGRES_URL")
     env, available = environment(workdir, databases)
+    # what a reader's terminal of 100 columns shows (the guides' console blocks): the run,
+    # worker and status tables at that width (no job id column, unit ids folded at dots)
+    env["COLUMNS"] = "100"
     before = existing_databases(postgres) if postgres and databases else set()
     document = f"docs/guides/{name}"
     text, left_out, ran = script(document, blocks((GUIDES / name).read_text(encoding="utf-8")),
