@@ -31,6 +31,10 @@ REGRESSION_SEEDS: dict[int, str] = {
     1557: "remote job ran twice for one version: extract rewritten during remote's attempt",
     2656: "the model's defect: the second ledger ran before the main ledger had written, so its "
           "first writes claimed the destinations (the product's rule) and were called foreign",
+    1552: "the model's defect: notify ran again after an operator's 'failed' and was left "
+          "unknown by a crash; the model asked that this later attempt succeeded",
+    3943: "the model's defect: as 1552",
+    4053: "the model's defect: as 1552, the later attempt failed after it may have acted",
 }
 REGRESSION_STEPS = 2000
 #: A rule whose absence only some seeds show is controlled on the seeds that found it.
