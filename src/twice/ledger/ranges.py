@@ -6,8 +6,8 @@ fingerprint recorded by it. Read one unit at a time, that is several queries a u
 millisecond each) before the first new unit starts, and again on every rerun. These functions
 read the same facts for a window of intervals in a few statements, all in one read snapshot:
 
-* :func:`units_between`: the units of a pipeline whose interval starts in a window;
-* :func:`latest_attempts_of`: the latest attempt of each of a set of units;
+* :func:`range_facts`: a window's units, their latest attempts and the latest fingerprints of
+  their partitions, only the columns the plan decides with;
 * :func:`latest_fingerprints_of`: the latest fingerprint of each (destination, partition);
 * :func:`latest_schemas_of`: only the schema recorded with each partition's latest one;
 * :func:`latest_units`: a task's units with the latest intervals (``twice.engine.timeout_advice``).
@@ -23,10 +23,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
-from sqlalchemy import and_, func, select
+from sqlalchemy import Select, and_, func, select
 
-from twice.ledger.records import AttemptRecord, FingerprintRecord, UnitRecord
-from twice.ledger.rows import ATTEMPT, FINGERPRINT, UNIT
+from twice.ledger.records import FingerprintRecord, UnitRecord
+from twice.ledger.rows import FINGERPRINT, UNIT
 from twice.ledger.schema import attempts, fingerprints, units
 
 if TYPE_CHECKING:
@@ -98,23 +98,11 @@ def range_facts(ledger: Ledger, pipeline: str, first_start: datetime, last_start
     return RangeFacts(tuple(found), latest, prints, labels)
 
 
-@_retried
-def units_between(ledger: Ledger, pipeline: str, first_start: datetime, last_start: datetime
-                  ) -> list[UnitRecord]:
-    """Units of ``pipeline`` whose interval starts in ``[first_start, last_start]``, in
-    interval order (one statement, on the units' (pipeline, task, start) index)."""
-    query = (select(units)
-             .where(units.c.pipeline == pipeline,
-                    units.c.interval_start_utc >= first_start,
-                    units.c.interval_start_utc <= last_start)
-             .order_by(units.c.interval_start_utc, units.c.task, units.c.uow_id))
-    with ledger._session.read() as conn:
-        return [UNIT(row) for row in conn.execute(query).mappings()]
-
-
 def _window_units(ledger: Ledger, pipeline: str, first_start: datetime, last_start: datetime
                   ) -> list[WindowUnit]:
-    """:func:`units_between`'s units, only the four columns the plan's window reads."""
+    """Units of ``pipeline`` whose interval starts in ``[first_start, last_start]``, in
+    interval order, only the four columns the plan's window reads (one statement, on the
+    units' (pipeline, task, start) index)."""
     query = (select(units.c.uow_id, units.c.task, units.c.interval_start, units.c.interval_end,
                     units.c.input_version)
              .where(units.c.pipeline == pipeline,
@@ -139,26 +127,9 @@ def latest_units(ledger: Ledger, pipeline: str, task: str, limit: int) -> list[U
         return [UNIT(row) for row in conn.execute(query).mappings()][::-1]
 
 
-@_retried
-def latest_attempts_of(ledger: Ledger, uow_ids: Sequence[str]) -> dict[str, AttemptRecord]:
-    """Each unit's latest attempt (highest number); a unit without attempts is absent. One
-    statement per ``CHUNK`` units."""
-    found: dict[str, AttemptRecord] = {}
-    with ledger._session.read() as conn:
-        for ids in _chunks(uow_ids):
-            newest = (select(attempts.c.uow_id, func.max(attempts.c.number).label("number"))
-                      .where(attempts.c.uow_id.in_(ids))
-                      .group_by(attempts.c.uow_id).subquery())
-            query = select(attempts).join(newest, and_(
-                attempts.c.uow_id == newest.c.uow_id, attempts.c.number == newest.c.number))
-            for row in conn.execute(query).mappings():
-                record = ATTEMPT(row)
-                found[record.uow_id] = record
-    return found
-
-
 def _window_attempts(ledger: Ledger, uow_ids: Sequence[str]) -> dict[str, WindowAttempt]:
-    """:func:`latest_attempts_of`, only the three columns the plan's window reads."""
+    """Each unit's latest attempt (highest number), only the three columns the plan's window
+    reads; a unit without attempts is absent. One statement per ``CHUNK`` units."""
     found: dict[str, WindowAttempt] = {}
     with ledger._session.read() as conn:
         for ids in _chunks(uow_ids):
@@ -184,15 +155,7 @@ def latest_fingerprints_of(ledger: Ledger, destinations: Collection[str],
     with ledger._session.read() as conn:
         for destination in sorted(set(destinations)):
             for keys in _chunks(sorted(set(partitions))):
-                newest = (select(fingerprints.c.partition,
-                                 func.max(fingerprints.c.version).label("version"))
-                          .where(fingerprints.c.destination == destination,
-                                 fingerprints.c.partition.in_(keys))
-                          .group_by(fingerprints.c.partition).subquery())
-                query = select(fingerprints).join(newest, and_(
-                    fingerprints.c.destination == destination,
-                    fingerprints.c.partition == newest.c.partition,
-                    fingerprints.c.version == newest.c.version))
+                query = _newest_fingerprints(destination, keys, fingerprints)
                 for row in conn.execute(query).mappings():
                     record = FINGERPRINT(row)
                     found[(record.destination, record.partition)] = record
@@ -208,17 +171,21 @@ def latest_schemas_of(ledger: Ledger, destination: str, partitions: Collection[s
     found: dict[str, str | None] = {}
     with ledger._session.read() as conn:
         for keys in _chunks(sorted(set(partitions))):
-            newest = (select(fingerprints.c.partition,
-                             func.max(fingerprints.c.version).label("version"))
-                      .where(fingerprints.c.destination == destination,
-                             fingerprints.c.partition.in_(keys))
-                      .group_by(fingerprints.c.partition).subquery())
-            query = select(fingerprints.c.partition, fingerprints.c.schema_signature).join(
-                newest, and_(fingerprints.c.destination == destination,
-                             fingerprints.c.partition == newest.c.partition,
-                             fingerprints.c.version == newest.c.version))
+            query = _newest_fingerprints(destination, keys, fingerprints.c.partition,
+                                         fingerprints.c.schema_signature)
             found.update((partition, schema) for partition, schema in conn.execute(query))
     return found
+
+
+def _newest_fingerprints(destination: str, keys: Sequence[str], *columns: Any) -> Select[Any]:
+    """``columns`` of the latest fingerprint (highest version) of each of ``destination``'s
+    partitions ``keys`` that has one."""
+    newest = (select(fingerprints.c.partition, func.max(fingerprints.c.version).label("version"))
+              .where(fingerprints.c.destination == destination, fingerprints.c.partition.in_(keys))
+              .group_by(fingerprints.c.partition).subquery())
+    return select(*columns).join(newest, and_(fingerprints.c.destination == destination,
+                                              fingerprints.c.partition == newest.c.partition,
+                                              fingerprints.c.version == newest.c.version))
 
 
 def _chunks(values: Iterable[str]) -> Iterable[list[str]]:
