@@ -92,6 +92,17 @@ def _no_input_pinning() -> list[tuple[Any, str, Any]]:
     return [(inputs.Pinned, "confirm", original)]
 
 
+def _no_sibling_settlement() -> list[tuple[Any, str, Any]]:
+    """Sibling settlement: ``twice.engine.siblings.settle_siblings`` finds nothing, so another
+    unit of a slot that left a write unsettled is never settled (the current one is skipped
+    over rows it did not write)."""
+    from twice.engine import siblings
+
+    original = siblings.settle_siblings
+    siblings.settle_siblings = lambda *args, **kwargs: []  # type: ignore[assignment]
+    return [(siblings, "settle_siblings", original)]
+
+
 #: rule -> (what switching it off does, the switch)
 RULES: dict[str, Callable[[], list[tuple[Any, str, Any]]]] = {
     "fencing": _no_fencing,
@@ -100,6 +111,7 @@ RULES: dict[str, Callable[[], list[tuple[Any, str, Any]]]] = {
     "acceptance_before_landing": _no_acceptance_before_landing,
     "ledger_identity": _no_ledger_identity,
     "input_pinning": _no_input_pinning,
+    "sibling_settlement": _no_sibling_settlement,
 }
 
 

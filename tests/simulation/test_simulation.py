@@ -35,14 +35,20 @@ REGRESSION_SEEDS: dict[int, str] = {
           "unknown by a crash; the model asked that this later attempt succeeded",
     3943: "the model's defect: as 1552",
     4053: "the model's defect: as 1552, the later attempt failed after it may have acted",
+    3721: "an older unit of extract's slot was killed after its write committed; never settled, "
+          "the current unit was skipped over its rows and remote refused on every run",
 }
 REGRESSION_STEPS = 2000
-#: A rule whose absence only some seeds show is controlled on the seeds that found it.
+#: A rule whose absence only some seeds show is controlled on named seeds: those that found
+#: its defect, or (operator_resolution: an operator's "failed" for a notify that never
+#: delivered is rare) the first seed of 0-99 at CONTROL_STEPS that shows it.
 CONTROL_ON_FOUND_SEEDS: dict[str, tuple[int, ...]] = {
+    "operator_resolution": (58,),
     # 1557 found it too, but since the second ledger waits for the main one to own every
     # destination (seed 2656) its trajectory changed and it no longer reaches the race: it
     # stays a regression seed
     "input_pinning": (1296, 1367, 1505, 1519),
+    "sibling_settlement": (3721,),
 }
 
 
@@ -72,7 +78,7 @@ def test_invariants_hold_over_100k_steps() -> None:
     print(f"{total} steps in {elapsed:.1f} s ({total / elapsed:.0f} steps/s)")
 
 
-@pytest.mark.parametrize("rule", ["fencing", "commit_record_precedence", "operator_resolution",
+@pytest.mark.parametrize("rule", ["fencing", "commit_record_precedence",
                                   "acceptance_before_landing", "ledger_identity"])
 def test_a_rule_switched_off_is_caught(rule: str) -> None:
     """With one rule switched off, some seed within CONTROL_SEEDS violates an invariant."""
@@ -91,7 +97,7 @@ def test_a_seed_that_found_a_defect_holds(seed: int) -> None:
 
 @pytest.mark.parametrize("rule", sorted(CONTROL_ON_FOUND_SEEDS))
 def test_a_rule_switched_off_is_caught_on_the_seeds_that_found_it(rule: str) -> None:
-    """Every seed that found the defect the rule fixes fails again with the rule off."""
+    """Every seed named for the rule (see CONTROL_ON_FOUND_SEEDS) fails with the rule off."""
     with switched_off(rule):
         held = [seed for seed in CONTROL_ON_FOUND_SEEDS[rule]
                 if simulate(seed, REGRESSION_STEPS).ok]

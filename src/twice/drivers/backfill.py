@@ -178,6 +178,9 @@ class PlanItem:
     #: (``held``: not safe_repeat and already succeeded, not named by ``repeat``;
     #: ``blocked``: a dependency not selected has not succeeded), with ``reason`` saying why.
     expected: Literal["held", "blocked"] | None = None
+    #: Other units of the slot whose latest attempt the plan saw unsettled: settled before
+    #: the slot is measured (``twice.engine.siblings``).
+    unsettled_siblings: tuple[str, ...] = field(default=(), compare=False, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -397,10 +400,12 @@ class _Window:
         self.facts: RangeFacts | None = None
         self.known: dict[tuple[str, str], set[str]] = {}
         self.unit_ids: set[str] = set()
+        #: (task, label) -> its units whose latest attempt is unsettled (running, unknown)
+        self.unsettled: dict[tuple[str, str], set[str]] = {}
 
     def covering(self, interval: Interval) -> RangeFacts:
         """The facts of the window holding ``interval`` (read now if it is not the last one)."""
-        from twice.ledger.ranges import range_facts
+        from twice.ledger.ranges import UNSETTLED_OUTCOMES, range_facts
 
         start = interval.start
         if (self.facts is None or self.first is None or self.last is None
@@ -412,11 +417,23 @@ class _Window:
             self.first, self.last = start, last
             self.facts = range_facts(self.ledger, self.pipeline.name, self.first, self.last,
                                      self.destinations)
-            self.known, self.unit_ids = {}, set()
+            self.known, self.unit_ids, self.unsettled = {}, set(), {}
+            latest = self.facts.latest_attempts
             for unit in self.facts.units:
                 self.known.setdefault((unit.task, unit.label), set()).add(unit.input_version)
                 self.unit_ids.add(unit.uow_id)
+                attempt = latest.get(unit.uow_id)
+                if attempt is not None and attempt.outcome in UNSETTLED_OUTCOMES:
+                    self.unsettled.setdefault((unit.task, unit.label), set()).add(unit.uow_id)
         return self.facts
+
+    def unsettled_siblings(self, task: Task, uow: UnitOfWork, interval: Interval) -> list[str]:
+        """The other units of ``uow``'s slot whose latest attempt the window shows unsettled:
+        the engine settles them before it judges the slot (``twice.engine.siblings``), so a
+        unit they would otherwise leave skipped as verified is handed to it."""
+        if not task.owns_output:
+            return []
+        return sorted(self.unsettled.get((task.name, interval.label), set()) - {uow.uow_id})
 
     def upstream(self, task: Task, interval: Interval
                  ) -> dict[str, FingerprintRecord | None] | None:
@@ -507,7 +524,8 @@ def _plan_interval(
         seen = frozenset(window.known.get((name, interval.label), ()))
         ran_upstream = sorted(set(task.depends_on) & upstream_runs)
         forced = force and (not tasks or name in tasks)
-        found = (None if unknown or forced or verify_untouched or ran_upstream
+        siblings = window.unsettled_siblings(task, uow, interval)
+        found = (None if unknown or forced or verify_untouched or ran_upstream or siblings
                  else _verified_in_window(task, uow, interval, facts, began))
         if found is not None:  # verified by the window's facts: nothing more to read
             latest, reason = found
@@ -535,6 +553,10 @@ def _plan_interval(
                 action, rerun = "run", False
                 reason = (f"follows upstream {', '.join(ran_upstream)}: executes only if "
                           "its output changes")
+            elif ok and siblings:
+                action, rerun = "run", False
+                reason = (f"another unit of this slot is unsettled ({', '.join(siblings)}): "
+                          "it is settled first; executes only if its write replaced the slice")
         expected = None
         if action == "run":
             expected, why = _expected(pipeline, ledger, task, interval, uow, recorded, names,
@@ -550,7 +572,8 @@ def _plan_interval(
         baseline = latest_attempt_before(recorded, began)
         items.append(PlanItem(interval, name, uow, action, reason, new_input,
                               None if baseline is None else baseline.number, rerun, drift,
-                              recorded[-1] if recorded else None, seen, expected))
+                              recorded[-1] if recorded else None, seen, expected,
+                              tuple(siblings)))
     return items
 
 
@@ -819,8 +842,11 @@ def run_backfill(
         units: dict[str, UnitResult] = {}
         runnable = [item for item in items if item.action == "run"]
         measured: dict[str, Drift] = {}
+        settled: dict[str, list[str]] = {}
         if runnable and not stop.is_set():
             for item in runnable:
+                if item.unsettled_siblings:  # before the slot is measured: not drift
+                    settled[item.task] = executor.settle_siblings(item.task, interval)
                 drift = _drift_before_write(pipeline.get_task(item.task), item, ledger, emit)
                 if drift is not None:
                     measured[item.task] = drift
@@ -855,6 +881,7 @@ def run_backfill(
                 _describe(run, unit, pipeline.get_task(item.task), before,
                           ledger, diffs.get(actual), refused.get(actual), emit,
                           reconciled.get(actual, []))
+                run.notes = (*settled.get(item.task, ()), *run.notes)
                 with diffs_lock:
                     seen = key_diffs.pop(actual, None)
                 if seen is not None:

@@ -208,6 +208,16 @@ class Claim(Phase):
         record, generation, token = self.runner.begin_in(self.ledger, opening.new_generation)
         return Begun(evidence, record, generation, token, timeout)
 
+    def open_to_settle(self) -> Opening:
+        """The claim of another unit of the slot only to settle its unsettled attempt
+        (``twice.engine.siblings``): its latest attempt, a ``running`` one recorded unknown
+        (``_orphaned``). No run is opened and nothing begins: its inputs are not current."""
+        prior = self.ledger.latest_attempt(self.uow_id)
+        opening = Opening(prior)
+        if prior is not None and prior.outcome == "running":
+            opening.prior = self._orphaned(prior, opening.notes)
+        return opening
+
     def _orphaned(self, prior: AttemptRecord, notes: list[str]) -> AttemptRecord:
         """A ``running`` attempt found while WE hold the lease has lost its process.
 
@@ -314,7 +324,9 @@ def claim_and_drive(
                           error=f"{type(exc).__name__}: {redact(str(exc))}"), False
 
     from twice.engine.drive import UnitDriver  # it drives what the claim opened
+    from twice.engine.siblings import settle_siblings
 
+    settled = settle_siblings(x, task, unit, upstream, deadline, settings)
     run = UnitDriver(x, task, unit, upstream, deadline, settings)
 
     def claim(ledger: Ledger) -> tuple[LeaseResult, Opening | None]:
@@ -363,6 +375,8 @@ def claim_and_drive(
             result = run.drive(opening)
         finally:
             early.close()  # normally already handed to the attempt and released there
+    if settled:
+        result = with_notes(result, *settled)
     if lease.taken_over_from is not None:
         note = takeover_note(x, unit.uow_id, lease.taken_over_from, result)
         result = with_notes(result, note)

@@ -77,6 +77,30 @@ class UnitDriver:
         finally:
             self.slots.leave()
 
+    def settle_only(self, opening: Opening) -> str:
+        """Settle the unsettled attempt ``opening`` found (``Claim.open_to_settle``), then stop,
+        saying how it settled: for another unit of a slot (``twice.engine.siblings``), whose
+        inputs are not current, so nothing is attempted whatever the verdict."""
+        try:
+            prior = opening.prior
+            if prior is None or prior.outcome not in ("unknown", "running"):
+                return "settled meanwhile by another holder"
+            self.lifecycle.move(UnitState.SETTLING)
+            evidence = self.planner.gathered()
+            decision = self.planner.plan(evidence)
+            assert decision is not None
+            settled = self.settler.resolve_unknown(prior, decision, evidence)
+            self.lifecycle.move(UnitState.STOPPED)
+            if isinstance(settled, Stop):
+                return f"attempt {prior.number} left {settled.outcome}: {settled.reason}"
+            latest = self.ledger.latest_attempt(self.uow_id)
+            outcome = "unknown" if latest is None else latest.outcome
+            replaced = ("" if settled is None else
+                        f" (its rows were replaced since by unit {settled.later.uow_id})")
+            return f"attempt {prior.number} settled {outcome}{replaced}"
+        finally:
+            self.slots.leave()
+
     def _drive(self, opening: Opening) -> Stop:
         move = self.lifecycle.move
         self.account.notes.extend(opening.notes)

@@ -10,7 +10,9 @@ read the same facts for a window of intervals in a few statements, all in one re
   their partitions, only the columns the plan decides with;
 * :func:`latest_fingerprints_of`: the latest fingerprint of each (destination, partition);
 * :func:`latest_schemas_of`: only the schema recorded with each partition's latest one;
-* :func:`latest_units`: a task's units with the latest intervals (``twice.engine.timeout_advice``).
+* :func:`latest_units`: a task's units with the latest intervals (``twice.engine.timeout_advice``);
+* :func:`unsettled_of_slot`: the other units of a task and interval whose latest attempt is
+  unsettled (``twice.engine.siblings``).
 
 Read-only: a read snapshot of its own (or the caller's transaction).
 """
@@ -143,6 +145,31 @@ def _window_attempts(ledger: Ledger, uow_ids: Sequence[str]) -> dict[str, Window
             for uow_id, number, outcome, started_at in conn.execute(query):
                 found[uow_id] = WindowAttempt(number, outcome, started_at)
     return found
+
+
+#: The latest-attempt outcomes that leave a unit unsettled: its effects may exist.
+UNSETTLED_OUTCOMES = ("running", "unknown")
+
+
+@_retried
+def unsettled_of_slot(ledger: Ledger, pipeline: str, task: str, start: datetime, end: datetime,
+                      other_than: str) -> list[str]:
+    """The units of ``pipeline``'s ``task`` for the interval ``[start, end)``, other than
+    ``other_than``, whose latest attempt is ``running`` or ``unknown``, in unit id order. One
+    statement on the units' (pipeline, task, start) index; nothing found in the usual case."""
+    newest = (select(attempts.c.uow_id, func.max(attempts.c.number).label("number"))
+              .join(units, units.c.uow_id == attempts.c.uow_id)
+              .where(units.c.pipeline == pipeline, units.c.task == task,
+                     units.c.interval_start_utc == start, units.c.interval_end_utc == end,
+                     units.c.uow_id != other_than)
+              .group_by(attempts.c.uow_id).subquery())
+    query = (select(attempts.c.uow_id)
+             .join(newest, and_(attempts.c.uow_id == newest.c.uow_id,
+                                attempts.c.number == newest.c.number))
+             .where(attempts.c.outcome.in_(UNSETTLED_OUTCOMES))
+             .order_by(attempts.c.uow_id))
+    with ledger._session.read() as conn:
+        return [uow_id for (uow_id,) in conn.execute(query)]
 
 
 @_retried
