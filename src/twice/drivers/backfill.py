@@ -764,6 +764,7 @@ def run_backfill(
     """
     from twice.define.schedule import refuse_open_intervals
     from twice.engine.executor import Executor, default_holder
+    from twice.engine.siblings import settle_slot
 
     if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
         raise BackfillError(f"concurrency must be an integer >= 1, got {concurrency!r}")
@@ -846,7 +847,7 @@ def run_backfill(
         if runnable and not stop.is_set():
             for item in runnable:
                 if item.unsettled_siblings:  # before the slot is measured: not drift
-                    settled[item.task] = executor.settle_siblings(item.task, interval)
+                    settled[item.task] = settle_slot(executor, item.task, interval)
                 drift = _drift_before_write(pipeline.get_task(item.task), item, ledger, emit)
                 if drift is not None:
                     measured[item.task] = drift

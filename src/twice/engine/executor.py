@@ -360,23 +360,6 @@ class Executor:
                     done[running.pop(future)] = future.result()
         return [done[name] for name in order]
 
-    def settle_siblings(self, task_name: str, interval: Interval) -> list[str]:
-        """Settle what the other units of the slot of ``task_name``'s current unit for
-        ``interval`` left unsettled (``twice.engine.siblings``), before a driver measures the
-        slot itself (a backfill's drift check); what was found and how it settled. Claiming
-        the unit does the same, so a driver that does not measure need not call this."""
-        from twice.engine.evidence import PlanSettings
-        from twice.engine.siblings import settle_siblings
-
-        task = self.pipeline.get_task(task_name)
-        try:
-            unit = self.unit_for(task_name, interval)
-            settings = PlanSettings.for_task(self.pipeline, task, unit.interval,
-                                             max_observation_age=self.max_observation_age)
-        except Exception:  # reported when the unit is claimed
-            return []
-        return settle_siblings(self, task, unit, {}, None, settings)
-
     def _blocked_reason(
         self, task: Task, internal: list[str], done: Mapping[str, UnitResult], interval: Interval
     ) -> str | None:

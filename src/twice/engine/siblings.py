@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from twice.core.interval import Interval
 from twice.core.unit import UnitOfWork
 from twice.define.pipeline import Task
 from twice.engine.leases import LeaseKeeper
@@ -54,6 +55,23 @@ def settle_siblings(x: Executor, task: Task, unit: UnitOfWork, upstream: Mapping
         notes.append(f"unit {uow_id} of this slot (input version "
                      f"{sibling.input_version or 'none'}) was unsettled: {how}")
     return notes
+
+
+def settle_slot(x: Executor, task_name: str, interval: Interval) -> list[str]:
+    """``settle_siblings`` for the slot of ``task_name``'s current unit for ``interval``, before
+    a driver measures the slot itself (a backfill's drift check: the other unit's write is not
+    a change behind twice's back). Claiming the unit does the same, so a driver that does not
+    measure the slot first need not call this."""
+    from twice.engine.evidence import PlanSettings
+
+    task = x.pipeline.get_task(task_name)
+    try:
+        unit = x.unit_for(task_name, interval)
+        settings = PlanSettings.for_task(x.pipeline, task, unit.interval,
+                                         max_observation_age=x.max_observation_age)
+    except Exception:  # reported when the unit is claimed
+        return []
+    return settle_siblings(x, task, unit, {}, None, settings)
 
 
 def _settle(x: Executor, task: Task, sibling: UnitOfWork, upstream: Mapping[str, Any],
