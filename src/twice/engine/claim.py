@@ -292,11 +292,13 @@ def claim_and_drive(
     upstream: Mapping[str, Any],
     deadline: Deadline | None,
     wall_deadline: datetime | None,
+    settled: list[str] | None = None,
 ) -> tuple[UnitResult, bool]:
     """Identify the unit of ``task`` for ``interval``, claim it (``Claim``, in the lease's
     transaction) and drive it (``twice.engine.drive.UnitDriver``) under a ``LeaseKeeper``. The
     result, and whether the run ended ``superseded`` (its inputs changed: the executor
-    identifies the new unit and drives that)."""
+    identifies the new unit and drives that). ``settled``: the other units of the slot were
+    settled just now (``twice.engine.siblings``), as these notes say: not looked for again."""
     try:
         unit = x.unit_for(task.name, interval)
     except Exception as exc:
@@ -324,18 +326,25 @@ def claim_and_drive(
                           error=f"{type(exc).__name__}: {redact(str(exc))}"), False
 
     from twice.engine.drive import UnitDriver  # it drives what the claim opened
-    from twice.engine.siblings import settle_siblings
+    from twice.ledger.ranges import unsettled_of_slot
 
-    settled = settle_siblings(x, task, unit, upstream, deadline, settings)
     run = UnitDriver(x, task, unit, upstream, deadline, settings)
+    siblings: list[str] = []
 
     def claim(ledger: Ledger) -> tuple[LeaseResult, Opening | None]:
         """One durable write records the unit, takes its lease, opens the run and, when
-        nothing holds it back, begins its first attempt."""
+        nothing holds it back, begins its first attempt. Not when another unit of the slot is
+        unsettled (``twice.engine.siblings``): that one is settled first, then this claimed
+        again."""
         ledger.record_unit(unit)
         lease = ledger.acquire_lease(unit.uow_id, x.holder, x.lease_ttl)
         if not lease.acquired:
             return lease, None
+        if settled is None and task.owns_output:
+            siblings[:] = unsettled_of_slot(ledger, unit.pipeline, unit.task,
+                                            unit.interval.start, unit.interval.end, unit.uow_id)
+            if siblings:
+                return lease, None
         opening = run.claim.open()
         opening.begun = run.claim.begin_now(opening)
         return lease, opening
@@ -358,6 +367,13 @@ def claim_and_drive(
         raise
     if opening is None or opening.begun is None:
         early.close()
+    if siblings:  # settled first (our lease given back meanwhile), then claimed again
+        from twice.engine.siblings import settle_siblings
+
+        x.ledger.release_lease(unit.uow_id, x.holder)
+        notes = settle_siblings(x, task, unit, upstream, deadline, settings)
+        return claim_and_drive(x, task, interval, upstream, deadline, wall_deadline,
+                               settled=notes)
     if opening is None:  # the lease is held elsewhere: nothing was opened
         latest = x.ledger.latest_attempt(unit.uow_id)
         return UnitResult(

@@ -8,13 +8,15 @@ before the ledger recorded it) would never be settled: the current unit would be
 verified over rows it did not write, and every dependent reading through twice would be
 refused (``InputsChangedError``) on every run. Found by the simulation's long run, seed 3721.
 
-So before a unit with an owned destination is claimed, each other unit of its slot whose latest
-attempt is unsettled is claimed (its lease must have run out: a live holder is left alone)
-and settled by the settlement rule (``twice.engine.settlement``), only settled: nothing is
-attempted, whatever the verdict. A write proven by its commit record becomes the slot's latest
-recorded version, so the current unit's success no longer stands for the slot and it runs
-again (``twice.engine.hold.RepeatHold.slot_overwritten``); a write that never committed is
-sealed out and changes nothing.
+So the transaction that claims a unit with an owned destination looks for them (one indexed
+statement, ``twice.ledger.ranges.unsettled_of_slot``); when there are some, the unit's lease is
+given back and each other unit of its slot whose latest attempt is unsettled is claimed (its
+lease must have run out: a live holder is left alone) and settled by the settlement rule
+(``twice.engine.settlement``), only settled: nothing is attempted, whatever the verdict. A
+write proven by its commit record becomes the slot's latest recorded version, so the current
+unit's success no longer stands for the slot and it runs again
+(``twice.engine.hold.RepeatHold.slot_overwritten``) once it is claimed again; a write that
+never committed is sealed out and changes nothing.
 """
 
 from __future__ import annotations
