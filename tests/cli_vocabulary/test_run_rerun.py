@@ -174,3 +174,24 @@ def test_piped_output_is_not_wrapped(env: dict[str, Path], tmp_path: Path) -> No
     assert any(str(ledger) in line for line in ran.stdout.splitlines()), ran.stdout
     assert any(line.startswith("2 succeeded.") and line.rstrip().endswith("for the evidence.")
                for line in ran.stdout.splitlines()), ran.stdout
+
+
+def test_a_long_run_of_skipped_units_is_one_line_and_a_short_one_each(
+        env: dict[str, Path]) -> None:
+    """A restart over many verified units reaches its new work without a line per unit; a
+    few skipped units are still named one by one, and ``--json`` keeps every reason."""
+    start, end = "2026-10-20", "2026-11-04"  # 15 days, 30 units
+    assert twice(env, "backfill", "--start", start, "--end", end).exit_code == 0
+    again = twice(env, "backfill", "--start", start, "--end", end)
+    assert again.exit_code == 0, again.output
+    lines = [line for line in again.output.splitlines() if "skipped" in line]
+    assert re.search(r"2026-10-20 \.\. 2026-11-03\s+30 units skipped, already done",
+                     again.output), again.output
+    assert not [line for line in lines if "verified: same unit of work" in line], lines
+    few = twice(env, "backfill", "--start", DAYS[0], "--end", DAYS[2])
+    assert few.exit_code == 0, few.output
+    each = [line for line in few.output.splitlines() if "skipped" in line and "verified" in line]
+    assert len(each) == 4, few.output  # two days x two tasks, each with its reason
+    as_json = twice(env, "backfill", "--start", start, "--end", end, "--json")
+    runs = json.loads(as_json.stdout)["runs"]
+    assert len(runs) == 30 and all(run["status"] == "skipped" and run["reason"] for run in runs)

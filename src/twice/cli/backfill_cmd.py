@@ -406,6 +406,7 @@ def run_with_progress(pipeline: Any, ledger: Any, intervals: Any, total: int | N
 
     console = make_console()
     state = {"running": 0, "failed": 0, "held": 0}
+    skipped = SkippedRun()
     with Progress(TextColumn("intervals"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("running {task.fields[running]}  failed {task.fields[failed]}"
                              "  held {task.fields[held]}"),
@@ -415,6 +416,11 @@ def run_with_progress(pipeline: Any, ledger: Any, intervals: Any, total: int | N
                                 running=0, failed=0, held=0)
 
         def emit(kind: str, data: Any) -> None:
+            if kind == "task-finished" and data["status"] == "skipped":
+                skipped.add(data)
+                return
+            if kind in ("task-finished", "attempt-failed", "reconciled"):
+                skipped.flush(progress.console)  # in order, before the next line
             if kind == "interval-started":
                 state["running"] += 1
             elif kind == "interval-finished":
@@ -440,7 +446,51 @@ def run_with_progress(pipeline: Any, ledger: Any, intervals: Any, total: int | N
             progress.update(bar, running=state["running"], failed=state["failed"],
                             held=state["held"])
 
-        return run_backfill(pipeline, ledger, intervals, emit=emit, **options)
+        try:
+            return run_backfill(pipeline, ledger, intervals, emit=emit, **options)
+        finally:
+            skipped.flush(progress.console)
+
+
+class SkippedRun:
+    """Consecutive skipped units, each printed as it comes in a short run, and as one line in
+    a long one: a restart over a year of verified hourly units would otherwise print 26,280
+    lines (and spend seconds printing them) before its first new unit. ``--json`` and the
+    ledger keep every unit's reason."""
+
+    #: A run of at most this many skipped units is printed unit by unit.
+    SHOWN = 10
+
+    def __init__(self) -> None:
+        self.lines: list[dict[str, Any]] = []
+        self.count = 0
+        self.first: str | None = None
+        self.last: str | None = None
+
+    def _reset(self) -> None:
+        self.lines, self.count, self.first, self.last = [], 0, None, None
+
+    def add(self, run: dict[str, Any]) -> None:
+        if self.count < self.SHOWN:
+            self.lines.append(run)
+        if self.first is None:
+            self.first = run["interval"]
+        self.last = run["interval"]
+        self.count += 1
+
+    def flush(self, console: Any) -> None:
+        if self.count == 0:
+            return
+        if self.count <= self.SHOWN:
+            for run in self.lines:
+                print_line(console, "  " + shown(describe_run(run)))
+        else:
+            assert self.first is not None and self.last is not None
+            span = (_short(self.first) if self.first == self.last
+                    else f"{_short(self.first)} .. {_short(self.last)}")
+            print_line(console, f"  {span}  {self.count:,} units skipped, already done "
+                       "(verified, or succeeded with the same inputs; --json gives each reason)")
+        self._reset()
 
 
 def print_line(console: Any, text: str) -> None:
