@@ -9,6 +9,7 @@ so such a task needs ``reconcile=`` (see ``twice.destinations.commits``).
 
 from __future__ import annotations
 
+import functools
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 # scheme -> module under twice.destinations
@@ -33,6 +34,7 @@ def scheme_of(spec: str) -> str:
     return spec.partition(":")[0].strip().lower() if ":" in spec else ""
 
 
+@functools.lru_cache(maxsize=512)
 def is_owned(spec: str) -> bool:
     """Whether twice can open ``spec`` (and so own, fingerprint and reconcile its writes)."""
     return scheme_of(spec) in ENGINE_MODULES

@@ -530,7 +530,7 @@ def _plan_interval(
         if found is not None:  # verified by the window's facts: nothing more to read
             latest, reason = found
             items.append(PlanItem(interval, name, uow, "skip", reason, False,
-                                  latest.number, True, None, None, seen, None))
+                                  latest.number, True, None, None, frozenset(), None))
             continue
         if upstream:  # named from the window's upstream versions: name it as the ledger is now
             uow = identify_unit(pipeline, ledger, name, interval)
@@ -917,7 +917,8 @@ def run_backfill(
                 interval, items = taken
                 # kept for the result without what only running them needs (the attempt
                 # records read): a year of hourly units keeps 26,280 items
-                planned.extend(replace(item, latest_seen=None, earlier_inputs=frozenset())
+                planned.extend(item if item.latest_seen is None and not item.earlier_inputs
+                               else replace(item, latest_seen=None, earlier_inputs=frozenset())
                                for item in items)
                 reruns.update((item.uow.uow_id, item.latest_attempt or 0)
                               for item in items if item.action == "run" and item.rerun

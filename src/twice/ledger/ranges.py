@@ -113,7 +113,7 @@ def _window_units(ledger: Ledger, pipeline: str, first_start: datetime, last_sta
              .order_by(units.c.interval_start_utc, units.c.task, units.c.uow_id))
     with ledger._session.read() as conn:
         return [WindowUnit(uow_id, task, f"{start}/{end}", version)
-                for uow_id, task, start, end, version in conn.execute(query)]
+                for uow_id, task, start, end, version in conn.execute(query).all()]
 
 
 @_retried
@@ -142,7 +142,7 @@ def _window_attempts(ledger: Ledger, uow_ids: Sequence[str]) -> dict[str, Window
                            attempts.c.started_at).join(newest, and_(
                                attempts.c.uow_id == newest.c.uow_id,
                                attempts.c.number == newest.c.number))
-            for uow_id, number, outcome, started_at in conn.execute(query):
+            for uow_id, number, outcome, started_at in conn.execute(query).all():
                 found[uow_id] = WindowAttempt(number, outcome, started_at)
     return found
 
@@ -183,7 +183,7 @@ def latest_fingerprints_of(ledger: Ledger, destinations: Collection[str],
         for destination in sorted(set(destinations)):
             for keys in _chunks(sorted(set(partitions))):
                 query = _newest_fingerprints(destination, keys, fingerprints)
-                for row in conn.execute(query).mappings():
+                for row in conn.execute(query).mappings().all():
                     record = FINGERPRINT(row)
                     found[(record.destination, record.partition)] = record
     return found
@@ -200,7 +200,7 @@ def latest_schemas_of(ledger: Ledger, destination: str, partitions: Collection[s
         for keys in _chunks(sorted(set(partitions))):
             query = _newest_fingerprints(destination, keys, fingerprints.c.partition,
                                          fingerprints.c.schema_signature)
-            found.update((partition, schema) for partition, schema in conn.execute(query))
+            found.update((partition, schema) for partition, schema in conn.execute(query).all())
     return found
 
 
