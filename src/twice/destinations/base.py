@@ -806,19 +806,24 @@ class SqlDestination(BaseDestination, ABC, Generic[ConnT]):
             yield tx
 
     def _ledger_owner(self) -> CommitRecord | None:
-        """:func:`~twice.destinations.commits.ledger_owner` of this table, read with two
-        small queries instead of every record: the newest adoption, else the first record
-        naming a ledger (its key in the ``extra`` JSON text)."""
+        """:func:`~twice.destinations.commits.ledger_owner` of this table, read in one small
+        statement instead of every record: the newest adoption, else the first record naming
+        a ledger (its key in the ``extra`` JSON text). Each is a one-row subquery tagged with
+        its rank, so one round trip answers both (SQLite, DuckDB and PostgreSQL all take
+        ``ORDER BY ... LIMIT`` inside a subquery of ``FROM``)."""
         q, p = self.dialect.quote, self.dialect.placeholder
-        select = (f"SELECT {self._commit_names()} FROM {self.commits_qualified} "
+        names = self._commit_names()
+        select = (f"SELECT {names} FROM {self.commits_qualified} "
                   f"WHERE {q('table_name')} = {p} AND ")
+        adoption = (select + f"{q('mode')} = {p} ORDER BY {q('token')} DESC, "
+                    f"{q('committed_at')} DESC LIMIT 1")
+        first = (select + f"{q('extra')} LIKE {p} ORDER BY {q('committed_at')}, {q('token')} "
+                 "LIMIT 1")
         rows = self._query(
-            select + f"{q('mode')} = {p} ORDER BY {q('token')} DESC, {q('committed_at')} DESC "
-            "LIMIT 1", [self.table_label, ADOPT_MODE])
-        if not rows:
-            rows = self._query(
-                select + f"{q('extra')} LIKE {p} ORDER BY {q('committed_at')}, {q('token')} "
-                "LIMIT 1", [self.table_label, f'%"{LEDGER_KEY}": "_%'])
+            f"SELECT {names} FROM (SELECT 0 AS twice_rank, * FROM ({adoption}) AS adopted "
+            f"UNION ALL SELECT 1 AS twice_rank, * FROM ({first}) AS named) AS owners "
+            "ORDER BY twice_rank LIMIT 1",
+            [self.table_label, ADOPT_MODE, self.table_label, f'%"{LEDGER_KEY}": "_%'])
         return commits.ledger_owner(CommitRecord.from_row(row) for row in rows)
 
     def adopt(self, stamp: WriteStamp, *, note: str, operator: str) -> CommitRecord:
