@@ -25,8 +25,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
-from sqlalchemy import Select, and_, func, select
+from sqlalchemy import Select, and_, bindparam, func, select
 
+from twice.ledger.prepared import prepare, run
 from twice.ledger.records import FingerprintRecord, UnitRecord
 from twice.ledger.rows import FINGERPRINT, UNIT
 from twice.ledger.schema import attempts, fingerprints, units
@@ -156,20 +157,31 @@ def unsettled_of_slot(ledger: Ledger, pipeline: str, task: str, start: datetime,
                       other_than: str) -> list[str]:
     """The units of ``pipeline``'s ``task`` for the interval ``[start, end)``, other than
     ``other_than``, whose latest attempt is ``running`` or ``unknown``, in unit id order. One
-    statement on the units' (pipeline, task, start) index; nothing found in the usual case."""
+    statement on the units' (pipeline, task, start) index, built once (``prepared``): it runs
+    in every claim of a unit that owns a destination, and nothing is found in the usual case."""
+    values = {"pipeline": pipeline, "task": task, "start": start, "end": end,
+              "other_than": other_than}
+    with ledger._session.read() as conn:
+        return [row["uow_id"] for row in run(conn, _UNSETTLED_OF_SLOT, values).all()]
+
+
+def _unsettled_of_slot() -> Any:
     newest = (select(attempts.c.uow_id, func.max(attempts.c.number).label("number"))
               .join(units, units.c.uow_id == attempts.c.uow_id)
-              .where(units.c.pipeline == pipeline, units.c.task == task,
-                     units.c.interval_start_utc == start, units.c.interval_end_utc == end,
-                     units.c.uow_id != other_than)
+              .where(units.c.pipeline == bindparam("pipeline"),
+                     units.c.task == bindparam("task"),
+                     units.c.interval_start_utc == bindparam("start"),
+                     units.c.interval_end_utc == bindparam("end"),
+                     units.c.uow_id != bindparam("other_than"))
               .group_by(attempts.c.uow_id).subquery())
-    query = (select(attempts.c.uow_id)
-             .join(newest, and_(attempts.c.uow_id == newest.c.uow_id,
-                                attempts.c.number == newest.c.number))
-             .where(attempts.c.outcome.in_(UNSETTLED_OUTCOMES))
-             .order_by(attempts.c.uow_id))
-    with ledger._session.read() as conn:
-        return [uow_id for (uow_id,) in conn.execute(query)]
+    return prepare(select(attempts.c.uow_id)
+                   .join(newest, and_(attempts.c.uow_id == newest.c.uow_id,
+                                      attempts.c.number == newest.c.number))
+                   .where(attempts.c.outcome.in_(UNSETTLED_OUTCOMES))
+                   .order_by(attempts.c.uow_id))
+
+
+_UNSETTLED_OF_SLOT = _unsettled_of_slot()
 
 
 @_retried
