@@ -12,7 +12,9 @@ For each configuration (ledger + destination):
 it runs ``--units`` daily units of a task returning 10 rows (``write="replace"``, the owned
 write: commit record, fencing, fingerprint, verification) through ``twice.Executor.run`` with one
 worker, and ``--slow-units`` units of the same task sleeping 0.2 s first (I/O-bound); then the
-no-op units again through the backfill driver (``run_backfill``) and a ``Worker``. Overhead
+no-op units again through the backfill driver (``run_backfill``), a ``Worker`` and the Airflow
+runner (``twice.drivers.airflow.runner.run_try``, one call per unit as each Airflow try makes:
+twice's part of a try, without Airflow's own start of the task process). Overhead
 per unit is wall time per unit minus the task's own time; the CPU time per unit of the
 process is printed beside it.
 
@@ -48,6 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_ledger import scratch_databases
 
 from twice import Pipeline, Schedule, TaskContext
+from twice.drivers.airflow.runner import run_try, try_holder
 from twice.drivers.backfill import run_backfill
 from twice.drivers.worker import Worker
 from twice.engine.executor import Executor
@@ -78,14 +81,15 @@ def unit_pipeline(destination: str, sleep: float) -> Pipeline:
     return pipeline
 
 
-DRIVERS = ("run", "backfill", "worker")
+DRIVERS = ("run", "backfill", "worker", "airflow")
 
 
 def run_twice(ledger_url: str, destination: str, units: int, sleep: float,
               driver: str = "run", first: date = FIRST_DAY) -> tuple[float, float]:
     """(wall seconds, CPU seconds) per unit of ``units`` units after a warm-up, through
-    ``driver``: ``Executor.run`` (``twice run``), ``run_backfill`` (``twice backfill``) or a
-    ``Worker`` (``twice worker``), each with one unit at a time."""
+    ``driver``: ``Executor.run`` (``twice run``), ``run_backfill`` (``twice backfill``), a
+    ``Worker`` (``twice worker``) or ``run_try`` (an Airflow try of the ``TwiceTaskOperator``),
+    each with one unit at a time."""
     pipeline = unit_pipeline(destination, sleep)
     spans = pipeline.schedule.intervals(first, first + timedelta(days=units + WARM_UNITS))
     with Ledger.open(ledger_url) as ledger:
@@ -94,6 +98,10 @@ def run_twice(ledger_url: str, destination: str, units: int, sleep: float,
                 return bool(run_backfill(pipeline, ledger, chosen).ok)
             if driver == "worker":
                 return bool(Worker(pipeline, ledger, chosen, poll=0.01).run().ok)
+            if driver == "airflow":  # one Airflow try per unit: the runner, not Airflow
+                return all(run_try(pipeline, "load", ledger, span, continue_run=False,
+                                   holder=try_holder("bench_unit", "load", span.label, 1)
+                                   ).verdict == "succeeded" for span in chosen)
             return bool(Executor(pipeline, ledger, max_workers=1).run(chosen).ok)
 
         if not drive(spans[:WARM_UNITS]):

@@ -25,6 +25,7 @@ EXPECTED = {
     "writers": ["raw bulk insert", "replace (rerun)", "upsert (update all)", "pandas to_sql",
                 "fingerprint / count(*)", "fingerprint at scale"],
     "unit": ["twice, no-op task: per unit", "twice, no-op task, twice worker: per unit",
+             "twice, no-op task, twice airflow: per unit",
              "floor: same transactions, bare script"],
     "workers": ["speedup", "conflicts", "extra", "cpu ms/unit"],
     "year": ["restart: time to new work", "no-op rerun of 9 units", "peak RSS, largest"],
