@@ -348,6 +348,19 @@ def checked_slice_label(dest: BaseDestination, schema: Schema, table: pa.Table,
 # --------------------------------------------------------------------------- SQL machinery
 
 
+#: The indexes of ``twice_commits`` (where the engine indexes it): the fence's (a slot's newest
+#: token), and the two that make reading a table's ledger owner (``_ledger_owner``: its newest
+#: adoption, else its first record naming a ledger) a walk of a few index entries. Without them
+#: every owned write scanned all of its table's records: the per-unit time of a backfill grew
+#: with the range (a year of hourly units on PostgreSQL: 24 ms a unit at a month, 48 ms at a
+#: year).
+COMMIT_INDEXES: dict[str, tuple[str, ...]] = {
+    "twice_commits_fence_ix": ("table_name", "fence_key", "token"),
+    "twice_commits_adopt_ix": ("table_name", "mode", "token"),
+    "twice_commits_first_ix": ("table_name", "committed_at", "token"),
+}
+
+
 class SqlDialect:
     """Per-engine SQL details; subclasses fill in types and canonical-text expressions."""
 
@@ -853,11 +866,14 @@ class SqlDestination(BaseDestination, ABC, Generic[ConnT]):
         )
         self._execute(tx, f"CREATE TABLE IF NOT EXISTS {self.commits_qualified} ({columns})")
         if self.dialect.index_commits:
-            self._execute(
-                tx,
-                f"CREATE INDEX IF NOT EXISTS {q('twice_commits_fence_ix')} ON "
-                f"{self.commits_qualified} ({q('table_name')}, {q('fence_key')}, {q('token')})",
-            )
+            self._create_commit_indexes(tx)
+
+    def _create_commit_indexes(self, tx: Any) -> None:
+        """``COMMIT_INDEXES``, each unless it exists."""
+        q = self.dialect.quote
+        for name, columns in COMMIT_INDEXES.items():
+            self._execute(tx, f"CREATE INDEX IF NOT EXISTS {q(name)} ON {self.commits_qualified} "
+                              f"({', '.join(q(column) for column in columns)})")
 
     def _commit_names(self) -> str:
         return ", ".join(self.dialect.quote(name) for name, _ in COMMIT_COLUMNS)

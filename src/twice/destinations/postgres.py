@@ -35,7 +35,13 @@ import pyarrow.csv as pacsv
 
 from twice.core.extras import require
 from twice.core.secrets import public_spec, redact
-from twice.destinations.base import DestinationSpec, SqlDestination, SqlDialect, split_table_name
+from twice.destinations.base import (
+    COMMIT_INDEXES,
+    DestinationSpec,
+    SqlDestination,
+    SqlDialect,
+    split_table_name,
+)
 from twice.destinations.columns import ColumnType, Schema, schema_of
 from twice.destinations.commits import COMMITS_TABLE, WriteStamp
 from twice.destinations.errors import (
@@ -50,6 +56,9 @@ if TYPE_CHECKING:
     import psycopg
 else:  # imported when a postgresql:// destination is opened (this module is imported then)
     psycopg = require("psycopg", extra="postgres", who="postgresql:// destinations")
+
+#: (database, commits table) whose indexes this process has made sure of (``COMMIT_INDEXES``).
+_COMMITS_INDEXED: set[tuple[str, str]] = set()
 
 _COPY_BATCH_ROWS = 65_536
 #: Connections handed back by closed destinations, for the next unit (see idle_connections).
@@ -295,11 +304,21 @@ class PostgresDestination(SqlDestination["psycopg.Connection[Any]"]):
 
     def _create_commits_table(self, tx: psycopg.Cursor[Any]) -> None:
         """Create ``twice_commits`` once: concurrent ``CREATE TABLE IF NOT EXISTS`` can fail
-        on the catalog's unique index, so first writers take an advisory lock per schema."""
+        on the catalog's unique index, so first writers take an advisory lock per schema. A
+        table an earlier release created gets the indexes it lacks (``COMMIT_INDEXES``), once
+        per process and database, under the same lock."""
+        key = (self.spec.partition("#")[0], self.commits_qualified)
         if self._commits_table_exists():
+            if key not in _COMMITS_INDEXED:
+                missing = [name for name in COMMIT_INDEXES if not self._table_exists(name)]
+                if missing:
+                    self._advisory(tx, f"{COMMITS_TABLE}|create|{self.schema_name}")
+                    self._create_commit_indexes(tx)
+                _COMMITS_INDEXED.add(key)
             return
         self._advisory(tx, f"{COMMITS_TABLE}|create|{self.schema_name}")
         super()._create_commits_table(tx)
+        _COMMITS_INDEXED.add(key)
 
     def _lock_previous(self, tx: psycopg.Cursor[Any]) -> None:
         """keep_previous: writers of one table queue here (side tables, version numbers)."""
