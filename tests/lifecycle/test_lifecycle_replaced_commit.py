@@ -10,7 +10,6 @@ probe: the slice was left holding the reverted-away data, reported verified)."""
 from __future__ import annotations
 
 import sqlite3
-import time
 from datetime import date
 from pathlib import Path
 
@@ -45,43 +44,66 @@ def _values(root: Path) -> list[int]:
         return [row[0] for row in conn.execute("SELECT value FROM value")]
 
 
+@pytest.mark.parametrize("first_lease", ["run-out", "still-held"])
 def test_a_commit_record_replaced_since_does_not_settle_the_unit(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, first_lease: str
 ) -> None:
+    """``run-out``: the corrected unit's claim settles the first unit first (another unit of
+    the slot, its lease run out: ``twice.engine.siblings``), from its commit record, before the
+    correction replaces its rows; the revert then finds the slot written by the corrected unit
+    and runs the first unit again. ``still-held``: the first unit's lease has not run out when
+    the correction runs, so it is left to its holder; the revert settles it itself, from a
+    commit record replaced since."""
+    from tests.executor.helpers import ManualClock
+
     calls: list[str] = []
     pipeline = _pipeline(tmp_path, calls)
     (tmp_path / "source.txt").write_text("100")
     real = Ledger.finish_attempt
+    clock = ManualClock()
 
     def lost(self: Ledger, *args: object, **kwargs: object) -> object:
         from sqlalchemy.exc import OperationalError
 
         raise OperationalError("UPDATE twice_attempts", {}, Exception("disk I/O error"))
 
-    with Ledger.open(f"sqlite:///{tmp_path / 'ledger.db'}") as ledger:
+    def executor(**options: object) -> Executor:
+        return Executor(pipeline, ledger, clock=clock, sleep=clock.sleep, **options)
+
+    with Ledger.open(f"sqlite:///{tmp_path / 'ledger.db'}", clock=clock) as ledger:
         # 1. source 100: the slice is written, the ledger never records how the attempt ended
         monkeypatch.setattr(Ledger, "finish_attempt", lost)
-        first = Executor(pipeline, ledger, lease_ttl=0.2).run(DAY)
+        kept = Ledger.release_lease  # nor gives its lease back, as a process killed there
+        monkeypatch.setattr(Ledger, "release_lease", lambda self, *args: False)
+        first = executor(lease_ttl=60).run(DAY)
         monkeypatch.setattr(Ledger, "finish_attempt", real)
+        monkeypatch.setattr(Ledger, "release_lease", kept)
         assert first.units[0].outcome == "unknown-needs-reconcile"
         assert _values(tmp_path) == [200]
-        time.sleep(0.3)  # its lease expires
+        if first_lease == "run-out":
+            clock.advance(61)
         # 2. the source is corrected: a new unit of work rewrites the slice
         (tmp_path / "source.txt").write_text("200")
-        assert Executor(pipeline, ledger).run(DAY).ok
+        second = executor().run(DAY)
+        assert second.ok, second.units
         assert _values(tmp_path) == [400]
-        # 3. the correction is reverted: the first unit again, its attempt still unknown
+        settled_first = "settled succeeded" in " ".join(second.units[0].notes)
+        assert settled_first == (first_lease == "run-out"), second.units[0].notes
+        clock.advance(61)
+        # 3. the correction is reverted: the first unit again
         (tmp_path / "source.txt").write_text("100")
-        third = Executor(pipeline, ledger).run(DAY)
+        third = executor().run(DAY)
         assert third.ok, third.units
         assert _values(tmp_path) == [200]  # not the reverted-away 400
         assert calls == ["100", "200", "100"]
         unit = third.units[0]
-        assert "rewrote the slice" in " ".join(unit.notes), unit.notes
+        said = " ".join(unit.notes)
+        assert ("the slot now holds the output of unit" in said if settled_first
+                else "rewrote the slice" in said), unit.notes
         outcomes = [a.outcome for a in ledger.attempts(unit.uow_id or "")]
         assert outcomes == ["succeeded", "succeeded"]  # the first did commit; then a rerun
         # 4. and nothing more: the slice is this unit's output, verified
-        assert Executor(pipeline, ledger).run(DAY).units[0].skipped
+        assert executor().run(DAY).units[0].skipped
         assert _values(tmp_path) == [200] and len(calls) == 3
 
 
