@@ -93,7 +93,7 @@ def _no_input_pinning() -> list[tuple[Any, str, Any]]:
 
 
 def _no_sibling_settlement() -> list[tuple[Any, str, Any]]:
-    """Sibling settlement: ``twice.engine.siblings.settle_siblings`` finds nothing, so another
+    """Sibling settlement: ``twice.engine.siblings.settle_siblings`` settles nothing, so another
     unit of a slot that left a write unsettled is never settled (the current one is skipped
     over rows it did not write)."""
     from twice.engine import siblings

@@ -462,19 +462,16 @@ class SkippedRun:
     SHOWN = 10
 
     def __init__(self) -> None:
-        self.lines: list[dict[str, Any]] = []
+        self.lines: list[dict[str, Any]] = []  # the first SHOWN of the run
         self.count = 0
-        self.first: str | None = None
-        self.last: str | None = None
+        self.last: str | None = None  # the run's last interval
 
     def _reset(self) -> None:
-        self.lines, self.count, self.first, self.last = [], 0, None, None
+        self.lines, self.count, self.last = [], 0, None
 
     def add(self, run: dict[str, Any]) -> None:
         if self.count < self.SHOWN:
             self.lines.append(run)
-        if self.first is None:
-            self.first = run["interval"]
         self.last = run["interval"]
         self.count += 1
 
@@ -485,9 +482,10 @@ class SkippedRun:
             for run in self.lines:
                 print_line(console, "  " + shown(describe_run(run)))
         else:
-            assert self.first is not None and self.last is not None
-            span = (_short(self.first) if self.first == self.last
-                    else f"{_short(self.first)} .. {_short(self.last)}")
+            first = self.lines[0]["interval"]
+            assert self.last is not None
+            span = (_short(first) if first == self.last
+                    else f"{_short(first)} .. {_short(self.last)}")
             print_line(console, f"  {span}  {self.count:,} units skipped, already done "
                        "(verified, or succeeded with the same inputs; --json gives each reason)")
         self._reset()

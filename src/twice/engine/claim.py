@@ -371,7 +371,7 @@ def claim_and_drive(
         from twice.engine.siblings import settle_siblings
 
         x.ledger.release_lease(unit.uow_id, x.holder)
-        notes = settle_siblings(x, task, unit, upstream, deadline, settings)
+        notes = settle_siblings(x, task, siblings, upstream, deadline, settings)
         return claim_and_drive(x, task, interval, upstream, deadline, wall_deadline,
                                settled=notes)
     if opening is None:  # the lease is held elsewhere: nothing was opened

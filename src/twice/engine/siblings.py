@@ -21,7 +21,7 @@ never committed is sealed out and changes nothing.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from twice.core.interval import Interval
@@ -37,16 +37,12 @@ if TYPE_CHECKING:
     from twice.ledger import LeaseResult, Ledger
 
 
-def settle_siblings(x: Executor, task: Task, unit: UnitOfWork, upstream: Mapping[str, Any],
-                    deadline: Deadline | None, settings: PlanSettings) -> list[str]:
-    """Settle every other unit of ``unit``'s slot whose latest attempt is unsettled (see the
-    module); what was found and how each settled, for the unit's notes."""
-    if not task.owns_output:
-        return []
-    from twice.ledger.ranges import unsettled_of_slot
-
-    found = unsettled_of_slot(x.ledger, unit.pipeline, unit.task, unit.interval.start,
-                              unit.interval.end, unit.uow_id)
+def settle_siblings(x: Executor, task: Task, found: Sequence[str],
+                    upstream: Mapping[str, Any], deadline: Deadline | None,
+                    settings: PlanSettings) -> list[str]:
+    """Settle the units ``found`` (other units of a slot whose latest attempt was unsettled:
+    ``twice.ledger.ranges.unsettled_of_slot``; see the module); how each settled, for the
+    notes of the slot's current unit."""
     notes = []
     for uow_id in found:
         record = x.ledger.unit(uow_id)
@@ -65,15 +61,20 @@ def settle_slot(x: Executor, task_name: str, interval: Interval) -> list[str]:
     a change behind twice's back). Claiming the unit does the same, so a driver that does not
     measure the slot first need not call this."""
     from twice.engine.evidence import PlanSettings
+    from twice.ledger.ranges import unsettled_of_slot
 
     task = x.pipeline.get_task(task_name)
+    if not task.owns_output:
+        return []
     try:
         unit = x.unit_for(task_name, interval)
         settings = PlanSettings.for_task(x.pipeline, task, unit.interval,
                                          max_observation_age=x.max_observation_age)
     except Exception:  # reported when the unit is claimed
         return []
-    return settle_siblings(x, task, unit, {}, None, settings)
+    found = unsettled_of_slot(x.ledger, unit.pipeline, unit.task, unit.interval.start,
+                              unit.interval.end, unit.uow_id)
+    return settle_siblings(x, task, found, {}, None, settings)
 
 
 def _settle(x: Executor, task: Task, sibling: UnitOfWork, upstream: Mapping[str, Any],
