@@ -797,11 +797,8 @@ class SqlDestination(BaseDestination, ABC, Generic[ConnT]):
             self._lock_fence(tx, owner)
             self._create_commits_table(tx)
             q, p = self.dialect.quote, self.dialect.placeholder
-            ((newest,),) = self._query(
-                f"SELECT max({q('token')}) FROM {self.commits_qualified} "
-                f"WHERE {q('table_name')} = {p} AND {q('fence_key')} = {p}",
-                [self.table_label, owner.fence_key],
-            )
+            newest, claim = self._fence_state(owner)
+
             def holders(token: int) -> list[Holder]:
                 return [(str(u), int(g), int(a)) for u, g, a in self._query(
                     f"SELECT {q('uow_id')}, {q('generation')}, {q('attempt')} FROM "
@@ -810,7 +807,6 @@ class SqlDestination(BaseDestination, ABC, Generic[ConnT]):
                     [self.table_label, owner.fence_key, token])]
 
             if owner.ledger:
-                claim = self._ledger_owner()
                 if claim is None:  # this write claims the table: no other claim at once
                     self._lock_claim(tx)
                     claim = self._ledger_owner()
@@ -818,12 +814,38 @@ class SqlDestination(BaseDestination, ABC, Generic[ConnT]):
             check_fence(owner, None if newest is None else int(newest), self.spec, holders)
             yield tx
 
+    def _fence_state(self, owner: WriteStamp) -> tuple[Any, CommitRecord | None]:
+        """The newest token of ``owner``'s slot and, when it writes for a ledger, the table's
+        ledger owner (``_ledger_owner``), in one statement: the owner's one-row query joined
+        to the token's."""
+        q, p = self.dialect.quote, self.dialect.placeholder
+        newest = (f"SELECT max({q('token')}) AS twice_newest FROM {self.commits_qualified} "
+                  f"WHERE {q('table_name')} = {p} AND {q('fence_key')} = {p}")
+        params = [self.table_label, owner.fence_key]
+        if not owner.ledger:
+            ((token,),) = self._query(newest, params)
+            return token, None
+        owners, owner_params = self._ledger_owner_query()
+        names = ", ".join(f"owners.{self.dialect.quote(name)}" for name, _ in COMMIT_COLUMNS)
+        rows = self._query(f"SELECT newest.twice_newest, {names} FROM ({newest}) AS newest "
+                           f"LEFT JOIN ({owners}) AS owners ON 1 = 1", [*params, *owner_params])
+        ((token, table_name, *_),) = rows
+        found = [CommitRecord.from_row(rows[0][1:])] if table_name is not None else []
+        return token, commits.ledger_owner(found)
+
     def _ledger_owner(self) -> CommitRecord | None:
-        """:func:`~twice.destinations.commits.ledger_owner` of this table, read in one small
-        statement instead of every record: the newest adoption, else the first record naming
-        a ledger (its key in the ``extra`` JSON text). Each is a one-row subquery tagged with
-        its rank, so one round trip answers both (SQLite, DuckDB and PostgreSQL all take
-        ``ORDER BY ... LIMIT`` inside a subquery of ``FROM``)."""
+        """:func:`~twice.destinations.commits.ledger_owner` of this table (see
+        ``_ledger_owner_query``)."""
+        owners, params = self._ledger_owner_query()
+        rows = self._query(owners, params)
+        return commits.ledger_owner(CommitRecord.from_row(row) for row in rows)
+
+    def _ledger_owner_query(self) -> tuple[str, list[Any]]:
+        """The statement reading the table's ledger owner in one small statement instead of
+        every record: the newest adoption, else the first record naming a ledger (its key in
+        the ``extra`` JSON text). Each is a one-row subquery tagged with its rank, so one round
+        trip answers both (SQLite, DuckDB and PostgreSQL all take ``ORDER BY ... LIMIT`` inside
+        a subquery of ``FROM``)."""
         q, p = self.dialect.quote, self.dialect.placeholder
         names = self._commit_names()
         select = (f"SELECT {names} FROM {self.commits_qualified} "
@@ -832,12 +854,11 @@ class SqlDestination(BaseDestination, ABC, Generic[ConnT]):
                     f"{q('committed_at')} DESC LIMIT 1")
         first = (select + f"{q('extra')} LIKE {p} ORDER BY {q('committed_at')}, {q('token')} "
                  "LIMIT 1")
-        rows = self._query(
+        return (
             f"SELECT {names} FROM (SELECT 0 AS twice_rank, * FROM ({adoption}) AS adopted "
             f"UNION ALL SELECT 1 AS twice_rank, * FROM ({first}) AS named) AS owners "
             "ORDER BY twice_rank LIMIT 1",
             [self.table_label, ADOPT_MODE, self.table_label, f'%"{LEDGER_KEY}": "_%'])
-        return commits.ledger_owner(CommitRecord.from_row(row) for row in rows)
 
     def adopt(self, stamp: WriteStamp, *, note: str, operator: str) -> CommitRecord:
         """See :meth:`BaseDestination.adopt`: an ``adopt`` record in ``twice_commits``."""

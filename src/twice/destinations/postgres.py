@@ -67,6 +67,8 @@ IDLE: IdleConnections[psycopg.Connection[Any]] = IdleConnections(
 #: How long a writer waits for an advisory lock another writer of the same slot holds.
 ADVISORY_WAIT_SECONDS = 300.0
 _STREAM_BATCH_ROWS = 10_000
+_CLOCK_SQL = ("SELECT to_char(clock_timestamp() AT TIME ZONE 'UTC', "
+              "'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')")
 _TYPES = {
     "smallint": "integer", "integer": "integer", "bigint": "integer", "boolean": "boolean",
     "text": "string", "character varying": "string", "character": "string", "bytea": "binary",
@@ -135,6 +137,8 @@ class PostgresDestination(SqlDestination["psycopg.Connection[Any]"]):
         self._conninfo = conninfo
         self._opened_in: int | None = None
         self._copy_settings_in_write = False  # see _lock_fence
+        self._commits_seen_in_write: bool | None = None  # see _lock_fence
+        self._clock_in_write: str | None = None  # see _lock_for_replace
 
     def _connect(self) -> psycopg.Connection[Any]:
         self._opened_in = threading.get_ident()
@@ -181,22 +185,15 @@ class PostgresDestination(SqlDestination["psycopg.Connection[Any]"]):
         a view over it that takes several milliseconds a call, and a write reads the schema
         two or three times. Names and precisions as the information schema gives them: a
         domain column as its base type, ``numeric(p, s)`` from the type modifier."""
-        rows = self._query(_SCHEMA_SQL, [self._in_schema(self.table)])
-        if not rows:
-            return None
-        schema: Schema = {}
-        for name, data_type, modifier in rows:
-            precision, scale = _numeric_precision(modifier)
-            if data_type == "numeric" and precision is not None and 0 < precision <= 38:
-                schema[name] = ColumnType("decimal", precision, scale)
-            elif data_type in _TYPES:
-                schema[name] = ColumnType(_TYPES[data_type])
-            else:
-                shown = "numeric without (precision, scale)" if data_type == "numeric" else (
-                    data_type
-                )
-                schema[name] = ColumnType("unsupported", engine_type=shown)
-        return schema
+        return _schema_of(self._query(_SCHEMA_SQL, [self._in_schema(self.table)]))
+
+    def _schema_sql_of_table(self) -> psycopg.sql.Composed:
+        """``_SCHEMA_SQL`` of this table with its name as a literal (for a batch of several
+        statements, which the simple protocol sends without parameters)."""
+        from psycopg import sql
+
+        return sql.SQL(_SCHEMA_SQL.replace("%s", "{}")).format(
+            sql.Literal(self._in_schema(self.table)))
 
     @contextmanager
     def _transaction(self) -> Iterator[psycopg.Cursor[Any]]:
@@ -205,8 +202,11 @@ class PostgresDestination(SqlDestination["psycopg.Connection[Any]"]):
             with self.connection.transaction(), self.connection.cursor() as cur:
                 try:
                     yield cur
-                finally:
-                    self._copy_settings_in_write = False  # set by _lock_fence, for this one
+                finally:  # what _lock_fence and _lock_for_replace read for this one
+                    self._copy_settings_in_write = False
+                    self._commits_seen_in_write = None
+                    self._schema_in_write = None
+                    self._clock_in_write = None
                 sent = True
         except psycopg.OperationalError as exc:
             state = getattr(exc, "sqlstate", None)
@@ -246,7 +246,18 @@ class PostgresDestination(SqlDestination["psycopg.Connection[Any]"]):
         )
 
     def _lock_for_replace(self, tx: psycopg.Cursor[Any]) -> None:
-        tx.execute(f"LOCK TABLE {self.qualified} IN SHARE ROW EXCLUSIVE MODE")
+        """Lock the table against other replaces and any change of its columns, and read in
+        the same round trip its columns (from here to the commit they cannot change, so the
+        commit record's fingerprint reads them from this: ``_existing_schema``) and the clock
+        the commit record is stamped with (``_clock``: the lock is held from then on, so
+        records of one table still follow the order their writers held it in)."""
+        from psycopg import sql
+
+        tx.execute(sql.SQL("; ").join([
+            sql.SQL(f"LOCK TABLE {self.qualified} IN SHARE ROW EXCLUSIVE MODE"),
+            self._schema_sql_of_table(), sql.SQL(_CLOCK_SQL)]), prepare=False)
+        columns, ((clock,),) = _results(tx)
+        self._schema_in_write, self._clock_in_write = _schema_of(columns), str(clock)
 
     def _lock_fence(self, tx: psycopg.Cursor[Any], stamp: WriteStamp) -> None:
         """Serialise stamped writers of one (table, fence key), race-free.
@@ -266,8 +277,9 @@ class PostgresDestination(SqlDestination["psycopg.Connection[Any]"]):
         The same round trip sets, for the rest of the write's transaction, the settings the
         fingerprint's COPY reads values back with (``_COPY_SETTINGS``; the write's own
         statements send and read nothing these change), so the commit record's fingerprint
-        needs no savepoint or settings of its own. One simple-protocol query of several
-        statements: each is a round trip otherwise, and a small write is mostly round trips.
+        needs no savepoint or settings of its own. Last, whether ``twice_commits`` exists, for
+        ``_create_commits_table`` next. One simple-protocol query of several statements: each
+        is a round trip otherwise, and a small write is mostly round trips.
         """
         from psycopg import sql
 
@@ -279,6 +291,8 @@ class PostgresDestination(SqlDestination["psycopg.Connection[Any]"]):
                 sql.Literal(f"{COMMITS_TABLE}|{self.table_label}|{stamp.fence_key}")),
             sql.SQL("SET LOCAL lock_timeout TO DEFAULT"),
             _settings_sql(),
+            sql.SQL("SELECT to_regclass({}) IS NOT NULL").format(
+                sql.Literal(self.commits_qualified)),
         ])
         try:
             tx.execute(statements, prepare=False)
@@ -286,6 +300,7 @@ class PostgresDestination(SqlDestination["psycopg.Connection[Any]"]):
             raise self._held_too_long(f"{COMMITS_TABLE}|{self.table_label}|{stamp.fence_key}"
                                       ) from None
         self._copy_settings_in_write = True
+        self._commits_seen_in_write = bool(_last_result(tx)[0][0])
 
     def _lock_claim(self, tx: psycopg.Cursor[Any]) -> None:
         """Writers of different slices hold different fence locks: two ledgers' first writes
@@ -333,15 +348,20 @@ class PostgresDestination(SqlDestination["psycopg.Connection[Any]"]):
         return bool(found)
 
     def _commits_table_exists(self) -> bool:
+        """Read once by a write's ``_lock_fence``, for the ``_create_commits_table`` next."""
+        seen, self._commits_seen_in_write = self._commits_seen_in_write, None
+        if seen is not None:
+            return seen
         ((found,),) = self._query("SELECT to_regclass(%s) IS NOT NULL", [self.commits_qualified])
         return bool(found)
 
     def _clock(self, tx: psycopg.Cursor[Any]) -> str:
-        """The server's clock (``clock_timestamp()``: now, not the transaction's start)."""
-        tx.execute(
-            "SELECT to_char(clock_timestamp() AT TIME ZONE 'UTC', "
-            "'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"
-        )
+        """The server's clock (``clock_timestamp()``: now, not the transaction's start), or
+        the one ``_lock_for_replace`` read for this write's commit record."""
+        read, self._clock_in_write = self._clock_in_write, None
+        if read is not None:
+            return read
+        tx.execute(_CLOCK_SQL)
         row = tx.fetchone()
         assert row is not None
         return str(row[0])
@@ -457,6 +477,43 @@ class PostgresDestination(SqlDestination["psycopg.Connection[Any]"]):
                 raise DestinationError(
                     f"{self.spec}: a value could not be read back exactly for the "
                     f"fingerprint ({exc})") from None
+
+
+def _schema_of(rows: Sequence[Sequence[Any]]) -> Schema | None:
+    """The columns ``_SCHEMA_SQL`` read (None: no such table)."""
+    if not rows:
+        return None
+    schema: Schema = {}
+    for name, data_type, modifier in rows:
+        precision, scale = _numeric_precision(modifier)
+        if data_type == "numeric" and precision is not None and 0 < precision <= 38:
+            schema[name] = ColumnType("decimal", precision, scale)
+        elif data_type in _TYPES:
+            schema[name] = ColumnType(_TYPES[data_type])
+        else:
+            shown = "numeric without (precision, scale)" if data_type == "numeric" else (
+                data_type
+            )
+            schema[name] = ColumnType("unsupported", engine_type=shown)
+    return schema
+
+
+def _last_result(cur: psycopg.Cursor[Any]) -> list[tuple[Any, ...]]:
+    """The rows of the last statement of a batch ``cur`` just ran (psycopg stands on the
+    first)."""
+    while cur.nextset():
+        pass
+    return cur.fetchall()
+
+
+def _results(cur: psycopg.Cursor[Any]) -> list[list[tuple[Any, ...]]]:
+    """The rows of each statement of a batch ``cur`` just ran that returns rows, in order."""
+    found = []
+    while True:
+        if cur.description is not None:
+            found.append(cur.fetchall())
+        if not cur.nextset():
+            return found
 
 
 def _settings_sql() -> psycopg.sql.Composed:

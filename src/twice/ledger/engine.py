@@ -6,11 +6,10 @@ Two engines are supported and both must be safe under real concurrency:
   so a commit survives power loss, a busy timeout so writers queue instead of failing, foreign
   keys on, and every write transaction opened with ``BEGIN IMMEDIATE`` so that a
   read-then-write (next attempt number, lease check) holds the write lock from its first read.
-* PostgreSQL (shared by many workers) through psycopg 3: row locks
-  (``INSERT ... ON CONFLICT DO NOTHING`` then ``SELECT ... FOR NO KEY UPDATE``) serialise
-  writers of the same unit of work, pool or partition only. ``NO KEY UPDATE`` rather than
-  ``UPDATE`` so the lock never blocks the foreign-key checks of concurrent inserts (which
-  would invite deadlocks inside grouped transactions).
+* PostgreSQL (shared by many workers) through psycopg 3: row locks serialise writers of the
+  same unit of work, pool or partition only (``lock_key``; a unit's own row ``FOR NO KEY
+  UPDATE``, which never blocks the foreign-key checks of concurrent inserts, so grouped
+  transactions do not deadlock on them).
 """
 
 from __future__ import annotations
@@ -24,7 +23,8 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, Table, create_engine, event, select
+from sqlalchemy import Engine, Table, bindparam, create_engine, event, false
+from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import URL, Connection, RootTransaction, make_url
 from sqlalchemy.exc import ArgumentError, DisconnectionError
 from sqlalchemy.pool import StaticPool
@@ -32,7 +32,7 @@ from sqlalchemy.pool import StaticPool
 from twice.core.extras import require
 from twice.core.secrets import redact, redact_url
 from twice.ledger.errors import LedgerError
-from twice.ledger.prepared import inserting_new, run
+from twice.ledger.prepared import inserting_new, prepare, run
 from twice.ledger.schema import locks
 
 DEFAULT_PATH = "twice-ledger.db"
@@ -311,13 +311,19 @@ def lock_key(conn: Connection, kind: str, name: str) -> None:
     """Serialise this transaction with every other one that locks the same (kind, name).
 
     SQLite needs nothing: write transactions start with BEGIN IMMEDIATE and so already exclude
-    each other. PostgreSQL locks one row of ``twice_locks`` until commit.
+    each other. PostgreSQL locks one row of ``twice_locks`` until commit, in one statement
+    (``_LOCK_ROW``): the row is inserted, or, when it exists, locked by ``ON CONFLICT DO
+    UPDATE ... WHERE false``, which locks the conflicting row and updates nothing. Earlier
+    releases took the same row ``FOR NO KEY UPDATE`` after an insert; both locks conflict,
+    so mixed releases still exclude each other.
     """
     if not is_postgres(conn):
         return
-    insert_ignore(conn, locks, {"kind": kind, "name": name})
-    conn.execute(
-        select(locks.c.kind)
-        .where(locks.c.kind == kind, locks.c.name == name)
-        .with_for_update(key_share=True)
-    ).one()
+    run(conn, _LOCK_ROW, {"kind": kind, "name": name})
+
+
+_LOCK_ROW = prepare(
+    pg_insert(locks).values(kind=bindparam("kind"), name=bindparam("name"))
+    .on_conflict_do_update(index_elements=[locks.c.kind, locks.c.name],
+                           set_={"kind": pg_insert(locks).excluded.kind}, where=false())
+)

@@ -51,8 +51,8 @@ class FingerprintStore:
         with self._session.write() as conn:
             now = self._session.now()
             lock_key(conn, "fingerprint", f"{destination}\x1f{partition}")
-            if uow_id is not None:
-                units.require(conn, uow_id, attempt=attempt)
+            if uow_id is not None:  # locked now: its finish locks it next (one read, not two)
+                units.require(conn, uow_id, attempt=attempt, lock=True)
             latest = run(conn, _NEWEST_VERSION,
                          {"destination": destination, "partition": partition}).scalar()
             version = int(latest or 0) + 1
