@@ -194,3 +194,20 @@ def test_on_postgresql_an_event_and_its_detail_row_are_one_statement(
             counted[engine] = per_unit(ledger, pipeline, 10, 5).statements / 5
     assert counted["postgresql"] == counted["sqlite"] - 8, counted
     assert counted["postgresql"] <= 18.5, counted  # the plan's one read, shared by 5 units
+
+
+def test_an_owned_unit_reads_its_unit_and_attempt_rows_once_each_to_finish(
+        postgres_url: str, tmp_path: Path) -> None:
+    """Recording the slice's fingerprint locks the unit and its attempt; marking the job
+    generation and ending the attempt, later in the same finishing transaction, find both
+    held and read neither again (a PostgreSQL round trip each). The claim's reads and the
+    plan's reads after the success are counted too: what is asserted is today's count
+    (before: 3.2 reads of the unit and 4 of its attempts a unit)."""
+    pipeline = owned_pipeline(tmp_path / "warehouse.db")
+    with Ledger.open(postgres_url) as ledger:
+        per_unit(ledger, pipeline, 0, 2)
+        tally = per_unit(ledger, pipeline, 10, 5)
+    units = tally.tables["twice_units_of_work"] / 5
+    attempts = tally.tables["twice_attempts"] / 5
+    assert units <= 2.2, tally.tables
+    assert attempts <= 3.0, tally.tables

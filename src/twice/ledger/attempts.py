@@ -139,6 +139,9 @@ def _all(conn: Connection, uow_id: str) -> tuple[AttemptRecord, ...]:
 def changed(conn: Connection, uow_id: str) -> None:
     """The unit's attempts were written in this transaction: read them again next time."""
     _read_in_transaction(conn).pop(uow_id, None)
+    held = _locked_in_transaction(conn)
+    for key in [key for key in held if key[0] == uow_id]:
+        del held[key]
 
 
 def _read_in_transaction(conn: Connection) -> dict[str, tuple[AttemptRecord, ...]]:
@@ -158,13 +161,26 @@ def max_number(conn: Connection, uow_id: str) -> int:
 
 
 def locked(conn: Connection, uow_id: str, number: int) -> AttemptRecord:
-    """Attempt ``number`` of ``uow_id``, its row locked for the rest of the transaction."""
+    """Attempt ``number`` of ``uow_id``, its row locked for the rest of the transaction: read
+    once while this transaction does not write it (no other can while the lock is held; on
+    SQLite the transaction excludes every other writer)."""
+    held = _locked_in_transaction(conn)
+    found = held.get((uow_id, number))
+    if found is not None:
+        return found
     found = first(conn, rows_where(attempts, "uow_id", "number", lock=True), ATTEMPT,
                   params={"uow_id": uow_id, "number": number})
     if found is None:
         raise LedgerError(f"unit of work {uow_id} has no attempt {number}")
     units.attempt_seen(conn, uow_id, number)
+    held[(uow_id, number)] = found
     return found
+
+
+def _locked_in_transaction(conn: Connection) -> dict[tuple[str, int], AttemptRecord]:
+    held: dict[tuple[str, int], AttemptRecord] = transaction_memo(conn, "twice_attempts_locked",
+                                                                  dict)
+    return held
 
 
 def close(

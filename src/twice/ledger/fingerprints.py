@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 from sqlalchemy import Select, bindparam, func, select
 
+from twice.ledger import attempts as attempt_rows
 from twice.ledger import units
 from twice.ledger.checks import count, text
 from twice.ledger.engine import lock_key
@@ -51,8 +52,10 @@ class FingerprintStore:
         with self._session.write() as conn:
             now = self._session.now()
             lock_key(conn, "fingerprint", f"{destination}\x1f{partition}")
-            if uow_id is not None:  # locked now: its finish locks it next (one read, not two)
-                units.require(conn, uow_id, attempt=attempt, lock=True)
+            if uow_id is not None:  # locked now: its finish locks both next (read once)
+                units.require(conn, uow_id, lock=True)
+                if attempt is not None:
+                    attempt_rows.locked(conn, uow_id, count(attempt, "attempt", minimum=1))
             latest = run(conn, _NEWEST_VERSION,
                          {"destination": destination, "partition": partition}).scalar()
             version = int(latest or 0) + 1
