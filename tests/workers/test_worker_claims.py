@@ -139,3 +139,34 @@ def test_workers_racing_over_the_same_units_run_each_once(postgres_url: str) -> 
     finally:
         for ledger in ledgers:
             ledger.close()
+
+
+def test_a_worker_waiting_on_others_looks_again_sooner_then_every_poll(postgres_url: str
+                                                                       ) -> None:
+    """A unit another worker runs is settled within about a unit's time: a worker with nothing
+    else to take looks again after 0.05 s, doubling while nothing changes, up to ``poll``;
+    once the unit settles it is seen on the next pass, not up to a whole ``poll`` later."""
+    executions: list[tuple[str, str]] = []
+    pipeline = _pipeline(executions, threading.Lock())
+    (day,) = _days(pipeline, 1)
+    with Ledger.open(postgres_url) as holder, Ledger.open(postgres_url) as ledger:
+        busy = identify_unit(pipeline, holder, "extract", day)
+        holder.record_unit(busy)
+        assert holder.acquire_lease(busy.uow_id, "w1", 600).acquired  # running elsewhere
+        worker = Worker(pipeline, ledger, [day], tasks=["extract"], name="w2", poll=0.5)
+        waits: list[float] = []
+
+        def wait(seconds: float | None = None) -> bool:
+            waits.append(float(seconds or 0))
+            if len(waits) == 7:  # the other worker's unit ends: released, nothing ran here
+                holder.release_lease(busy.uow_id, "w1")
+            if len(waits) > 12:
+                worker.request_stop("stuck")
+            return False
+
+        worker._stop.wait = wait  # type: ignore[method-assign]
+        report = worker.run()
+    assert waits[:7] == [0.05, 0.1, 0.2, 0.4, 0.5, 0.5, 0.5]
+    assert len(waits) == 7, waits  # the next pass found the lease released and ran the unit
+    assert report.stopped == "finished"
+    assert executions == [("extract", day.label)]

@@ -69,7 +69,8 @@ def _since(text: str | None) -> datetime | None:
               metavar="SECONDS", help="The same for pool slots held in the ledger.")
 @click.option("--poll", default=1.0, show_default=True,
               type=options.FiniteRange(min=0, min_open=True, max=3600), metavar="SECONDS",
-              help="Wait between passes when every open unit is leased elsewhere or waiting.")
+              help="Longest wait between passes when every open unit is leased elsewhere "
+              "or waiting (the wait starts at 0.05 s and doubles while nothing changes).")
 @click.option("--once", is_flag=True, help="One pass: leave units leased elsewhere to others.")
 @click.option("--max-units", default=None, type=click.IntRange(min=1), metavar="N",
               help="Stop after running N units.")

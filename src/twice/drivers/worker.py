@@ -33,9 +33,13 @@ random; they are looked at again on the next pass), so the fleet spreads over th
 of colliding on each next unit. The lease, taken in the executor's claiming transaction, still
 decides who runs a unit; ``lease_conflicts`` counts the claims another worker won.
 
-Passes repeat (``poll`` seconds apart when nothing changed; ``CLAIM_WAIT`` when a unit was
-skipped only because another worker was claiming it) until every unit is settled, unless
-``once`` (one pass) or ``max_units`` (that many executor runs) stops it earlier.
+Passes repeat until every unit is settled, unless ``once`` (one pass) or ``max_units`` (that
+many executor runs) stops it earlier. After a pass that settled nothing (what is left is leased
+elsewhere or waits on a dependency), the next starts after ``CLAIM_WAIT``, doubling while
+nothing changes up to ``poll`` (``idle_wait``): a unit another worker runs is mostly settled
+within a unit's time, so the fleet's last units are seen settled soon after they are, instead
+of up to a whole ``poll`` later, and a long one is still looked at only every ``poll``. After a
+pass whose only obstacle was a claim in flight the wait is ``CLAIM_WAIT``.
 Pools are held in the ledger (``shared_pools``), so their capacity binds all workers together.
 
 Stopping: ``request_stop`` (SIGTERM/SIGINT under ``stop_on_signals``) lets the running attempt
@@ -197,8 +201,15 @@ READ_AHEAD = 32
 #: same unit were walking the list in step, and would collide again on each next unit.
 SPREAD = 8
 #: The wait before the next pass when a unit was skipped only because another worker was
-#: claiming it (a claim takes one ledger transaction): instead of ``poll``.
+#: claiming it (a claim takes one ledger transaction), and the first wait after a pass that
+#: settled nothing (``idle_wait``).
 CLAIM_WAIT = 0.05
+
+
+def idle_wait(idle_passes: int, poll: float) -> float:
+    """The wait after the ``idle_passes``-th pass in a row that settled nothing (from 1):
+    ``CLAIM_WAIT`` doubled each time, at most ``poll``."""
+    return min(poll, CLAIM_WAIT * 2.0 ** min(idle_passes - 1, 32))
 
 
 @dataclass
@@ -336,7 +347,7 @@ class Worker:
         settled: dict[tuple[str, Interval], WorkerUnit] = {}
         done: list[WorkerUnit] = []
         notes: list[str] = []
-        runs = passes = 0
+        runs = passes = idle = 0  # idle: passes in a row that settled nothing
         stopped: StopReason = "finished"
         log.info("worker started: %d unit(s) to settle", len(open_units),
                  extra={"worker": self.name, "pipeline": self.pipeline.name})
@@ -412,8 +423,10 @@ class Worker:
                           "%s s", passes, len(open_units), self.poll,
                           extra={"worker": self.name, "pipeline": self.pipeline.name})
             # A unit being claimed elsewhere is settled (or leased) within a transaction's
-            # time: look again at once rather than a whole poll later.
-            wait = min(self.poll, CLAIM_WAIT) if claimed_elsewhere else self.poll
+            # time: look again at once rather than a whole poll later; others' running units
+            # within about a unit's time (see idle_wait).
+            idle = 0 if progressed else idle + 1
+            wait = min(self.poll, CLAIM_WAIT) if claimed_elsewhere else idle_wait(idle, self.poll)
             if not progressed and self._stop.wait(wait):
                 continue  # the stop is handled at the top of the next pass
         for item in open_units:
