@@ -829,8 +829,8 @@ class SqlDestination(BaseDestination, ABC, Generic[ConnT]):
         names = ", ".join(f"owners.{self.dialect.quote(name)}" for name, _ in COMMIT_COLUMNS)
         rows = self._query(f"SELECT newest.twice_newest, {names} FROM ({newest}) AS newest "
                            f"LEFT JOIN ({owners}) AS owners ON 1 = 1", [*params, *owner_params])
-        ((token, table_name, *_),) = rows
-        found = [CommitRecord.from_row(rows[0][1:])] if table_name is not None else []
+        ((token, *record),) = rows
+        found = [CommitRecord.from_row(record)] if record[0] is not None else []  # table_name
         return token, commits.ledger_owner(found)
 
     def _ledger_owner(self) -> CommitRecord | None:

@@ -300,7 +300,7 @@ class PostgresDestination(SqlDestination["psycopg.Connection[Any]"]):
             raise self._held_too_long(f"{COMMITS_TABLE}|{self.table_label}|{stamp.fence_key}"
                                       ) from None
         self._copy_settings_in_write = True
-        self._commits_seen_in_write = bool(_last_result(tx)[0][0])
+        self._commits_seen_in_write = bool(_results(tx)[-1][0][0])
 
     def _lock_claim(self, tx: psycopg.Cursor[Any]) -> None:
         """Writers of different slices hold different fence locks: two ledgers' first writes
@@ -498,16 +498,9 @@ def _schema_of(rows: Sequence[Sequence[Any]]) -> Schema | None:
     return schema
 
 
-def _last_result(cur: psycopg.Cursor[Any]) -> list[tuple[Any, ...]]:
-    """The rows of the last statement of a batch ``cur`` just ran (psycopg stands on the
-    first)."""
-    while cur.nextset():
-        pass
-    return cur.fetchall()
-
-
 def _results(cur: psycopg.Cursor[Any]) -> list[list[tuple[Any, ...]]]:
-    """The rows of each statement of a batch ``cur`` just ran that returns rows, in order."""
+    """The rows of each statement of a batch ``cur`` just ran that returns rows, in order
+    (psycopg stands on the first result)."""
     found = []
     while True:
         if cur.description is not None:
