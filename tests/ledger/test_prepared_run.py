@@ -118,6 +118,27 @@ def test_a_driver_error_is_wrapped_and_classified_as_sqlalchemy_s(ledger: Ledger
     assert ledger.lease(uow.uow_id) is None
 
 
+def test_one_cursor_serves_a_driver_connection_and_a_failed_one_is_replaced(
+        ledger: Ledger, uow: UnitOfWork) -> None:
+    """Statements on one driver connection share its cursor (made once); after a driver
+    error it is dropped and closed, and the next statement gets a working new one."""
+    row = {"uow_id": uow.uow_id, "holder": "h", "token": 1,
+           "acquired_at": datetime.now(UTC), "renewed_at": datetime.now(UTC),
+           "expires_at": datetime.now(UTC), "released_at": None}
+    read = rows_where(leases, "uow_id")
+    with _transaction(ledger) as conn:
+        run(conn, inserting(leases), row)
+        first = prepared._cursor(conn)
+        assert run(conn, read, {"uow_id": uow.uow_id}).all()
+        assert prepared._cursor(conn) is first
+        with pytest.raises(IntegrityError):
+            run(conn, inserting(leases), row)
+        assert prepared._cursor(conn) is not first
+    with _transaction(ledger) as conn:  # the connection back from the pool: rows read again
+        run(conn, inserting(leases), row)
+        assert [r["holder"] for r in run(conn, read, {"uow_id": uow.uow_id}).all()] == ["h"]
+
+
 def test_listeners_see_every_statement_and_ad_hoc_ones_are_not_cached(
         ledger: Ledger, uow: UnitOfWork) -> None:
     """With a statement listener on the engine the statement goes through SQLAlchemy's
