@@ -211,3 +211,18 @@ def test_an_owned_unit_reads_its_unit_and_attempt_rows_once_each_to_finish(
     attempts = tally.tables["twice_attempts"] / 5
     assert units <= 2.2, tally.tables
     assert attempts <= 3.0, tally.tables
+
+
+def test_a_unit_reads_its_partitions_last_version_once_and_no_unrecorded_errors(
+        ledger_url: str, tmp_path: Path) -> None:
+    """Finishing an owned unit reads the slice's last fingerprint once, under the partition's
+    lock (it numbers the next version and is the diff's "before"), and does not read the
+    non-fatal errors of an attempt this process ran and recorded none for. A backfill reads
+    the last version once more before the write, to see drift (before: three reads of the
+    fingerprints and one of the errors a unit)."""
+    pipeline = owned_pipeline(tmp_path / "warehouse.db")
+    with Ledger.open(ledger_url) as ledger:
+        per_unit(ledger, pipeline, 0, 2)
+        tally = per_unit(ledger, pipeline, 10, 5)
+    assert tally.tables["twice_fingerprints"] <= 2 * 5 + 1, tally.tables  # + the plan's read
+    assert tally.tables["twice_nonfatal_errors"] == 0, tally.tables

@@ -126,6 +126,7 @@ class AttemptRunner(Phase):
             self.uow_id, holder=self.x.holder, generation=generation.generation,
             job_id=generation.job_id,
         )
+        self.check.began(record.number)
         return record, generation, token
 
     def context(self, record: AttemptRecord, generation: int | None) -> TaskContext:
@@ -133,6 +134,7 @@ class AttemptRunner(Phase):
         recorder = None
         if self.x.isolation == "thread":
             def recorder(event: NonFatal) -> None:
+                self.check.sending_nonfatal(number)
                 self.ledger.record_nonfatal(
                     self.uow_id, event.message, count=event.count, attempt=number
                 )
@@ -211,6 +213,8 @@ class AttemptRunner(Phase):
         )
         if report.nonfatals or marked_early:  # the output check counts the non-fatal errors
             def before_check(ledger: Ledger) -> None:
+                if report.nonfatals:
+                    self.check.sending_nonfatal(number)
                 for event in report.nonfatals:
                     ledger.record_nonfatal(self.uow_id, event.message, count=event.count,
                                            attempt=number)
@@ -375,6 +379,7 @@ class AttemptRunner(Phase):
                 detail={**detail, "remote_observed_at": iso(status.observed_at)},
             )
         for error in status.nonfatal_errors:
+            self.check.sending_nonfatal(attempt)
             self.ledger.record_nonfatal(
                 self.uow_id, f"{error.reason}: {error.message}", attempt=attempt,
                 detail={"source": source, "job_id": status.job_id, "reason": error.reason},

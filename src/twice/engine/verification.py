@@ -305,20 +305,27 @@ def record_measured(ledger: Ledger, task: Task, uow_id: str, attempt: int | None
     from the previous version's and the change was not accepted.
     """
     partition, signature, current = measured.partition, measured.signature, measured.current
-    before = ledger.latest_fingerprint(task.destination, partition)
-    schema_changed = None
-    if before is not None and before.schema is not None:
-        schema_changed = before.schema != signature
-        if schema_changed and not accept_schema_change:
+    previous: list[FingerprintRecord | None] = []
+
+    def follows(before: FingerprintRecord | None) -> None:  # under the partition's lock
+        previous.append(before)
+        if before is not None and before.schema is not None and before.schema != signature \
+                and not accept_schema_change:
             raise SchemaChangeError(
                 f"{task.destination} partition {partition}: schema changed from "
                 f"[{before.schema}] to [{signature}]; a change of schema must be applied to "
                 "every interval of the range (--accept-schema-change)"
             )
+
     record = ledger.record_fingerprint(
         task.destination, partition, current.row_count, current.checksum, uow_id=uow_id,
         attempt=attempt, columns=current.columns, algorithm=current.algorithm, schema=signature,
+        after=follows,
     )
+    before = previous[-1]
+    schema_changed = None
+    if before is not None and before.schema is not None:
+        schema_changed = before.schema != signature
     return PartitionDiff(
         task=task.name, destination=task.destination, partition=partition,
         version=record.version,

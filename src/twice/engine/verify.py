@@ -49,6 +49,18 @@ class OutputCheck(Phase):
         super().__init__(scope, account)
         self.acceptance: tuple[str, ...] = ()  # the criteria's verdict last checked
         self.nonfatal = 0  # non-fatal errors recorded by the attempt last checked
+        # attempts this process began and sent no non-fatal error for: none is recorded (only
+        # the process running an attempt records its non-fatal errors), so none is read
+        self._quiet: set[int] = set()
+
+    def began(self, number: int) -> None:
+        """This process began attempt ``number``."""
+        self._quiet.add(number)
+
+    def sending_nonfatal(self, number: int) -> None:
+        """A non-fatal error of attempt ``number`` is about to be recorded (counted from the
+        ledger from now on, whether the write lands or not)."""
+        self._quiet.discard(number)
 
     def count_nonfatal(self, number: int) -> None:
         """Count attempt ``number``'s non-fatal errors for the result (no acceptance criteria
@@ -57,7 +69,9 @@ class OutputCheck(Phase):
 
     def nonfatal_count(self, number: int) -> int:
         """Non-fatal errors recorded for attempt ``number`` (read in the caller's transaction
-        when there is one)."""
+        when there is one; not read for an attempt begun here that recorded none)."""
+        if number in self._quiet:
+            return 0
         return sum(record.count for record in self.ledger.nonfatal_errors(self.uow_id)
                    if record.attempt == number)
 

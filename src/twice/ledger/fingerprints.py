@@ -6,9 +6,9 @@ the same version; the differences between versions are derived (``FingerprintDif
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
-from sqlalchemy import Select, bindparam, func, select
+from sqlalchemy import Select, func, select
 
 from twice.ledger import attempts as attempt_rows
 from twice.ledger import units
@@ -16,7 +16,7 @@ from twice.ledger.checks import count, text
 from twice.ledger.engine import lock_key
 from twice.ledger.errors import LedgerError
 from twice.ledger.journal import append_entry
-from twice.ledger.prepared import prepare, rows_where, run
+from twice.ledger.prepared import rows_where
 from twice.ledger.records import FingerprintDiff, FingerprintRecord
 from twice.ledger.rows import FINGERPRINT, encode_names, first
 from twice.ledger.schema import fingerprints
@@ -31,6 +31,7 @@ class FingerprintStore:
         self, destination: str, partition: str, row_count: int, checksum: int | str, *,
         uow_id: str | None, attempt: int | None, columns: Sequence[str] | None,
         algorithm: str | None, schema: str | None,
+        after: Callable[[FingerprintRecord | None], None] | None = None,
     ) -> FingerprintRecord:
         destination = text(destination, "destination")
         partition = text(partition, "partition", allow_empty=True)
@@ -56,9 +57,11 @@ class FingerprintStore:
                 units.require(conn, uow_id, lock=True)
                 if attempt is not None:
                     attempt_rows.locked(conn, uow_id, count(attempt, "attempt", minimum=1))
-            latest = run(conn, _NEWEST_VERSION,
-                         {"destination": destination, "partition": partition}).scalar()
-            version = int(latest or 0) + 1
+            previous = first(conn, _LATEST, FINGERPRINT,
+                             params={"destination": destination, "partition": partition})
+            if after is not None:
+                after(previous)
+            version = 1 if previous is None else previous.version + 1
             row = append_entry(
                 conn, fingerprints,
                 {"destination": destination, "partition": partition, "version": version,
@@ -78,7 +81,6 @@ class FingerprintStore:
         return self._all(_of(destination, partition).order_by(fingerprints.c.version))
 
     def latest(self, destination: str, partition: str) -> FingerprintRecord | None:
-        """Read once per unit's finish: a statement built once (``twice.ledger.prepared``)."""
         with self._session.read() as conn:
             return first(conn, _LATEST, FINGERPRINT,
                          params={"destination": destination, "partition": partition})
@@ -120,12 +122,8 @@ class FingerprintStore:
             return [FINGERPRINT(row) for row in conn.execute(query).mappings()]
 
 
-# the statements a unit's finish runs, built once (see twice.ledger.prepared)
+# the statement a unit's finish runs, built once (see twice.ledger.prepared)
 _LATEST = rows_where(fingerprints, "destination", "partition", order=("-version",), limit=1)
-_NEWEST_VERSION = prepare(select(func.max(fingerprints.c.version)).where(
-    fingerprints.c.destination == bindparam("destination"),
-    fingerprints.c.partition == bindparam("partition"),
-))
 
 
 def _of(destination: str, partition: str) -> Select[tuple[object, ...]]:

@@ -609,16 +609,20 @@ class Ledger(Closeable):
         columns: Sequence[str] | None = None,
         algorithm: str | None = None,
         schema: str | None = None,
+        after: Callable[[FingerprintRecord | None], None] | None = None,
     ) -> FingerprintRecord:
         """Record the next version of a partition's fingerprint (versions count from 1).
 
         ``checksum`` is stored as text (see ``FingerprintRecord``); ``columns`` names the key
         columns it covers and ``algorithm`` how it was computed (checksums of different
         columns or algorithms are not comparable); ``schema`` is an optional schema signature.
+        ``after`` is called with the version this one follows (None: the first), read under
+        the partition's lock, so no other writer can record between the two; raising in it
+        records nothing.
         """
         return self._fingerprints.record(
             destination, partition, row_count, checksum, uow_id=uow_id, attempt=attempt,
-            columns=columns, algorithm=algorithm, schema=schema,
+            columns=columns, algorithm=algorithm, schema=schema, after=after,
         )
 
     def fingerprints(self, destination: str, partition: str) -> list[FingerprintRecord]:
