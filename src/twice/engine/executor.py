@@ -91,7 +91,7 @@ T = TypeVar("T")
 
 class _InThread(FuturesExecutor):
     """A pool of one that runs each submitted call at once, in the calling thread; its
-    future is already done (see ``Executor._run_interval``)."""
+    future is already done (see ``Executor._unit_threads``)."""
 
     def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
         future: Future[T] = Future()
@@ -294,9 +294,20 @@ class Executor:
         started = self.now()
         self._began = started
         results: list[UnitResult] = []
-        for interval in canonical:
-            results.extend(self._run_interval(plan, order, interval))
+        with self._unit_threads() as workers:
+            for interval in canonical:
+                results.extend(self._run_interval(plan, order, interval, workers))
         return RunResult(self.pipeline.name, self.holder, tuple(results), started, self.now())
+
+    def _unit_threads(self) -> FuturesExecutor:
+        """Where the units of a run execute. On the main thread, a pool: the main thread
+        stays free for signals (a unit's task may block in C code for minutes), and the pool
+        lives for the whole run, not an interval (a thread started and joined per unit cost
+        about half a millisecond a unit). In a driver's worker thread (a backfill's interval),
+        no signal lands, so with one worker the units run in that thread."""
+        if self.max_workers == 1 and threading.current_thread() is not threading.main_thread():
+            return _InThread()
+        return ThreadPoolExecutor(self.max_workers, thread_name_prefix="twice-unit")
 
     def forced_baseline(self, uow_id: str) -> int:
         """The attempt a forced rerun repeats: the unit's latest attempt started before this
@@ -318,46 +329,38 @@ class Executor:
         return deadline, self.now() + timedelta(seconds=timeout)
 
     def _run_interval(
-        self, plan: Pipeline, order: list[str], interval: Interval
+        self, plan: Pipeline, order: list[str], interval: Interval, workers: FuturesExecutor
     ) -> list[UnitResult]:
         deadline, wall_deadline = self._workflow_deadline()
         done: dict[str, UnitResult] = {}
         pending = list(order)
         running: dict[Future[UnitResult], str] = {}
-        workers: FuturesExecutor
-        if self.max_workers == 1 and threading.current_thread() is not threading.main_thread():
-            # A driver's worker thread (a backfill's interval): no signal lands here, so the
-            # units run in this thread instead of a pool started for each interval.
-            workers = _InThread()
-        else:
-            workers = ThreadPoolExecutor(self.max_workers, thread_name_prefix="twice-unit")
-        with workers:
-            while pending or running:
-                progressed = True
-                while progressed:
-                    progressed = False
-                    for name in list(pending):
-                        task = plan.get_task(name)
-                        internal = [d for d in task.depends_on if d in plan]
-                        if any(dep not in done for dep in internal):
-                            continue
-                        pending.remove(name)
-                        progressed = True
-                        blocked = self._blocked_reason(task, internal, done, interval)
-                        if blocked is not None:
-                            done[name] = self._blocked(task, interval, blocked)
-                            continue
-                        upstream = {dep: done[dep].value for dep in internal}
-                        future = workers.submit(
-                            self._run_unit, task, interval, upstream, deadline, wall_deadline,
-                            frozenset(order),
-                        )
-                        running[future] = name
-                if not running:
-                    continue
-                finished, _ = wait(running, return_when=FIRST_COMPLETED)
-                for future in finished:
-                    done[running.pop(future)] = future.result()
+        while pending or running:
+            progressed = True
+            while progressed:
+                progressed = False
+                for name in list(pending):
+                    task = plan.get_task(name)
+                    internal = [d for d in task.depends_on if d in plan]
+                    if any(dep not in done for dep in internal):
+                        continue
+                    pending.remove(name)
+                    progressed = True
+                    blocked = self._blocked_reason(task, internal, done, interval)
+                    if blocked is not None:
+                        done[name] = self._blocked(task, interval, blocked)
+                        continue
+                    upstream = {dep: done[dep].value for dep in internal}
+                    future = workers.submit(
+                        self._run_unit, task, interval, upstream, deadline, wall_deadline,
+                        frozenset(order),
+                    )
+                    running[future] = name
+            if not running:
+                continue
+            finished, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in finished:
+                done[running.pop(future)] = future.result()
         return [done[name] for name in order]
 
     def _blocked_reason(
