@@ -6,6 +6,7 @@ strictly increasing fencing tokens."""
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 from datetime import date, timedelta
 
@@ -16,6 +17,7 @@ from twice.define.schedule import Schedule
 from twice.drivers.worker import Worker
 from twice.engine.executor import identify_unit
 from twice.ledger import Ledger
+from twice.ledger.claims import ClaimIntents
 
 pytestmark = pytest.mark.postgres
 
@@ -156,17 +158,61 @@ def test_a_worker_waiting_on_others_looks_again_sooner_then_every_poll(postgres_
         worker = Worker(pipeline, ledger, [day], tasks=["extract"], name="w2", poll=0.5)
         waits: list[float] = []
 
-        def wait(seconds: float | None = None) -> bool:
-            waits.append(float(seconds or 0))
+        def wait(intents: object, seconds: float) -> bool:
+            waits.append(seconds)
             if len(waits) == 7:  # the other worker's unit ends: released, nothing ran here
                 holder.release_lease(busy.uow_id, "w1")
             if len(waits) > 12:
                 worker.request_stop("stuck")
             return False
 
-        worker._stop.wait = wait  # type: ignore[method-assign]
+        worker._idle = wait  # type: ignore[method-assign]
         report = worker.run()
     assert waits[:7] == [0.05, 0.1, 0.2, 0.4, 0.5, 0.5, 0.5]
     assert len(waits) == 7, waits  # the next pass found the lease released and ran the unit
     assert report.stopped == "finished"
     assert executions == [("extract", day.label)]
+
+
+def test_a_waiting_worker_is_woken_when_another_gives_its_unit_back(postgres_url: str) -> None:
+    """On PostgreSQL a worker waiting on a unit another worker runs is told when that worker
+    gives the unit back (``NOTIFY`` with its claim intent's release), and looks again at once
+    instead of at the end of its doubled wait. Here its wait is 10 s (``poll``), the other
+    worker's unit ends after its 4th: the next pass runs at once and finds it settled."""
+    executions: list[tuple[str, str]] = []
+    pipeline = _pipeline(executions, threading.Lock())
+    (day,) = _days(pipeline, 1)
+    with Ledger.open(postgres_url) as other, Ledger.open(postgres_url) as ledger:
+        busy = identify_unit(pipeline, other, "extract", day)
+        other.record_unit(busy)
+        assert other.acquire_lease(busy.uow_id, "w1", 600).acquired  # running elsewhere
+        others = other.claim_intents()
+        assert others.take(busy.uow_id)
+        worker = Worker(pipeline, ledger, [day], tasks=["extract"], name="w2", poll=10)
+        waits: list[tuple[float, bool]] = []
+        idle = worker._idle
+
+        def wait(intents: ClaimIntents, seconds: float) -> bool:
+            if len(waits) == 4:  # the other worker's unit ends: settled elsewhere
+                with other.transaction():
+                    other.begin_attempt(busy.uow_id, holder="w1")
+                    other.finish_attempt(busy.uow_id, 1, "succeeded")
+                other.release_lease(busy.uow_id, "w1")
+                others.give_back(busy.uow_id)
+            began = time.monotonic()
+            stopping = idle(intents, 10.0 if len(waits) >= 4 else seconds)
+            waits.append((seconds, time.monotonic() - began < 5.0))
+            if len(waits) > 8:
+                worker.request_stop("stuck")
+            return stopping
+
+        worker._idle = wait  # type: ignore[method-assign]
+        try:
+            report = worker.run()
+        finally:
+            others.close()
+    assert len(waits) == 5, waits  # the pass after the 5th wait saw the unit settled
+    assert waits[4][1], waits  # woken long before its 10 s
+    assert report.stopped == "finished"
+    assert [u.settlement for u in report.units] == ["done-elsewhere"], report
+    assert executions == []  # settled by the other worker: nothing ran here

@@ -30,7 +30,22 @@ def main() -> None:
         print(f"warning: {message}", file=sys.stderr)
 
     warnings.showwarning = show
-    cli()
+    try:
+        cli()
+    finally:
+        _leave_the_heap()
+
+
+def _leave_the_heap() -> None:
+    """The command has ended and closed what it opened: freeze the objects left, so that the
+    interpreter's exit does not walk them all looking for cycles to collect (about 0.2 s after
+    a run with its libraries loaded, paid by every process of a fleet of workers ending at
+    once); the operating system frees them with the process. Python never promised to
+    finalise what is still alive at exit, and twice closes its ledgers and destinations
+    itself."""
+    import gc
+
+    gc.freeze()
 
 
 def __getattr__(name: str) -> Any:

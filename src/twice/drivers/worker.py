@@ -39,7 +39,9 @@ elsewhere or waits on a dependency), the next starts after ``CLAIM_WAIT``, doubl
 nothing changes up to ``poll`` (``idle_wait``): a unit another worker runs is mostly settled
 within a unit's time, so the fleet's last units are seen settled soon after they are, instead
 of up to a whole ``poll`` later, and a long one is still looked at only every ``poll``. After a
-pass whose only obstacle was a claim in flight the wait is ``CLAIM_WAIT``.
+pass whose only obstacle was a claim in flight the wait is ``CLAIM_WAIT``. On PostgreSQL a wait
+also ends as soon as another worker gives a unit back (``ClaimIntents.wait_for_change``), so a
+fleet's idle workers see its last units settled at once and exit.
 Pools are held in the ledger (``shared_pools``), so their capacity binds all workers together.
 
 Stopping: ``request_stop`` (SIGTERM/SIGINT under ``stop_on_signals``) lets the running attempt
@@ -57,6 +59,7 @@ import logging
 import random
 import signal
 import threading
+import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -204,6 +207,8 @@ SPREAD = 8
 #: claiming it (a claim takes one ledger transaction), and the first wait after a pass that
 #: settled nothing (``idle_wait``).
 CLAIM_WAIT = 0.05
+#: How often a wait for another worker's news looks at a stop request.
+STOP_CHECK = 0.1
 
 
 def idle_wait(idle_passes: int, poll: float) -> float:
@@ -325,6 +330,22 @@ class Worker:
             for signum, old in previous.items():
                 signal.signal(signum, old)
 
+    def _idle(self, intents: ClaimIntents, seconds: float) -> bool:
+        """Wait ``seconds`` before the next pass, or less: until another worker gives a unit
+        back (``ClaimIntents.wait_for_change``; where it cannot tell, the whole wait) or a
+        stop is requested. True: stopping."""
+        deadline = time.monotonic() + seconds
+        while not self._stop.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            told = intents.wait_for_change(min(left, STOP_CHECK))
+            if told is None:
+                return self._stop.wait(left)
+            if told:
+                return False
+        return True
+
     def _sleep(self, seconds: float) -> None:
         """The executor's waits (backoff, reconcile polls) end early when stopping."""
         if self._stop.wait(seconds):
@@ -353,6 +374,7 @@ class Worker:
                  extra={"worker": self.name, "pipeline": self.pipeline.name})
         while open_units:
             passes += 1
+            intents.forget_changes()  # this pass reads the units as they are now
             progressed = False
             claimed_elsewhere = False  # a unit skipped: another worker was claiming it
             spread = 0  # free units still to leave to others after a conflict (see SPREAD)
@@ -427,7 +449,7 @@ class Worker:
             # within about a unit's time (see idle_wait).
             idle = 0 if progressed else idle + 1
             wait = min(self.poll, CLAIM_WAIT) if claimed_elsewhere else idle_wait(idle, self.poll)
-            if not progressed and self._stop.wait(wait):
+            if not progressed and self._idle(intents, wait):
                 continue  # the stop is handled at the top of the next pass
         for item in open_units:
             done.append(WorkerUnit(item.task, item.interval, "left", item.why, uow_id=item.uow_id))

@@ -25,9 +25,10 @@ lease row, locked in the claiming transaction, and its fencing token: ``twice.le
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import and_, func, select, text, tuple_
 from sqlalchemy.engine import Connection
@@ -44,6 +45,8 @@ if TYPE_CHECKING:
 BATCH = 500
 
 _INTENT_PREFIX = "twice-claim|"
+#: The channel a worker's intents connection listens on and notifies when it gives a unit back.
+CHANNEL = "twice_units"
 
 
 @dataclass(frozen=True)
@@ -163,12 +166,49 @@ class ClaimIntents:
             self._held.discard(uow_id)
             if self._conn is None:
                 return
-            try:
+            try:  # and tell the workers waiting (``wait_for_change``), in the same round trip
                 self._conn.execute(
-                    text("SELECT pg_advisory_unlock(hashtextextended(:key, 0))"),
+                    text("SELECT pg_advisory_unlock(hashtextextended(:key, 0)), "
+                         f"pg_notify('{CHANNEL}', '')"),
                     {"key": _INTENT_PREFIX + uow_id})
             except Exception:
                 self._drop()  # closing the connection ends every intent it held
+
+    def forget_changes(self) -> None:
+        """Drop the changes told so far (``wait_for_change``): the caller is about to read
+        the units afresh, which sees them."""
+        if not self._postgres:
+            return
+        with self._lock:
+            try:
+                raw: Any = self._connection().connection.dbapi_connection
+                for _ in raw.notifies(timeout=0.0):
+                    pass
+            except Exception:
+                self._drop()
+
+    def wait_for_change(self, seconds: float) -> bool | None:
+        """Wait up to ``seconds`` for another process to give a unit back (its unit settled,
+        or left): True as soon as one does, False after ``seconds`` without one, None when
+        this process cannot be told (SQLite, or the connection failed): the caller sleeps
+        instead. Told by ``NOTIFY`` on the intents' own connection, which listens on ``CHANNEL``."""
+        if not self._postgres:
+            return None
+        with self._lock:
+            try:
+                conn = self._connection()
+                raw: Any = conn.connection.dbapi_connection
+                deadline = time.monotonic() + seconds
+                while True:
+                    for told in raw.notifies(timeout=max(0.0, deadline - time.monotonic()),
+                                             stop_after=1):
+                        if told.pid != raw.info.backend_pid:  # not our own give_back
+                            return True
+                    if time.monotonic() >= deadline:
+                        return False
+            except Exception:
+                self._drop()
+                return None
 
     def close(self) -> None:
         """End every intent now (a dead process's end when its connection does, a moment
@@ -183,8 +223,15 @@ class ClaimIntents:
 
     def _connection(self) -> Connection:
         if self._conn is None:
-            self._conn = self._session.engine.connect().execution_options(
+            conn = self._session.engine.connect().execution_options(
                 isolation_level="AUTOCOMMIT")
+            try:
+                conn.execute(text(f"LISTEN {CHANNEL}"))
+            except Exception:
+                conn.invalidate()
+                conn.close()
+                raise
+            self._conn = conn
         return self._conn
 
     def _drop(self) -> None:
