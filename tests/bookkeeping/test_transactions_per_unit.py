@@ -226,3 +226,27 @@ def test_a_unit_reads_its_partitions_last_version_once_and_no_unrecorded_errors(
         tally = per_unit(ledger, pipeline, 10, 5)
     assert tally.tables["twice_fingerprints"] <= 2 * 5 + 1, tally.tables  # + the plan's read
     assert tally.tables["twice_nonfatal_errors"] == 0, tally.tables
+
+
+def test_every_statement_of_a_unit_runs_as_its_compiled_string(
+        ledger_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The statements a unit's claim and finish run are built once and run as the SQL string
+    compiled for them (``twice.ledger.prepared``); one that SQLAlchemy has to render on each
+    execution (an expanding ``IN``, a default computed per row) falls back to
+    ``Connection.execute``, several times the cost: none of a unit's may."""
+    from twice.ledger import prepared
+
+    pipeline = owned_pipeline(tmp_path / "warehouse.db")
+    fallbacks: list[str] = []
+    through = prepared._through_sqlalchemy
+
+    def spy(conn: Any, statement: Any, params: Any) -> Any:
+        if statement in prepared._BUILT:
+            fallbacks.append(str(statement))
+        return through(conn, statement, params)
+
+    with Ledger.open(ledger_url) as ledger:
+        per_unit(ledger, pipeline, 0, 2)
+        monkeypatch.setattr(prepared, "_through_sqlalchemy", spy)
+        per_unit(ledger, pipeline, 10, 3)
+    assert fallbacks == []

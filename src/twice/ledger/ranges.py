@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
-from sqlalchemy import Select, and_, bindparam, func, select
+from sqlalchemy import Select, and_, bindparam, func, or_, select
 
 from twice.ledger.prepared import prepare, run
 from twice.ledger.records import FingerprintRecord, UnitRecord
@@ -177,7 +177,10 @@ def _unsettled_of_slot() -> Any:
     return prepare(select(attempts.c.uow_id)
                    .join(newest, and_(attempts.c.uow_id == newest.c.uow_id,
                                       attempts.c.number == newest.c.number))
-                   .where(attempts.c.outcome.in_(UNSETTLED_OUTCOMES))
+                   # each compared alone: IN (...) expands per execution and so would run
+                   # through SQLAlchemy every time instead of as the string compiled once
+                   .where(or_(*(attempts.c.outcome == outcome
+                                for outcome in UNSETTLED_OUTCOMES)))
                    .order_by(attempts.c.uow_id))
 
 
