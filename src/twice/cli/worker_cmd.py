@@ -70,7 +70,8 @@ def _since(text: str | None) -> datetime | None:
 @click.option("--poll", default=1.0, show_default=True,
               type=options.FiniteRange(min=0, min_open=True, max=3600), metavar="SECONDS",
               help="Longest wait between passes when every open unit is leased elsewhere "
-              "or waiting (the wait starts at 0.05 s and doubles while nothing changes).")
+              "or waiting (the wait starts at 0.05 s and doubles while nothing changes; on "
+              "PostgreSQL it ends as soon as another worker gives a unit back).")
 @click.option("--once", is_flag=True, help="One pass: leave units leased elsewhere to others.")
 @click.option("--max-units", default=None, type=click.IntRange(min=1), metavar="N",
               help="Stop after running N units.")

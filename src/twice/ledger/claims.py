@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import and_, func, select, text, tuple_
 from sqlalchemy.engine import Connection
 
+from twice.ledger.engine import one_of
 from twice.ledger.records import AttemptRecord, LeaseRecord
 from twice.ledger.rows import ATTEMPT, LEASE
 from twice.ledger.schema import attempts, fingerprints, leases
@@ -80,16 +81,17 @@ def claim_states(conn: Connection, uow_ids: Sequence[str],
     for begin in range(0, len(wanted), BATCH):
         ids = wanted[begin:begin + BATCH]
         recorded.update(conn.execute(
-            select(unit_rows.c.uow_id).where(unit_rows.c.uow_id.in_(ids))).scalars())
+            select(unit_rows.c.uow_id).where(one_of(conn, unit_rows.c.uow_id, ids))).scalars())
         if not recorded.intersection(ids):
             continue  # attempts and leases need a recorded unit (foreign keys)
         top = (select(attempts.c.uow_id, func.max(attempts.c.number).label("number"))
-               .where(attempts.c.uow_id.in_(ids)).group_by(attempts.c.uow_id).subquery())
+               .where(one_of(conn, attempts.c.uow_id, ids)).group_by(attempts.c.uow_id).subquery())
         query = select(attempts).join(
             top, and_(attempts.c.uow_id == top.c.uow_id, attempts.c.number == top.c.number))
         for row in conn.execute(query).mappings():
             latest[row["uow_id"]] = ATTEMPT(row)
-        for row in conn.execute(select(leases).where(leases.c.uow_id.in_(ids))).mappings():
+        held_now = select(leases).where(one_of(conn, leases.c.uow_id, ids))
+        for row in conn.execute(held_now).mappings():
             held[row["uow_id"]] = LEASE(row)
     asked = {uow_id: slot for uow_id, slot in (slots or {}).items()
              if uow_id in latest and latest[uow_id].outcome == "succeeded"}

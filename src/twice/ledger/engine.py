@@ -18,12 +18,13 @@ import os
 import re
 import sqlite3
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from contextlib import closing
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, Table, bindparam, create_engine, event, false
+from sqlalchemy import ColumnElement, Engine, Table, any_, bindparam, create_engine, event, false
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import URL, Connection, RootTransaction, make_url
 from sqlalchemy.exc import ArgumentError, DisconnectionError
@@ -296,6 +297,16 @@ def _enter_wal(cursor: Any, busy_timeout: float = SQLITE_BUSY_TIMEOUT_SECONDS) -
 
 def is_postgres(conn: Connection) -> bool:
     return conn.dialect.name == "postgresql"
+
+
+def one_of(conn: Connection, column: Any, values: Sequence[Any]) -> ColumnElement[bool]:
+    """``column IN (values)`` for a batch read. On PostgreSQL it is ``column = ANY(:array)``:
+    one parameter whatever the batch's size, so the statement's text is the same for every
+    batch, where an ``IN`` list of hundreds of placeholders is parsed by psycopg on every
+    execution (about 5 ms for 900 of them) and planned again by the server."""
+    if conn.dialect.name == "postgresql":
+        return column == any_(bindparam(None, list(values), type_=ARRAY(column.type)))
+    return column.in_(values)  # type: ignore[no-any-return]
 
 
 def insert_ignore(conn: Connection, table: Table, values: Mapping[str, Any]) -> bool:

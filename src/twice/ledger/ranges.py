@@ -26,7 +26,9 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from sqlalchemy import Select, and_, bindparam, func, or_, select
+from sqlalchemy.engine import Connection
 
+from twice.ledger.engine import one_of
 from twice.ledger.prepared import prepare, run
 from twice.ledger.records import FingerprintRecord, UnitRecord
 from twice.ledger.rows import FINGERPRINT, UNIT
@@ -137,7 +139,7 @@ def _window_attempts(ledger: Ledger, uow_ids: Sequence[str]) -> dict[str, Window
     with ledger._session.read() as conn:
         for ids in _chunks(uow_ids):
             newest = (select(attempts.c.uow_id, func.max(attempts.c.number).label("number"))
-                      .where(attempts.c.uow_id.in_(ids))
+                      .where(one_of(conn, attempts.c.uow_id, ids))
                       .group_by(attempts.c.uow_id).subquery())
             query = select(attempts.c.uow_id, attempts.c.number, attempts.c.outcome,
                            attempts.c.started_at).join(newest, and_(
@@ -197,7 +199,7 @@ def latest_fingerprints_of(ledger: Ledger, destinations: Collection[str],
     with ledger._session.read() as conn:
         for destination in sorted(set(destinations)):
             for keys in _chunks(sorted(set(partitions))):
-                query = _newest_fingerprints(destination, keys, fingerprints)
+                query = _newest_fingerprints(conn, destination, keys, fingerprints)
                 for row in conn.execute(query).mappings().all():
                     record = FINGERPRINT(row)
                     found[(record.destination, record.partition)] = record
@@ -213,17 +215,19 @@ def latest_schemas_of(ledger: Ledger, destination: str, partitions: Collection[s
     found: dict[str, str | None] = {}
     with ledger._session.read() as conn:
         for keys in _chunks(sorted(set(partitions))):
-            query = _newest_fingerprints(destination, keys, fingerprints.c.partition,
+            query = _newest_fingerprints(conn, destination, keys, fingerprints.c.partition,
                                          fingerprints.c.schema_signature)
             found.update((partition, schema) for partition, schema in conn.execute(query).all())
     return found
 
 
-def _newest_fingerprints(destination: str, keys: Sequence[str], *columns: Any) -> Select[Any]:
+def _newest_fingerprints(conn: Connection, destination: str, keys: Sequence[str], *columns: Any
+                         ) -> Select[Any]:
     """``columns`` of the latest fingerprint (highest version) of each of ``destination``'s
     partitions ``keys`` that has one."""
     newest = (select(fingerprints.c.partition, func.max(fingerprints.c.version).label("version"))
-              .where(fingerprints.c.destination == destination, fingerprints.c.partition.in_(keys))
+              .where(fingerprints.c.destination == destination,
+                     one_of(conn, fingerprints.c.partition, keys))
               .group_by(fingerprints.c.partition).subquery())
     return select(*columns).join(newest, and_(fingerprints.c.destination == destination,
                                               fingerprints.c.partition == newest.c.partition,
