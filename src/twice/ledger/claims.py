@@ -20,6 +20,10 @@ lease row, locked in the claiming transaction, and its fencing token: ``twice.le
   taken over once its lease expires); the lease decides, as before. A dead worker's intents end
   with its connection. On SQLite there is nothing to skip (its writers are serialised by
   ``BEGIN IMMEDIATE`` anyway): every intent is granted.
+* **News of units given back** (``ClaimIntents.wait_for_change``, PostgreSQL only): ending an
+  intent also notifies ``CHANNEL`` in the same statement, and the intents connection listens
+  on it, so a worker waiting between passes for others' units looks again as soon as one is
+  given back instead of at the end of its wait.
 """
 
 from __future__ import annotations
