@@ -91,7 +91,7 @@ T = TypeVar("T")
 
 class _InThread(FuturesExecutor):
     """A pool of one that runs each submitted call at once, in the calling thread; its
-    future is already done (see ``Executor._unit_threads``)."""
+    future is already done (see ``unit_threads``)."""
 
     def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
         future: Future[T] = Future()
@@ -100,6 +100,17 @@ class _InThread(FuturesExecutor):
         except BaseException as exc:  # handed on by future.result(), as a pool's would be
             future.set_exception(exc)
         return future
+
+
+def unit_threads(max_workers: int) -> FuturesExecutor:
+    """Where the units of one ``Executor.run`` execute. On the main thread, a pool: the main
+    thread stays free for signals (a unit's task may block in C code for minutes), and the
+    pool lives for the whole run, not an interval (a thread started and joined per unit cost
+    about half a millisecond a unit). In a driver's worker thread (a backfill's interval), no
+    signal lands, so with one worker the units run in that thread."""
+    if max_workers == 1 and threading.current_thread() is not threading.main_thread():
+        return _InThread()
+    return ThreadPoolExecutor(max_workers, thread_name_prefix="twice-unit")
 
 
 class Executor:
@@ -294,20 +305,10 @@ class Executor:
         started = self.now()
         self._began = started
         results: list[UnitResult] = []
-        with self._unit_threads() as workers:
+        with unit_threads(self.max_workers) as workers:
             for interval in canonical:
                 results.extend(self._run_interval(plan, order, interval, workers))
         return RunResult(self.pipeline.name, self.holder, tuple(results), started, self.now())
-
-    def _unit_threads(self) -> FuturesExecutor:
-        """Where the units of a run execute. On the main thread, a pool: the main thread
-        stays free for signals (a unit's task may block in C code for minutes), and the pool
-        lives for the whole run, not an interval (a thread started and joined per unit cost
-        about half a millisecond a unit). In a driver's worker thread (a backfill's interval),
-        no signal lands, so with one worker the units run in that thread."""
-        if self.max_workers == 1 and threading.current_thread() is not threading.main_thread():
-            return _InThread()
-        return ThreadPoolExecutor(self.max_workers, thread_name_prefix="twice-unit")
 
     def forced_baseline(self, uow_id: str) -> int:
         """The attempt a forced rerun repeats: the unit's latest attempt started before this
