@@ -12,6 +12,8 @@ from datetime import date, timedelta
 
 import pytest
 
+from twice.core.interval import Interval
+from twice.core.unit import UnitOfWork
 from twice.define.pipeline import Pipeline, TaskContext
 from twice.define.schedule import Schedule
 from twice.drivers.worker import Worker
@@ -143,6 +145,14 @@ def test_workers_racing_over_the_same_units_run_each_once(postgres_url: str) -> 
             ledger.close()
 
 
+def _leased_elsewhere(pipeline: Pipeline, other: Ledger, day: Interval) -> UnitOfWork:
+    """The unit of ``extract`` for ``day``, recorded and leased by another worker (w1)."""
+    busy = identify_unit(pipeline, other, "extract", day)
+    other.record_unit(busy)
+    assert other.acquire_lease(busy.uow_id, "w1", 600).acquired  # running elsewhere
+    return busy
+
+
 def test_a_worker_waiting_on_others_looks_again_sooner_then_every_poll(postgres_url: str
                                                                        ) -> None:
     """A unit another worker runs is settled within about a unit's time: a worker with nothing
@@ -152,9 +162,7 @@ def test_a_worker_waiting_on_others_looks_again_sooner_then_every_poll(postgres_
     pipeline = _pipeline(executions, threading.Lock())
     (day,) = _days(pipeline, 1)
     with Ledger.open(postgres_url) as holder, Ledger.open(postgres_url) as ledger:
-        busy = identify_unit(pipeline, holder, "extract", day)
-        holder.record_unit(busy)
-        assert holder.acquire_lease(busy.uow_id, "w1", 600).acquired  # running elsewhere
+        busy = _leased_elsewhere(pipeline, holder, day)
         worker = Worker(pipeline, ledger, [day], tasks=["extract"], name="w2", poll=0.5)
         waits: list[float] = []
 
@@ -183,9 +191,7 @@ def test_a_waiting_worker_is_woken_when_another_gives_its_unit_back(postgres_url
     pipeline = _pipeline(executions, threading.Lock())
     (day,) = _days(pipeline, 1)
     with Ledger.open(postgres_url) as other, Ledger.open(postgres_url) as ledger:
-        busy = identify_unit(pipeline, other, "extract", day)
-        other.record_unit(busy)
-        assert other.acquire_lease(busy.uow_id, "w1", 600).acquired  # running elsewhere
+        busy = _leased_elsewhere(pipeline, other, day)
         others = other.claim_intents()
         assert others.take(busy.uow_id)
         worker = Worker(pipeline, ledger, [day], tasks=["extract"], name="w2", poll=10)

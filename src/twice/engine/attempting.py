@@ -213,9 +213,8 @@ class AttemptRunner(Phase):
         )
         if report.nonfatals or marked_early:  # the output check counts the non-fatal errors
             def before_check(ledger: Ledger) -> None:
-                if report.nonfatals:
-                    self.check.sending_nonfatal(number)
                 for event in report.nonfatals:
+                    self.check.sending_nonfatal(number)
                     ledger.record_nonfatal(self.uow_id, event.message, count=event.count,
                                            attempt=number)
                 if marked_early:

@@ -307,10 +307,14 @@ def record_measured(ledger: Ledger, task: Task, uow_id: str, attempt: int | None
     partition, signature, current = measured.partition, measured.signature, measured.current
     previous: list[FingerprintRecord | None] = []
 
+    def changed_from(before: FingerprintRecord | None) -> bool | None:
+        """Whether the schema differs from ``before``'s (None: no signature to compare)."""
+        return None if before is None or before.schema is None else before.schema != signature
+
     def follows(before: FingerprintRecord | None) -> None:  # under the partition's lock
         previous.append(before)
-        if before is not None and before.schema is not None and before.schema != signature \
-                and not accept_schema_change:
+        if changed_from(before) and not accept_schema_change:
+            assert before is not None
             raise SchemaChangeError(
                 f"{task.destination} partition {partition}: schema changed from "
                 f"[{before.schema}] to [{signature}]; a change of schema must be applied to "
@@ -323,9 +327,7 @@ def record_measured(ledger: Ledger, task: Task, uow_id: str, attempt: int | None
         after=follows,
     )
     before = previous[-1]
-    schema_changed = None
-    if before is not None and before.schema is not None:
-        schema_changed = before.schema != signature
+    schema_changed = changed_from(before)
     return PartitionDiff(
         task=task.name, destination=task.destination, partition=partition,
         version=record.version,

@@ -187,8 +187,7 @@ class ClaimIntents:
             return
         with self._lock:
             try:
-                raw: Any = self._connection().connection.dbapi_connection
-                for _ in raw.notifies(timeout=0.0):
+                for _ in self._listening().notifies(timeout=0.0):
                     pass
             except Exception:
                 self._drop()
@@ -202,8 +201,7 @@ class ClaimIntents:
             return None
         with self._lock:
             try:
-                conn = self._connection()
-                raw: Any = conn.connection.dbapi_connection
+                raw = self._listening()
                 deadline = time.monotonic() + seconds
                 while True:
                     for told in raw.notifies(timeout=max(0.0, deadline - time.monotonic()),
@@ -239,6 +237,10 @@ class ClaimIntents:
                 raise
             self._conn = conn
         return self._conn
+
+    def _listening(self) -> Any:
+        """The psycopg connection of the intents, which listens on ``CHANNEL``."""
+        return self._connection().connection.dbapi_connection
 
     def _drop(self) -> None:
         conn, self._conn = self._conn, None

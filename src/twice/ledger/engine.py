@@ -304,7 +304,7 @@ def one_of(conn: Connection, column: Any, values: Sequence[Any]) -> ColumnElemen
     one parameter whatever the batch's size, so the statement's text is the same for every
     batch, where an ``IN`` list of hundreds of placeholders is parsed by psycopg on every
     execution (about 5 ms for 900 of them) and planned again by the server."""
-    if conn.dialect.name == "postgresql":
+    if is_postgres(conn):
         return column == any_(bindparam(None, list(values), type_=ARRAY(column.type)))
     return column.in_(values)  # type: ignore[no-any-return]
 
