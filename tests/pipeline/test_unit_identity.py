@@ -23,18 +23,20 @@ def test_identity_json_is_json_dumps_byte_for_byte(identity: dict[str, str]) -> 
 
 
 @settings(max_examples=100, deadline=None)
-@given(pipeline=_TEXT, task=_TEXT, destination=_TEXT, version=_TEXT,
-       year=st.integers(1, 9998), hours=st.integers(-14, 14))
+@given(pipeline=_TEXT, task=_TEXT, destination=_TEXT, version=_TEXT, partition=_TEXT,
+       transform=_TEXT, year=st.integers(1, 9998), hours=st.integers(-14, 14))
 def test_uow_id_is_the_documented_hash_and_prefix(
-    pipeline: str, task: str, destination: str, version: str, year: int, hours: int
+    pipeline: str, task: str, destination: str, version: str, partition: str, transform: str,
+    year: int, hours: int,
 ) -> None:
     zone = timezone(timedelta(hours=hours))
     start = datetime(year, 3, 4, 5, 6, tzinfo=zone)
     unit = UnitOfWork(pipeline, task, Interval(start, start + timedelta(hours=1)), destination,
-                      "1", input_version=version)
+                      transform, input_partition=partition, input_version=version)
     digest = hashlib.sha256(json.dumps(unit.identity(), sort_keys=True,
                                        separators=(",", ":")).encode()).hexdigest()[:12]
     assert unit.uow_id == f"{pipeline}.{task}.{start.strftime('%Y%m%dT%H%M')}.{digest}"
+    assert unit._identity_text() == identity_json(unit.identity())
 
 
 def test_known_units_keep_the_ids_they_had() -> None:

@@ -55,10 +55,23 @@ class UnitOfWork:
         """Deterministic id: readable prefix + 12 hex digits of the SHA-256 of the identity
         as compact JSON with sorted keys (computed once per instance: the fields are frozen,
         and the engine asks often)."""
-        digest = hashlib.sha256(identity_json(self.identity()).encode()).hexdigest()[:12]
+        digest = hashlib.sha256(self._identity_text().encode()).hexdigest()[:12]
         start = self.interval.start
         day = f"{start.year}{start.month:02d}{start.day:02d}T{start.hour:02d}{start.minute:02d}"
         return f"{self.pipeline}.{self.task}.{day}.{digest}"
+
+    def _identity_text(self) -> str:
+        """``identity_json(self.identity())`` written out in its keys' sorted order, with the
+        interval's bounds from its label (made once an interval, shared by its tasks' units):
+        a backfill names every unit of its range, verified or not."""
+        quoted = encode_basestring_ascii
+        start, end = self.interval.label.split("/")
+        return (f'{{"destination":{quoted(self.destination)},'
+                f'"input_partition":{quoted(self.input_partition)},'
+                f'"input_version":{quoted(self.input_version)},"interval_end":{quoted(end)},'
+                f'"interval_start":{quoted(start)},"pipeline":{quoted(self.pipeline)},'
+                f'"task":{quoted(self.task)},'
+                f'"transform_version":{quoted(self.transform_version)}}}')
 
     def job_id(self, generation: int = 1) -> str:
         """Client-selected remote job id for one generation of this unit of work.

@@ -29,6 +29,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, fields, replace
 from datetime import datetime, time, timedelta
+from functools import cached_property
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, TypeVar, overload
@@ -373,11 +374,12 @@ class Task:
         """Per-attempt timeout in seconds (``retry.attempt_timeout``), None if unbounded."""
         return self.retry.attempt_timeout
 
-    @property
+    @cached_property
     def owns_output(self) -> bool:
         """Whether twice can see this task's effect: it writes its destination through twice
         (returned output with ``write=``, or ``open_destination`` during the attempt), so an
-        unknown outcome is settled from the destination's commit record."""
+        unknown outcome is settled from the destination's commit record. (Known once a task:
+        its destination is frozen, and planning asks for every unit.)"""
         from twice.core.schemes import is_owned
 
         return is_owned(self.destination)

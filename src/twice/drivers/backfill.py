@@ -416,7 +416,7 @@ class _Window:
                 last = datetime.max.replace(tzinfo=UTC)
             self.first, self.last = start, last
             self.facts = range_facts(self.ledger, self.pipeline.name, self.first, self.last,
-                                     self.destinations)
+                                     self.destinations, self.pipeline.tasks)
             self.known, self.unit_ids, self.unsettled = {}, set(), {}
             latest = self.facts.latest_attempts
             for unit in self.facts.units:
@@ -456,17 +456,19 @@ def _plan_intervals(
     pipeline: Pipeline, ledger: Ledger, intervals: Iterable[Interval], names: Sequence[str],
     tasks: Sequence[str] | None, force: bool, window: _Window,
     identify: Identify | None = None, began: datetime | None = None,
-    repeat: Collection[str] = (), verify_untouched: bool = False,
+    repeat: Collection[str] = (), verify_untouched: bool = False, canonical: bool = False,
 ) -> Iterator[tuple[Interval, list[PlanItem]]]:
     """Each interval (canonical) with its plan items, computed when taken. ``identify`` names
     a task's unit for an interval (default ``identify_unit``; a backfill that refreshes
     snapshots passes its executor's, which reads the sources first). ``began``: when the
     backfill began; a rerun repeats the latest attempt made before it, so a success another
     process made since stands (racing forced backfills execute each unit once). ``window``:
-    the ledger's facts, read a window of intervals at a time (see :func:`iter_plan`)."""
+    the ledger's facts, read a window of intervals at a time (see :func:`iter_plan`).
+    ``canonical``: the caller made every interval canonical already (a range longer than the
+    schedule's memo of canonical intervals would otherwise be searched again)."""
     empty = True
     for given in intervals:
-        interval = pipeline.schedule.canonical(given)
+        interval = given if canonical else pipeline.schedule.canonical(given)
         empty = False
         yield interval, _plan_interval(pipeline, ledger, interval, names, tasks, force, window,
                                        identify, began, repeat, verify_untouched)
@@ -640,6 +642,7 @@ def schema_conflicts(pipeline: Pipeline, ledger: Ledger, plan: BackfillPlan, *,
     rewriting only part of a destination would leave the rest on the old schema.
     """
     from twice.destinations import open_destination
+    from twice.ledger.ranges import recorded_schemas
 
     problems = []
     keys = {partition_key(interval): interval for interval in plan.intervals}
@@ -660,6 +663,9 @@ def schema_conflicts(pipeline: Pipeline, ledger: Ledger, plan: BackfillPlan, *,
             if outside:
                 problems.append(_partial_change(spec, outside, now, plan))
             continue
+        ever = recorded_schemas(ledger, spec) - {None}
+        if len(ever) <= 1 and (now is None or ever <= {now}):
+            continue  # no partition's latest schema can differ: none to read one by one
         recorded: dict[str, list[str]] = {}
         for key, schema in _latest_in_range(ledger, spec, list(keys)):
             if schema is not None:
@@ -904,7 +910,7 @@ def run_backfill(
     # An interval is planned when a slot is free for it, so planning never waits for the range.
     upcoming = _plan_intervals(pipeline, ledger, spans, names, tasks, force, window,
                                executor.unit_for if refresh_snapshots else None, began,
-                               tuple(repeat), verify_untouched)
+                               tuple(repeat), verify_untouched, canonical=True)
     with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="twice-bf") as pool:
         pending: dict[Future[list[TaskRun]], Interval] = {}
         more = True
