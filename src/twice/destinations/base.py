@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import hashlib
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, Protocol, Self, TypeVar, runtime_checkable
@@ -889,10 +889,11 @@ class SqlDestination(BaseDestination, ABC, Generic[ConnT]):
         if self.dialect.index_commits:
             self._create_commit_indexes(tx)
 
-    def _create_commit_indexes(self, tx: Any) -> None:
-        """``COMMIT_INDEXES``, each unless it exists."""
+    def _create_commit_indexes(self, tx: Any, names: Iterable[str] | None = None) -> None:
+        """``COMMIT_INDEXES`` (or those of them named), each unless it exists."""
         q = self.dialect.quote
-        for name, columns in COMMIT_INDEXES.items():
+        for name in COMMIT_INDEXES if names is None else names:
+            columns = COMMIT_INDEXES[name]
             self._execute(tx, f"CREATE INDEX IF NOT EXISTS {q(name)} ON {self.commits_qualified} "
                               f"({', '.join(q(column) for column in columns)})")
 

@@ -313,27 +313,44 @@ class PostgresDestination(SqlDestination["psycopg.Connection[Any]"]):
         """First writers of a new table queue on an advisory lock: two concurrent ``CREATE
         TABLE IF NOT EXISTS`` of one name can both pass the check and one then fails on the
         catalog's unique index (``pg_type_typname_nsp_index``). The second one in finds the
-        table and creates nothing."""
+        table (committed by the first before it let go) and sends no DDL at all: ``CREATE
+        INDEX IF NOT EXISTS`` of an existing index still takes SHARE on the table to the end
+        of the transaction, which blocks the first writer's next writes while this one may
+        wait for locks that writer holds (a deadlock, ``tests/destinations/
+        test_postgres_late_creator.py``)."""
         self._advisory(tx, f"{self.qualified}|create")
-        super()._create_table(tx, schema)
+        if not self._table_exists(self.table):
+            super()._create_table(tx, schema)
 
     def _create_commits_table(self, tx: psycopg.Cursor[Any]) -> None:
         """Create ``twice_commits`` once: concurrent ``CREATE TABLE IF NOT EXISTS`` can fail
-        on the catalog's unique index, so first writers take an advisory lock per schema. A
-        table an earlier release created gets the indexes it lacks (``COMMIT_INDEXES``), once
-        per process and database, under the same lock."""
+        on the catalog's unique index, so first writers take an advisory lock per schema, and
+        one that finds it created meanwhile sends no DDL (see :meth:`_create_table`: every
+        writer's commit record would wait for its SHARE lock). A table an earlier release
+        created gets the indexes it lacks (``COMMIT_INDEXES``), once per process and
+        database, under the same lock, each only if it is still missing then."""
         key = (self.spec.partition("#")[0], self.commits_qualified)
-        if self._commits_table_exists():
-            if key not in _COMMITS_INDEXED:
-                missing = [name for name in COMMIT_INDEXES if not self._table_exists(name)]
-                if missing:
-                    self._advisory(tx, f"{COMMITS_TABLE}|create|{self.schema_name}")
-                    self._create_commit_indexes(tx)
+        lock = f"{COMMITS_TABLE}|create|{self.schema_name}"
+        if not self._commits_table_exists():
+            self._advisory(tx, lock)
+            if not self._commits_table_found():
+                super()._create_commits_table(tx)
                 _COMMITS_INDEXED.add(key)
+                return
+        if key in _COMMITS_INDEXED:
             return
-        self._advisory(tx, f"{COMMITS_TABLE}|create|{self.schema_name}")
-        super()._create_commits_table(tx)
+        if self._missing_commit_indexes():
+            self._advisory(tx, lock)
+            self._create_commit_indexes(tx, self._missing_commit_indexes())
         _COMMITS_INDEXED.add(key)
+
+    def _missing_commit_indexes(self) -> list[str]:
+        return [name for name in COMMIT_INDEXES if not self._table_exists(name)]
+
+    def _commits_table_found(self) -> bool:
+        """Whether ``twice_commits`` exists now (what this statement sees committed)."""
+        ((found,),) = self._query("SELECT to_regclass(%s) IS NOT NULL", [self.commits_qualified])
+        return bool(found)
 
     def _lock_previous(self, tx: psycopg.Cursor[Any]) -> None:
         """keep_previous: writers of one table queue here (side tables, version numbers)."""
@@ -350,10 +367,7 @@ class PostgresDestination(SqlDestination["psycopg.Connection[Any]"]):
     def _commits_table_exists(self) -> bool:
         """Read once by a write's ``_lock_fence``, for the ``_create_commits_table`` next."""
         seen, self._commits_seen_in_write = self._commits_seen_in_write, None
-        if seen is not None:
-            return seen
-        ((found,),) = self._query("SELECT to_regclass(%s) IS NOT NULL", [self.commits_qualified])
-        return bool(found)
+        return seen if seen is not None else self._commits_table_found()
 
     def _clock(self, tx: psycopg.Cursor[Any]) -> str:
         """The server's clock (``clock_timestamp()``: now, not the transaction's start), or

@@ -1,0 +1,111 @@
+"""A first writer that finds the tables another writer created while it waited takes no lock on
+them, on PostgreSQL.
+
+Found by the workers benchmark (``bench/bench_workers.py``, 8 workers on fresh tables, about one
+fleet in six): a unit recorded failed-permanent with ``deadlock detected``. Two first writes of
+one table both saw no table (and no ``twice_commits``); the second queued on the creation's
+advisory lock and, once the first committed, still ran ``CREATE ... IF NOT EXISTS``. On an
+existing table PostgreSQL skips the creation, but ``CREATE INDEX IF NOT EXISTS`` first takes
+SHARE on the table, held to the end of the transaction: the late writer then held SHARE on
+``twice_commits`` (blocking every other writer's commit record, ``RowExclusiveLock``) while it
+waited for a lock one of those writers held. The server's log:
+
+    Process A waits for ShareLock on relation bench_w_t0; blocked by process B.
+    Process B waits for RowExclusiveLock on relation twice_commits; blocked by process A.
+    Process A: CREATE INDEX IF NOT EXISTS "twice_ix_..." ON "public"."bench_w_t0" ("day")
+"""
+
+from __future__ import annotations
+
+import threading
+from datetime import date, timedelta
+from typing import Any
+
+import psycopg
+import pyarrow as pa
+
+from twice.define.schedule import Schedule
+from twice.destinations import open_destination
+from twice.destinations.commits import WriteStamp
+
+SCHEDULE = Schedule.daily("UTC")
+STRONG = {"ShareLock", "ShareRowExclusiveLock", "ExclusiveLock", "AccessExclusiveLock"}
+
+
+def _rows(day: date) -> pa.Table:
+    return pa.table({"day": pa.array([day] * 2, pa.date32()), "n": pa.array([1, 2], pa.int64())})
+
+
+def _stamp(day: date, token: int) -> WriteStamp:
+    return WriteStamp(uow_id=f"u{token}", fence_key=f"f/{day}", generation=1, attempt=1,
+                      token=token, input_version="v1", ledger="L1", ledger_at="sqlite:///l")
+
+
+def test_a_late_first_writer_takes_no_lock_on_what_it_finds_created(postgres_url: str) -> None:
+    spec = f"{postgres_url}?partition_column=day#public.late"
+    first_day, late_day = date(2026, 11, 1), date(2026, 11, 2)
+    with open_destination(spec) as first:
+        first.replace_partition(_rows(first_day), SCHEDULE.interval_for(first_day),
+                                stamp=_stamp(first_day, 1))
+    held: list[tuple[str, str]] = []
+    with open_destination(spec) as late:
+        # As the late writer saw them before the first one committed: no table, and no
+        # twice_commits when its fence was taken.
+        real_schema, real_seen = late.schema, late._commits_table_exists
+        real_add = late._add_columns
+        calls = {"schema": 0, "seen": 0}
+
+        def schema() -> Any:
+            calls["schema"] += 1
+            return None if calls["schema"] == 1 else real_schema()
+
+        def commits_seen() -> bool:
+            calls["seen"] += 1
+            return False if calls["seen"] == 1 else real_seen()
+
+        def add_columns(tx: Any, added: Any) -> Any:  # after the creation step, in the write
+            pid = late.connection.info.backend_pid
+            with psycopg.connect(postgres_url) as watcher:
+                held.extend(watcher.execute(
+                    "SELECT c.relname, l.mode FROM pg_locks l JOIN pg_class c ON c.oid = "
+                    "l.relation WHERE l.pid = %s AND l.granted", [pid]).fetchall())
+            return real_add(tx, added)
+
+        late.schema = schema  # type: ignore[method-assign]
+        late._commits_table_exists = commits_seen  # type: ignore[method-assign]
+        late._add_columns = add_columns  # type: ignore[method-assign]
+        result = late.replace_partition(_rows(late_day), SCHEDULE.interval_for(late_day),
+                                        stamp=_stamp(late_day, 2))
+    assert result.commit is not None and held
+    strong = {(table, mode) for table, mode in held
+              if table in ("late", "twice_commits") and mode in STRONG}
+    assert strong == set(), held
+
+
+def test_concurrent_stamped_first_writes_of_several_tables_all_commit(postgres_url: str) -> None:
+    """Writers of three new tables at once, each with its commit record (the benchmark's
+    pattern): every write commits, none is refused by a deadlock."""
+    writers = 12
+    barrier = threading.Barrier(writers)
+    errors: list[BaseException] = []
+    days = [date(2026, 11, 1) + timedelta(days=i) for i in range(writers // 3)]
+
+    def write(table: str, day: date, token: int) -> None:
+        with open_destination(f"{postgres_url}?partition_column=day#public.{table}") as dest:
+            dest.schema()  # connected before the barrier, so the writes overlap
+            barrier.wait()
+            try:
+                dest.replace_partition(_rows(day), SCHEDULE.interval_for(day),
+                                       stamp=_stamp(day, token))
+            except BaseException as exc:  # collected: the assertion shows them all
+                errors.append(exc)
+
+    threads = [threading.Thread(target=write, args=(f"t{n % 3}", days[n // 3], n + 1))
+               for n in range(writers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert errors == []
+    with psycopg.connect(postgres_url) as conn:
+        assert conn.execute("SELECT count(*) FROM twice_commits").fetchone() == (writers,)
