@@ -25,6 +25,9 @@ AttemptOutcome = Literal["running", "succeeded", "failed-transient", "failed-per
 ATTEMPT_OUTCOMES: tuple[AttemptOutcome, ...] = get_args(AttemptOutcome)
 #: Outcomes an attempt can be finished with (``running`` is only ever set when it begins).
 FINISH_OUTCOMES: tuple[AttemptOutcome, ...] = ATTEMPT_OUTCOMES[1:]
+#: Latest-attempt outcomes that leave a unit unsettled: its effects may exist, and what they
+#: are is for settlement to find out (``twice.engine.settlement``).
+UNSETTLED_OUTCOMES: tuple[AttemptOutcome, ...] = ("running", "unknown")
 
 ErrorClassification = Literal["transient", "permanent", "unknown"]
 ERROR_CLASSIFICATIONS: tuple[ErrorClassification, ...] = get_args(ErrorClassification)

@@ -405,7 +405,8 @@ class _Window:
 
     def covering(self, interval: Interval) -> RangeFacts:
         """The facts of the window holding ``interval`` (read now if it is not the last one)."""
-        from twice.ledger.ranges import UNSETTLED_OUTCOMES, range_facts
+        from twice.core.outcomes import UNSETTLED_OUTCOMES
+        from twice.ledger.ranges import range_facts
 
         start = interval.start
         if (self.facts is None or self.first is None or self.last is None

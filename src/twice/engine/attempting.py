@@ -14,10 +14,7 @@ import contextlib
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from twice.core.outcomes import (
-    ErrorClassification,
-    attempt_outcome,
-)
+from twice.core.outcomes import UNSETTLED_OUTCOMES, ErrorClassification, attempt_outcome
 from twice.core.secrets import redact
 from twice.define.pipeline import NonFatal, TaskContext
 from twice.destinations.commits import WriteStamp
@@ -343,7 +340,7 @@ class AttemptRunner(Phase):
             ledger.finish_attempt(self.uow_id, number, outcome)  # type: ignore[arg-type]
         except LedgerError:
             current = ledger.attempt(self.uow_id, number)
-            if current is None or current.outcome in ("running", "unknown"):
+            if current is None or current.outcome in UNSETTLED_OUTCOMES:
                 raise
             why = (
                 f"attempt {number} ended {outcome} here, but another holder had already "

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from twice.core.outcomes import UNSETTLED_OUTCOMES
 from twice.errors import InputError
 
 if TYPE_CHECKING:
@@ -61,7 +62,7 @@ def request_cancel(pipeline: Pipeline, ledger: Ledger, uow_id: str, *, operator:
     latest = ledger.latest_attempt(uow_id)
     if latest is None or latest.job_id is None:
         raise InputError(f"UOW_ID: unit {uow_id} has no attempt with a job to cancel")
-    if latest.outcome not in ("running", "unknown"):
+    if latest.outcome not in UNSETTLED_OUTCOMES:
         raise InputError(f"UOW_ID: attempt {latest.number} of {uow_id} already ended "
                          f"{latest.outcome}: there is no job in flight to cancel")
     if task.cancel is None:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from twice.core.decision import Decision
 from twice.core.interval import Interval
+from twice.core.outcomes import UNSETTLED_OUTCOMES
 from twice.core.secrets import redact
 from twice.core.unit import UnitOfWork
 from twice.define.pipeline import Task
@@ -170,7 +171,7 @@ class Claim(Phase):
             return opening
         if prior is not None and prior.outcome == "running":
             opening.prior = prior = self._orphaned(prior, opening.notes)
-        if prior is not None and prior.outcome in ("unknown", "running"):
+        if prior is not None and prior.outcome in UNSETTLED_OUTCOMES:
             return opening  # reconciled first, outside any transaction (remote calls)
         if opening.rerun_of is not None or not (self.x.continue_run and self.has_run()):
             self.open_run(opening.rerun_of, latest=prior, notes=opening.notes)

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from twice.core.decision import Decision
-from twice.core.outcomes import STOPPING_DECISIONS
+from twice.core.outcomes import STOPPING_DECISIONS, UNSETTLED_OUTCOMES
 from twice.core.unit import UnitOfWork
 from twice.define.pipeline import Task
 from twice.engine.attempting import AttemptRunner, Ended
@@ -83,7 +83,7 @@ class UnitDriver:
         inputs are not current, so nothing is attempted whatever the verdict."""
         try:
             prior = opening.prior
-            if prior is None or prior.outcome not in ("unknown", "running"):
+            if prior is None or prior.outcome not in UNSETTLED_OUTCOMES:
                 return "settled meanwhile by another holder"
             self.lifecycle.move(UnitState.SETTLING)
             evidence = self.planner.gathered()
@@ -111,7 +111,7 @@ class UnitDriver:
             return opening.stop
         prior = opening.prior
         evidence_next: UnitEvidence | None = None  # read where the lease was given back
-        if prior is not None and prior.outcome in ("unknown", "running"):
+        if prior is not None and prior.outcome in UNSETTLED_OUTCOMES:
             move(UnitState.SETTLING)
             evidence = self.planner.gathered()
             decision = self.planner.plan(evidence)

@@ -33,7 +33,7 @@ from twice.core.decision import (
     TaskState,
     decide_task,
 )
-from twice.core.outcomes import ATTEMPT_OUTCOMES, AttemptOutcome, task_state
+from twice.core.outcomes import ATTEMPT_OUTCOMES, UNSETTLED_OUTCOMES, AttemptOutcome, task_state
 from twice.core.policy import PolicyError, RetryPolicy
 from twice.core.timescale import (
     MICROS,
@@ -255,7 +255,7 @@ class UnitEvidence:
     @property
     def last_finished_at(self) -> datetime | None:
         latest = self.latest
-        if latest is None or latest.outcome in ("running", "unknown"):
+        if latest is None or latest.outcome in UNSETTLED_OUTCOMES:
             return None
         return latest.finished_at
 

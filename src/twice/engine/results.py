@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from twice.core.interval import Interval
-from twice.core.outcomes import UnitOutcome
+from twice.core.outcomes import UNSETTLED_OUTCOMES, UnitOutcome
 from twice.core.unit import UnitOfWork
 from twice.engine.evidence import AssumedDuration, iso
 
@@ -23,7 +23,7 @@ def attempts_of_run(recorded: Sequence[AttemptRecord], before: AttemptRecord | N
     attempt ``before`` it: those after it, and ``before`` itself when its outcome was open
     (unknown or running: the run resolved it, or left it)."""
     first = 1 if before is None else before.number + 1
-    if before is not None and before.outcome in ("unknown", "running"):
+    if before is not None and before.outcome in UNSETTLED_OUTCOMES:
         first = before.number
     return [attempt for attempt in recorded if attempt.number >= first]
 

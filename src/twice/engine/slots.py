@@ -20,6 +20,7 @@ import threading
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
+from twice.core.outcomes import UNSETTLED_OUTCOMES
 from twice.engine.attempt import AttemptReport
 from twice.engine.evidence import EXECUTOR_SOURCE
 from twice.engine.phase import Account, Phase, Stop, UnitScope
@@ -210,7 +211,7 @@ class SlotHolding(Phase):
             return
         try:
             latest = self.ledger.latest_attempt(self.uow_id)
-            if latest is not None and latest.outcome in ("unknown", "running"):
+            if latest is not None and latest.outcome in UNSETTLED_OUTCOMES:
                 lease = self._pool_lease
                 if isinstance(lease, LedgerLease) and not lease.handed.is_set() and (
                     self.task.reconcile is not None

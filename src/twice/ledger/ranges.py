@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 from sqlalchemy import ARRAY, Select, and_, bindparam, func, or_, select, true
 from sqlalchemy.engine import Connection
 
+from twice.core.outcomes import UNSETTLED_OUTCOMES
 from twice.ledger.engine import is_postgres, one_of
 from twice.ledger.prepared import prepare, run
 from twice.ledger.records import FingerprintRecord, UnitRecord
@@ -185,8 +186,6 @@ def _window_attempts(conn: Connection, uow_ids: Sequence[str]) -> dict[str, Wind
     return found
 
 
-#: The latest-attempt outcomes that leave a unit unsettled: its effects may exist.
-UNSETTLED_OUTCOMES = ("running", "unknown")
 
 
 @_retried
