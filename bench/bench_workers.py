@@ -12,9 +12,10 @@ same range of ``--units`` units (bench/worker_pipeline.py: independent daily tas
 then returning 10 rows that twice writes to its PostgreSQL table, an owned write); the database
 is dropped afterwards.
 
-Every process imports twice and loads the pipeline, says it is ready, and waits for the
-benchmark's "go" (bench/worker_pipeline.py), so the fleet starts working at one instant however
-long its interpreters took to start on a busy machine. Per run it prints:
+Every process imports twice and loads the pipeline (which also does pyarrow's one-time import
+of pandas, the tasks' own set-up), says it is ready, and waits for the benchmark's "go"
+(bench/worker_pipeline.py), so the fleet starts working at one instant however long its
+interpreters took to start on a busy machine. Per run it prints:
 
 * wall: from starting the processes to the last one's exit (interpreter start-up included);
 * run: from the "go" to the last process's exit (opening the ledger, choosing, claiming,

@@ -65,3 +65,28 @@ def test_run_all_refuses_an_unknown_benchmark() -> None:
     assert done.returncode == 2
     assert "--only: unknown benchmark nope" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.postgres
+def test_restart_bench_on_postgresql_runs_and_drops_its_databases(postgres_url: str) -> None:
+    """``bench_restart.py --engine postgresql`` (docs/benchmarks.md): the same restart with a
+    PostgreSQL ledger and destination, saved as template databases; a scratch place drops them."""
+    import psycopg
+
+    admin = postgres_url.rsplit("/", 1)[0] + "/postgres"
+
+    def restart_databases() -> set[str]:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            rows = conn.execute("SELECT datname FROM pg_database WHERE datname LIKE "
+                                "'twice_restart_%'").fetchall()
+        return {name for (name,) in rows}
+
+    before = restart_databases()
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "bench_restart.py"), "--engine", "postgresql",
+         "--verified", "6", "--repeat", "1", "--postgres", admin],
+        capture_output=True, text=True, timeout=180, cwd=ROOT, check=False,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "6 units verified, 72 new" in done.stdout and "time to new work" in done.stdout
+    assert restart_databases() == before
