@@ -16,7 +16,9 @@ no-op units again through the backfill driver (``run_backfill``), a ``Worker`` a
 runner (``twice.drivers.airflow.runner.run_try``, one call per unit as each Airflow try makes:
 twice's part of a try, without Airflow's own start of the task process). Overhead
 per unit is wall time per unit minus the task's own time; the CPU time per unit of the
-process is printed beside it.
+process is printed beside it, and on PostgreSQL the server's own CPU per no-op unit when the
+server runs on this machine (its ``postgres`` processes in ``/proc``; n/a otherwise): on two
+CPUs, the client's CPU, the server's and the round trips' waits add up to the unit.
 
 The floor is a bare script in the same run issuing the same durable transactions per unit with
 the raw driver and no twice code: the ledger's claim (the unit, its lease, the attempt's start),
@@ -85,11 +87,13 @@ DRIVERS = ("run", "backfill", "worker", "airflow")
 
 
 def run_twice(ledger_url: str, destination: str, units: int, sleep: float,
-              driver: str = "run", first: date = FIRST_DAY) -> tuple[float, float]:
+              driver: str = "run", first: date = FIRST_DAY,
+              server: list[float] | None = None) -> tuple[float, float]:
     """(wall seconds, CPU seconds) per unit of ``units`` units after a warm-up, through
     ``driver``: ``Executor.run`` (``twice run``), ``run_backfill`` (``twice backfill``), a
     ``Worker`` (``twice worker``) or ``run_try`` (an Airflow try of the ``TwiceTaskOperator``),
-    each with one unit at a time."""
+    each with one unit at a time. ``server``: the local PostgreSQL server's CPU seconds per
+    unit over the same units (:func:`server_cpu`) is appended to it (None when not seen)."""
     pipeline = unit_pipeline(destination, sleep)
     spans = pipeline.schedule.intervals(first, first + timedelta(days=units + WARM_UNITS))
     with Ledger.open(ledger_url) as ledger:
@@ -106,12 +110,35 @@ def run_twice(ledger_url: str, destination: str, units: int, sleep: float,
 
         if not drive(spans[:WARM_UNITS]):
             raise RuntimeError("warm-up units did not succeed")
+        before = server_cpu() if server is not None else None
         wall, cpu = time.perf_counter(), time.process_time()
         ok = drive(spans[WARM_UNITS:])
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        after = server_cpu() if before is not None else None
+        if server is not None and before is not None and after is not None:
+            server.append((after - before) / units)
         if not ok:
             raise RuntimeError(f"{driver}: units did not succeed")
     return wall / units, cpu / units
+
+
+def server_cpu() -> float | None:
+    """CPU seconds (user + system) of every ``postgres`` process this machine shows
+    (``/proc``, Linux): the local server's own work, backends and background writers alike.
+    None when there is none to see (another machine's server, or no ``/proc``)."""
+    ticks, seen = 0, False
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:  # the process ended meanwhile
+            continue
+        name, _, rest = text.partition(" (")[2].rpartition(") ")
+        if name != "postgres":
+            continue
+        fields = rest.split()
+        ticks += int(fields[11]) + int(fields[12])  # utime, stime (man 5 proc)
+        seen = True
+    return ticks / os.sysconf("SC_CLK_TCK") if seen else None
 
 
 # -- the floor: the same transactions from a bare script ------------------------------------
@@ -288,9 +315,12 @@ def measure(ledger_url: Callable[[str], str], destination: Callable[[str], str],
     # one ledger and one table; each measure runs its own days (the units are all new)
     ledger, table = ledger_url("twice"), destination("twice")
     stride = timedelta(days=max(args.units, args.slow_units) + WARM_UNITS + 1)
-    wall, cpu = run_twice(ledger, table, args.units, 0.0)
+    server: list[float] = []
+    wall, cpu = run_twice(ledger, table, args.units, 0.0,
+                          server=server if ledger.startswith("postgresql") else None)
     results["twice, no-op task: per unit"] = wall
     results["twice, no-op task: CPU per unit"] = cpu
+    results["no-op task: local PostgreSQL server's CPU per unit"] = server[0] if server else None
     if args.slow_units:
         wall, cpu = run_twice(ledger, table, args.slow_units, SLOW_SECONDS,
                               first=FIRST_DAY + stride)
