@@ -186,8 +186,6 @@ def _window_attempts(conn: Connection, uow_ids: Sequence[str]) -> dict[str, Wind
     return found
 
 
-
-
 @_retried
 def unsettled_of_slot(ledger: Ledger, pipeline: str, task: str, start: datetime, end: datetime,
                       other_than: str) -> list[str]:
@@ -237,15 +235,7 @@ def _latest_fingerprints(conn: Connection, destinations: Collection[str],
                          partitions: Collection[str]
                          ) -> dict[tuple[str, str], FingerprintRecord]:
     found: dict[tuple[str, str], FingerprintRecord] = {}
-    chosen, keys = sorted(set(destinations)), sorted(set(partitions))
-    if not chosen or not keys:
-        return found
-    if is_postgres(conn):
-        queries: Iterable[Select[Any]] = [_newest_by_probe(chosen, keys, fingerprints)]
-    else:
-        queries = (_newest_fingerprints(conn, destination, batch, fingerprints)
-                   for destination in chosen for batch in _chunks(keys))
-    for query in queries:
+    for query in _newest_queries(conn, destinations, partitions, fingerprints):
         for row in conn.execute(query).mappings().all():
             record = FINGERPRINT(row)
             found[(record.destination, record.partition)] = record
@@ -260,16 +250,9 @@ def latest_schemas_of(ledger: Ledger, destination: str, partitions: Collection[s
     starts): two columns a partition, no record built. One statement on PostgreSQL; elsewhere
     one per ``CHUNK``."""
     found: dict[str, str | None] = {}
-    keys = sorted(set(partitions))
     with ledger._session.read() as conn:
-        if is_postgres(conn):
-            newest = _newest_by_probe([destination], keys, fingerprints.c.partition,
-                                      fingerprints.c.schema_signature)
-            found.update((partition, schema) for partition, schema in conn.execute(newest))
-            return found
-        for batch in _chunks(keys):
-            query = _newest_fingerprints(conn, destination, batch, fingerprints.c.partition,
-                                         fingerprints.c.schema_signature)
+        for query in _newest_queries(conn, [destination], partitions, fingerprints.c.partition,
+                                     fingerprints.c.schema_signature):
             found.update((partition, schema) for partition, schema in conn.execute(query).all())
     return found
 
@@ -283,6 +266,20 @@ def recorded_schemas(ledger: Ledger, destination: str) -> set[str | None]:
              .where(fingerprints.c.destination == destination).distinct())
     with ledger._session.read() as conn:
         return {schema for (schema,) in conn.execute(query)}
+
+
+def _newest_queries(conn: Connection, destinations: Collection[str],
+                    partitions: Collection[str], *columns: Any) -> list[Select[Any]]:
+    """The statements reading ``columns`` of the latest fingerprint of every ``destinations`` x
+    ``partitions`` slot that has one: on PostgreSQL one (:func:`_newest_by_probe`), elsewhere
+    one per destination and ``CHUNK`` partitions (:func:`_newest_fingerprints`)."""
+    chosen, keys = sorted(set(destinations)), sorted(set(partitions))
+    if not chosen or not keys:
+        return []
+    if is_postgres(conn):
+        return [_newest_by_probe(chosen, keys, *columns)]
+    return [_newest_fingerprints(conn, destination, batch, *columns)
+            for destination in chosen for batch in _chunks(keys)]
 
 
 def _newest_fingerprints(conn: Connection, destination: str, keys: Sequence[str], *columns: Any
