@@ -38,6 +38,10 @@ class WithoutRowsChanged:
     def observations(self, uow_id: str) -> list[ObservationRecord]:
         return [o for o in self._ledger.observations(uow_id) if o.state != ROWS_CHANGED_STATE]
 
+    def history(self, uow_id: str) -> Any:
+        unit, attempts, _, decisions = self._ledger.history(uow_id)
+        return unit, attempts, self.observations(uow_id), decisions
+
     def timeline(self, uow_id: str) -> list[Any]:
         return [e for e in self._ledger.timeline(uow_id)
                 if not (e.kind == "observation" and e.detail.get("state") == ROWS_CHANGED_STATE)]

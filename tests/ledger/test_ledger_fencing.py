@@ -205,3 +205,39 @@ def test_sqlite_counter_and_postgres_sequence_exist(engine_url: str, tmp_path: P
                 "SELECT cache_size FROM pg_sequences WHERE sequencename = 'twice_lease_tokens'"
             ).fetchone()
         assert row == (1,)  # CACHE 1: sessions never hold private ranges out of order
+
+
+def test_an_attempt_begun_fenced_takes_the_next_token_of_the_one_sequence(
+    ledger: Ledger, engine_url: str
+) -> None:
+    """``begin_fenced_attempt`` (what the executor begins an attempt with): the attempt and a
+    fresh token of the ledger-wide sequence, above the lease's and every earlier attempt's, in
+    the statement that inserts the attempt on PostgreSQL (one round trip less a unit)."""
+    from sqlalchemy import event
+
+    uow, other = make_uow(1), make_uow(2)
+    ledger.record_unit(uow)
+    ledger.record_unit(other)
+    lease = ledger.acquire_lease(uow.uow_id, "w1", 30).token
+    first, token_1 = ledger.begin_fenced_attempt(uow.uow_id, holder="w1", generation=1)
+    ledger.finish_attempt(uow.uow_id, first.number, "failed-transient")
+    between = ledger.acquire_lease(other.uow_id, "w2", 30).token
+    statements: list[str] = []
+
+    def seen(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        statements.append(statement)
+
+    event.listen(ledger._session.engine, "before_cursor_execute", seen)
+    try:
+        second, token_2 = ledger.begin_fenced_attempt(uow.uow_id, holder="w1", generation=1)
+    finally:
+        event.remove(ledger._session.engine, "before_cursor_execute", seen)
+    assert (first.number, second.number) == (1, 2)
+    assert lease < token_1 < between < token_2  # one sequence, strictly increasing
+    assert ledger.next_fencing_token() == token_2 + 1  # it took exactly one value
+    stored = ledger.attempts(uow.uow_id)
+    assert [a.number for a in stored] == [1, 2] and stored[1].outcome == "running"
+    if engine_url.startswith("postgresql"):
+        assert not any("nextval" in s and s.lstrip().upper().startswith("SELECT")
+                       for s in statements), statements
+        assert any("nextval" in s for s in statements)

@@ -68,6 +68,12 @@ from twice.destinations.rows import (
 from twice.destinations.slices import PartitionSpec, Slice
 
 
+class SchemaMoved(Exception):
+    """The table's columns are not those a replace conformed its rows to without reading them
+    (``SqlDestination._replace``): it reads them and starts again. Raised by an engine's
+    ``_lock_for_replace`` and caught by ``replace_partition``: it never reaches a caller."""
+
+
 @dataclass(frozen=True)
 class WriteResult:
     """What one write did, as evidence for the ledger (counts come from the engine)."""
@@ -549,8 +555,16 @@ class SqlDestination(BaseDestination, ABC, Generic[ConnT]):
         """``"a", "b"``: quoted column names for an INSERT or SELECT list."""
         return ", ".join(self.dialect.quote(n) for n in names)
 
-    def _lock_for_replace(self, tx: Any) -> None:
-        """Serialise concurrent replacers of this table (engines whose writers can interleave)."""
+    def _lock_for_replace(self, tx: Any, *, expected: Schema | None = None) -> None:
+        """Serialise concurrent replacers of this table (engines whose writers can interleave).
+        ``expected``: the columns the write conformed its rows to without reading them
+        (``_known_schema``); an engine that gives one checks them under its lock."""
+        return None
+
+    def _known_schema(self) -> Schema | None:
+        """The table's columns as the last write of it in this process saw them under its lock,
+        when the engine keeps them (None: read them). A replace conforms its rows to these
+        without a read of the catalog, and its lock checks them (``_replace``)."""
         return None
 
     def _after_delete(self) -> None:
@@ -645,22 +659,46 @@ class SqlDestination(BaseDestination, ABC, Generic[ConnT]):
         transaction, after the fencing check (:class:`FencedWriteError`: nothing written).
         """
         owner = resolve_stamp(stamp)
+        known = self._known_schema() if isinstance(rows, pa.Table | pa.RecordBatch) else None
+        if known is not None:
+            try:
+                return self._replace(rows, partition, owner, known)
+            except SchemaMoved:
+                pass  # read the table's columns now, and conform the rows to them
+        return self._replace(rows, partition, owner, None)
+
+    def _replace(self, rows: RowsLike, partition: PartitionSpec, owner: WriteStamp | None,
+                 known: Schema | None) -> WriteResult:
+        """:meth:`replace_partition`, conforming the rows to ``known``, the columns the last
+        write of this table saw under its lock (``_known_schema``), or else to the table's
+        columns read now. The lock's own read of them must then equal ``known``
+        (:class:`SchemaMoved` otherwise, before anything is written: the caller reads them
+        and starts again), and the rows must need no column added: what the rows were checked
+        and converted against is what the table has while the write holds it, as with a read
+        before the write (a column changed between that read and the lock was not seen)."""
         column = self._require_partition_column()
-        existing = self.schema()
-        table, added = self._conformed(rows, existing, owner)
-        self._check_values(table)
-        schema = {**existing, **added} if existing is not None else schema_of(table)
-        require_columns(schema, [column, *self.key_columns])
-        slc = Slice.of(column, schema[column], partition)
-        slc.check_rows(table)
-        check_keys(table, self.row_key)
+        try:
+            existing = self.schema() if known is None else known
+            table, added = self._conformed(rows, existing, owner)
+            if known is not None and added:
+                raise SchemaMoved
+            self._check_values(table)
+            schema = {**existing, **added} if existing is not None else schema_of(table)
+            require_columns(schema, [column, *self.key_columns])
+            slc = Slice.of(column, schema[column], partition)
+            slc.check_rows(table)
+            check_keys(table, self.row_key)
+        except Exception:
+            if known is None:
+                raise
+            raise SchemaMoved from None  # judged again against the columns as read now
         where, params = self._where(slc)
         commit = written = None
         with self._owned(owner) as tx:
             if existing is None:
                 self._create_table(tx, schema)
             changed = self._add_columns(tx, added)
-            self._lock_for_replace(tx)
+            self._lock_for_replace(tx, expected=known)
             self._keep_previous(tx, schema, partition, slc.label, (where, params))
             deleted = self._execute(tx, f"DELETE FROM {self.qualified} WHERE {where}", params)
             self._after_delete()

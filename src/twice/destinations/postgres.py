@@ -38,6 +38,7 @@ from twice.core.secrets import public_spec, redact
 from twice.destinations.base import (
     COMMIT_INDEXES,
     DestinationSpec,
+    SchemaMoved,
     SqlDestination,
     SqlDialect,
     split_table_name,
@@ -59,6 +60,11 @@ else:  # imported when a postgresql:// destination is opened (this module is imp
 
 #: (database, commits table) whose indexes this process has made sure of (``COMMIT_INDEXES``).
 _COMMITS_INDEXED: set[tuple[str, str]] = set()
+
+#: (connection string, table) -> the table's columns as the last replace of it in this process
+#: saw them under its lock (``_known_schema``), for the next one to conform its rows to.
+_KNOWN_SCHEMAS: dict[tuple[str, str], Schema] = {}
+_KNOWN_SCHEMAS_KEPT = 256
 
 _COPY_BATCH_ROWS = 65_536
 #: Connections handed back by closed destinations, for the next unit (see idle_connections).
@@ -245,19 +251,43 @@ class PostgresDestination(SqlDestination["psycopg.Connection[Any]"]):
             "until resumed or ended); not waiting longer"
         )
 
-    def _lock_for_replace(self, tx: psycopg.Cursor[Any]) -> None:
+    def _lock_for_replace(self, tx: psycopg.Cursor[Any], *,
+                          expected: Schema | None = None) -> None:
         """Lock the table against other replaces and any change of its columns, and read in
         the same round trip its columns (from here to the commit they cannot change, so the
         commit record's fingerprint reads them from this: ``_existing_schema``) and the clock
         the commit record is stamped with (``_clock``: the lock is held from then on, so
-        records of one table still follow the order their writers held it in)."""
+        records of one table still follow the order their writers held it in). The columns
+        are kept for the next replace of the table in this process (``_known_schema``), and
+        must equal ``expected`` when the write conformed its rows to those."""
         from psycopg import sql
 
-        tx.execute(sql.SQL("; ").join([
-            sql.SQL(f"LOCK TABLE {self.qualified} IN SHARE ROW EXCLUSIVE MODE"),
-            self._schema_sql_of_table(), sql.SQL(_CLOCK_SQL)]), prepare=False)
+        try:
+            tx.execute(sql.SQL("; ").join([
+                sql.SQL(f"LOCK TABLE {self.qualified} IN SHARE ROW EXCLUSIVE MODE"),
+                self._schema_sql_of_table(), sql.SQL(_CLOCK_SQL)]), prepare=False)
+        except psycopg.errors.UndefinedTable:
+            _KNOWN_SCHEMAS.pop(self._known_key, None)
+            if expected is None:
+                raise
+            raise SchemaMoved from None  # dropped since: read (and create) it again
         columns, ((clock,),) = _results(tx)
         self._schema_in_write, self._clock_in_write = _schema_of(columns), str(clock)
+        if self._schema_in_write is None:
+            _KNOWN_SCHEMAS.pop(self._known_key, None)
+        else:
+            _KNOWN_SCHEMAS[self._known_key] = self._schema_in_write
+            while len(_KNOWN_SCHEMAS) > _KNOWN_SCHEMAS_KEPT:
+                _KNOWN_SCHEMAS.pop(next(iter(_KNOWN_SCHEMAS)), None)
+        if expected is not None and self._schema_in_write != expected:
+            raise SchemaMoved
+
+    def _known_schema(self) -> Schema | None:
+        return _KNOWN_SCHEMAS.get(self._known_key)
+
+    @property
+    def _known_key(self) -> tuple[str, str]:
+        return self._conninfo, self.qualified
 
     def _lock_fence(self, tx: psycopg.Cursor[Any], stamp: WriteStamp) -> None:
         """Serialise stamped writers of one (table, fence key), race-free.

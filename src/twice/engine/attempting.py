@@ -118,8 +118,7 @@ class AttemptRunner(Phase):
         a timed-out attempt whose thread writes late is refused once its retry has committed)
         and the attempt itself."""
         generation = ledger.generation_for_attempt(self.uow_id, supersede=supersede)
-        token = ledger.next_fencing_token()
-        record = ledger.begin_attempt(
+        record, token = ledger.begin_fenced_attempt(
             self.uow_id, holder=self.x.holder, generation=generation.generation,
             job_id=generation.job_id,
         )

@@ -510,13 +510,11 @@ def gather_evidence(
     """
     from twice.ledger import UnknownUnitError
 
-    with ledger.snapshot():  # one consistent view, one transaction for the four reads
-        unit = ledger.unit(uow_id)
+    with ledger.snapshot():  # one consistent view, one transaction for the reads
+        unit, recorded_attempts, recorded_observations, recorded_decisions = (
+            ledger.history(uow_id))
         if unit is None:
             raise UnknownUnitError(f"unknown unit of work {uow_id!r}")
-        recorded_attempts = ledger.attempts(uow_id)
-        recorded_observations = ledger.observations(uow_id)
-        recorded_decisions = ledger.decisions(uow_id)
         at = ledger.now() if as_of is None else as_of.astimezone(UTC)
         journal = ledger.timeline(uow_id) if _settled_later(recorded_attempts, at) else ()
     return evidence_of(unit, recorded_attempts, recorded_observations, recorded_decisions,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import bindparam, func, select
 from sqlalchemy.engine import Connection
@@ -12,9 +13,15 @@ from twice.core.outcomes import FINISH_OUTCOMES, AttemptOutcome
 from twice.ledger import inserted, units
 from twice.ledger import lease as leasing
 from twice.ledger.checks import count, past, text
+from twice.ledger.engine import is_postgres
 from twice.ledger.errors import LedgerError
-from twice.ledger.journal import event_row, insert_after_event, update_after_event
-from twice.ledger.prepared import prepare, rows_where, run
+from twice.ledger.journal import (
+    event_row,
+    insert_after_event,
+    insert_after_event_also,
+    update_after_event,
+)
+from twice.ledger.prepared import Ahead, Ran, prepare, rows_where, run
 from twice.ledger.records import AttemptRecord
 from twice.ledger.rows import ATTEMPT, first
 from twice.ledger.schema import attempts, job_generations
@@ -31,6 +38,15 @@ class AttemptStore:
         self, uow_id: str, *, holder: str, generation: int | None, job_id: str | None,
         started_at: datetime | None,
     ) -> AttemptRecord:
+        return self.begin_fenced(uow_id, holder=holder, generation=generation, job_id=job_id,
+                                 started_at=started_at, fenced=False)[0]
+
+    def begin_fenced(
+        self, uow_id: str, *, holder: str, generation: int | None, job_id: str | None,
+        started_at: datetime | None, fenced: bool = True,
+    ) -> tuple[AttemptRecord, int | None]:
+        """Begin the attempt and, ``fenced``, take the next fencing token in the same
+        transaction (``lease.next_fencing_token``; on PostgreSQL in the attempt's INSERT)."""
         holder = text(holder, "holder")
         with self._session.write() as conn:
             now = self._session.now()
@@ -71,11 +87,19 @@ class AttemptStore:
             row = {"uow_id": uow_id, "number": number, "holder": holder,
                    "generation": generation, "job_id": job_id, "started_at": started,
                    "finished_at": None, "outcome": "running"}
-            insert_after_event(conn, event, attempts, row, seq_column="started_seq")
+            token = None
+            if fenced and is_postgres(conn):
+                _, token = insert_after_event_also(conn, event, attempts, row,
+                                                   leasing.NEXT_TOKEN_VALUE,
+                                                   seq_column="started_seq")
+            else:
+                if fenced:
+                    token = leasing.next_fencing_token(conn)
+                insert_after_event(conn, event, attempts, row, seq_column="started_seq")
             inserted.wrote(conn, attempts.name, uow_id)
             changed(conn, uow_id)
             units.attempt_seen(conn, uow_id, number)
-        return ATTEMPT(row)
+        return ATTEMPT(row), None if token is None else int(token)
 
     def finish(
         self, uow_id: str, number: int, outcome: AttemptOutcome, finished_at: datetime | None
@@ -126,13 +150,30 @@ _ALL = rows_where(attempts, "uow_id", order=("number",))
 def _all(conn: Connection, uow_id: str) -> tuple[AttemptRecord, ...]:
     """The unit's attempts in number order, read once per transaction: every write to them
     (``begin``, ``close``, a lease takeover) forgets what was read (``changed``)."""
+    found = known(conn, uow_id)
+    if found is None:
+        found = remember(conn, uow_id, run(conn, ALL, {"uow_id": uow_id}).all())
+    return found
+
+
+#: :func:`_all`'s read (parameter ``uow_id``), for ``twice.ledger.history`` too.
+ALL = _ALL
+
+
+def known(conn: Connection, uow_id: str) -> tuple[AttemptRecord, ...] | None:
+    """The unit's attempts when this transaction knows them without a read (None: read
+    them with ``ALL``)."""
     read = _read_in_transaction(conn)
     found = read.get(uow_id)
     if found is None and inserted.known_empty(conn, attempts.name, uow_id):
         found = read[uow_id] = ()
-    if found is None:
-        rows = run(conn, _ALL, {"uow_id": uow_id}).all()
-        found = read[uow_id] = tuple(ATTEMPT(row) for row in rows)
+    return found
+
+
+def remember(conn: Connection, uow_id: str, rows: list[dict[str, Any]]
+             ) -> tuple[AttemptRecord, ...]:
+    """The attempts from the rows of ``ALL``, kept until this transaction writes them."""
+    found = _read_in_transaction(conn)[uow_id] = tuple(ATTEMPT(row) for row in rows)
     return found
 
 
@@ -168,13 +209,31 @@ def locked(conn: Connection, uow_id: str, number: int) -> AttemptRecord:
     found = held.get((uow_id, number))
     if found is not None:
         return found
-    found = first(conn, rows_where(attempts, "uow_id", "number", lock=True), ATTEMPT,
-                  params={"uow_id": uow_id, "number": number})
+    found = first(conn, _LOCKED, ATTEMPT, params={"uow_id": uow_id, "number": number})
     if found is None:
         raise LedgerError(f"unit of work {uow_id} has no attempt {number}")
     units.attempt_seen(conn, uow_id, number)
     held[(uow_id, number)] = found
     return found
+
+
+def locked_ahead(conn: Connection, uow_id: str, number: int) -> Ahead | None:
+    """:func:`locked`'s read, to run with others (``prepared.run_ahead``): it keeps what it
+    finds as :func:`locked` does, which then reads nothing. None: already held."""
+    held = _locked_in_transaction(conn)
+    if (uow_id, number) in held:
+        return None
+
+    def keep(ran: Ran) -> None:
+        row = ran.first()
+        if row is not None:
+            units.attempt_seen(conn, uow_id, number)
+            held[(uow_id, number)] = ATTEMPT(row)
+
+    return _LOCKED, {"uow_id": uow_id, "number": number}, keep
+
+
+_LOCKED = rows_where(attempts, "uow_id", "number", lock=True)
 
 
 def _locked_in_transaction(conn: Connection) -> dict[tuple[str, int], AttemptRecord]:

@@ -33,7 +33,7 @@ from sqlalchemy.pool import StaticPool
 from twice.core.extras import require
 from twice.core.secrets import redact, redact_url
 from twice.ledger.errors import LedgerError
-from twice.ledger.prepared import inserting_new, prepare, run
+from twice.ledger.prepared import Ahead, Ran, inserting_new, prepare, run
 from twice.ledger.schema import locks
 
 DEFAULT_PATH = "twice-ledger.db"
@@ -331,6 +331,18 @@ def lock_key(conn: Connection, kind: str, name: str) -> None:
     if not is_postgres(conn):
         return
     run(conn, _LOCK_ROW, {"kind": kind, "name": name})
+
+
+def lock_key_ahead(conn: Connection, kind: str, name: str) -> Ahead | None:
+    """:func:`lock_key`'s statement, to run with others (``prepared.run_ahead``: the ones
+    after it run once the lock is held). None on SQLite, which needs none."""
+    if not is_postgres(conn):
+        return None
+    return _LOCK_ROW, {"kind": kind, "name": name}, _ignore
+
+
+def _ignore(ran: Ran) -> None:
+    return None
 
 
 _LOCK_ROW = prepare(

@@ -13,10 +13,10 @@ from sqlalchemy import Select, func, select
 from twice.ledger import attempts as attempt_rows
 from twice.ledger import units
 from twice.ledger.checks import count, text
-from twice.ledger.engine import lock_key
+from twice.ledger.engine import lock_key_ahead
 from twice.ledger.errors import LedgerError
 from twice.ledger.journal import append_entry
-from twice.ledger.prepared import rows_where
+from twice.ledger.prepared import rows_where, run_ahead
 from twice.ledger.records import FingerprintDiff, FingerprintRecord
 from twice.ledger.rows import FINGERPRINT, encode_names, first
 from twice.ledger.schema import fingerprints
@@ -50,15 +50,28 @@ class FingerprintStore:
             if isinstance(columns, str):
                 raise LedgerError("columns must be a sequence of column names, not one string")
             column_names = tuple(text(name, "column name") for name in columns)
+        if attempt is not None:
+            attempt = count(attempt, "attempt", minimum=1)
         with self._session.write() as conn:
             now = self._session.now()
-            lock_key(conn, "fingerprint", f"{destination}\x1f{partition}")
-            if uow_id is not None:  # locked now: its finish locks both next (read once)
+            # the partition's lock, then its unit and attempt (its finish locks both next: read
+            # once) and the partition's latest version, read once the lock is held: one round
+            # trip on PostgreSQL (prepared.run_ahead)
+            latest: list[FingerprintRecord | None] = []
+            run_ahead(conn, [
+                lock_key_ahead(conn, "fingerprint", f"{destination}\x1f{partition}"),
+                None if uow_id is None else units.locked_ahead(conn, uow_id),
+                None if uow_id is None or attempt is None
+                else attempt_rows.locked_ahead(conn, uow_id, attempt),
+                (_LATEST, {"destination": destination, "partition": partition},
+                 lambda ran: latest.append(None if (row := ran.first()) is None
+                                           else FINGERPRINT(row))),
+            ])
+            if uow_id is not None:  # what was just read: raises if the unit or attempt is not
                 units.require(conn, uow_id, lock=True)
                 if attempt is not None:
-                    attempt_rows.locked(conn, uow_id, count(attempt, "attempt", minimum=1))
-            previous = first(conn, _LATEST, FINGERPRINT,
-                             params={"destination": destination, "partition": partition})
+                    attempt_rows.locked(conn, uow_id, attempt)
+            previous = latest[0]
             if after is not None:
                 after(previous)
             version = 1 if previous is None else previous.version + 1

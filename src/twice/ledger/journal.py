@@ -83,13 +83,16 @@ def _event_cte() -> Any:
 
 
 @cache
-def _insert_after_event(table: Table, seq_column: str, keys: tuple[str, ...]) -> Any:
+def _insert_after_event(table: Table, seq_column: str, keys: tuple[str, ...],
+                        also: Any = None) -> Any:
     """``WITH journal_event AS (INSERT INTO twice_events ... RETURNING seq) INSERT INTO table
-    (seq_column, keys...) SELECT seq, :key... FROM journal_event RETURNING seq_column``."""
+    (seq_column, keys...) SELECT seq, :key... FROM journal_event RETURNING seq_column[,
+    also]``."""
     event = _event_cte()
     chosen = select(event.c.seq, *(bindparam(key, type_=table.c[key].type) for key in keys))
     statement = insert(table).from_select([seq_column, *keys], chosen)
-    return prepare(statement.returning(table.c[seq_column]))
+    returned = (table.c[seq_column],) if also is None else (table.c[seq_column], also)
+    return prepare(statement.returning(*returned))
 
 
 @cache
@@ -154,6 +157,18 @@ def insert_after_event(conn: Connection, event: Mapping[str, Any], table: Table,
         return seq
     statement = _insert_after_event(table, seq_column, tuple(values))
     return run(conn, statement, {**_event_params(event), **values}).inserted_key
+
+
+def insert_after_event_also(conn: Connection, event: Mapping[str, Any], table: Table,
+                            values: Mapping[str, Any], also: Any, *, seq_column: str
+                            ) -> tuple[int, Any]:
+    """:func:`insert_after_event`, evaluating the SQL expression ``also`` (a labelled module
+    constant, e.g. a sequence's ``nextval``) in the same statement (PostgreSQL only): the
+    ``seq`` and the expression's value, one round trip."""
+    statement = _insert_after_event(table, seq_column, tuple(values), also)
+    row = run(conn, statement, {**_event_params(event), **values}).first()
+    assert row is not None
+    return int(row[seq_column]), row[also.name]
 
 
 def update_after_event(conn: Connection, event: Mapping[str, Any], table: Table,
@@ -235,8 +250,23 @@ def unit_entries(
 ) -> list[R]:
     """The rows of ``table`` about one unit of work, in recording order unless ``order``."""
     names = tuple(column.name for column in order) or ("seq",)
-    known = inserted.known_rows(conn, table.name, uow_id)
+    known = known_entries(conn, table, build, uow_id, names)
     if known is not None:
-        return [build(row) for row in sorted(known, key=lambda row: [row[n] for n in names])]
-    query = rows_where(table, "uow_id", order=names)
-    return [build(row) for row in run(conn, query, {"uow_id": uow_id}).all()]
+        return known
+    return [build(row) for row in run(conn, entries_query(table, names),
+                                      {"uow_id": uow_id}).all()]
+
+
+def known_entries(conn: Connection, table: Table, build: RowMapper[R], uow_id: str,
+                  names: tuple[str, ...]) -> list[R] | None:
+    """:func:`unit_entries` ordered by the columns ``names``, when this transaction knows them
+    without a read (``twice.ledger.inserted``); None: read them (``entries_query``)."""
+    known = inserted.known_rows(conn, table.name, uow_id)
+    if known is None:
+        return None
+    return [build(row) for row in sorted(known, key=lambda row: [row[n] for n in names])]
+
+
+def entries_query(table: Table, names: tuple[str, ...]) -> Any:
+    """The read of :func:`unit_entries` (parameter ``uow_id``), built once."""
+    return rows_where(table, "uow_id", order=names)

@@ -40,7 +40,16 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
-from sqlalchemy import ColumnElement, bindparam, func, literal_column, select, text, update
+from sqlalchemy import (
+    ColumnElement,
+    Label,
+    bindparam,
+    func,
+    literal_column,
+    select,
+    text,
+    update,
+)
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import Connection
 
@@ -100,6 +109,10 @@ def get_lease(conn: Connection, uow_id: str, *, for_update: bool = False) -> Lea
 
 
 _NEXT_SEQUENCE_TOKEN = prepare(text(f"SELECT nextval('{LEASE_TOKEN_SEQUENCE}')"))
+#: The next fencing token as an expression another statement returns (PostgreSQL): an
+#: attempt's INSERT takes its token with it (``AttemptStore.begin_fenced``).
+NEXT_TOKEN_VALUE: Label[Any] = literal_column(
+    f"nextval('{LEASE_TOKEN_SEQUENCE}')").label("fencing_token")
 _NEXT_TOKEN = prepare(
     update(counters)
     .where(counters.c.name == LEASE_TOKEN_COUNTER)

@@ -256,25 +256,42 @@ def _compiled(statement: Any, dialect: Dialect, keys: tuple[str, ...],
     return forms[key]
 
 
-def run(conn: Connection, statement: Any, params: Mapping[str, Any] | None = None) -> Ran:
-    """Execute ``statement`` with ``params`` in ``conn``'s transaction (see the module
-    docstring for why it is not ``conn.execute``)."""
-    values = {} if params is None else params
+def _compiled_for(conn: Connection, statement: Any, values: Mapping[str, Any]
+                  ) -> tuple[_Compiled, bool] | None:
+    """``statement`` compiled for ``conn`` with ``values``' names, and whether it is an
+    INSERT; None when it runs through ``Connection.execute`` (not built here, or rendered per
+    execution)."""
     known = _STATEMENTS.get(id(statement))
     if known is None or known[0] is not statement:
         if statement not in _BUILT:
-            return _through_sqlalchemy(conn, statement, params)
+            return None
         known = (statement, isinstance(statement, (Insert, Update)),
                  isinstance(statement, Insert), {})
         _STATEMENTS[id(statement)] = known
     _, keyed, inserts, forms = known
     # an INSERT's columns and an UPDATE's SET clause are those of the parameters
     compiled = _compiled(statement, conn.dialect, tuple(values) if keyed else (), forms)
-    if compiled is None:
+    return None if compiled is None else (compiled, inserts)
+
+
+def _on_driver(conn: Connection) -> bool:
+    """Whether statements may go to the driver's cursor directly (``_on_cursor``): inside a
+    transaction, with no listener or echo on the engine to see them."""
+    return not (conn._has_events or conn.engine._has_events or conn._echo
+                or not conn.in_transaction())
+
+
+def run(conn: Connection, statement: Any, params: Mapping[str, Any] | None = None) -> Ran:
+    """Execute ``statement`` with ``params`` in ``conn``'s transaction (see the module
+    docstring for why it is not ``conn.execute``)."""
+    values = {} if params is None else params
+    found = _compiled_for(conn, statement, values)
+    if found is None:
         return _through_sqlalchemy(conn, statement, params)
+    compiled, inserts = found
     arguments = compiled.arguments(values)
     rowid = inserts and conn.dialect.name == "sqlite"
-    if conn._has_events or conn.engine._has_events or conn._echo or not conn.in_transaction():
+    if not _on_driver(conn):
         # listeners and echo see every statement; outside a transaction, SQLAlchemy begins one
         result = conn.exec_driver_sql(compiled.sql, arguments)
         description = [(name,) for name in result.keys()] if result.returns_rows else None
@@ -323,6 +340,62 @@ def _on_cursor(conn: Connection, compiled: _Compiled, arguments: Any, rowid: boo
     except BaseException as exc:
         conn.connection.info.pop(_CURSOR, None)
         conn._handle_dbapi_exception(exc, compiled.sql, arguments, cursor, None)
+
+
+def run_together(conn: Connection, statements: Sequence[tuple[Any, Mapping[str, Any]]]
+                 ) -> list[Ran]:
+    """Run several statements built here in ``conn``'s transaction, in order, each as
+    :func:`run` would. None's parameters may depend on another's result; the server still runs
+    each after the one before has finished (its locks taken; under READ COMMITTED its snapshot
+    taken after that), so they behave as one by one. On PostgreSQL they are sent together and
+    answered in one round trip (psycopg's pipeline mode: one Sync ends them). Elsewhere, or
+    where :func:`run` would not use the driver's cursor, they run one by one."""
+    compiled: list[tuple[_Compiled, Any]] = []
+    if len(statements) > 1 and conn.dialect.name == "postgresql" and _on_driver(conn):
+        for statement, values in statements:
+            found = _compiled_for(conn, statement, values)
+            if found is None:
+                break
+            compiled.append((found[0], found[0].arguments(values)))
+    if len(compiled) != len(statements) or len(statements) < 2:
+        return [run(conn, statement, values) for statement, values in statements]
+    driver = conn.connection.dbapi_connection
+    cursors: list[Any] = []
+    sql, arguments = compiled[0][0].sql, compiled[0][1]
+    try:
+        with driver.pipeline():  # type: ignore[union-attr]
+            for one, arguments in compiled:
+                sql = one.sql
+                cursors.append(driver.cursor())  # type: ignore[union-attr]
+                cursors[-1].execute(one.sql, arguments)
+        ran = []
+        for cursor, (one, _) in zip(cursors, compiled, strict=True):
+            description = cursor.description
+            raw = cursor.fetchall() if description is not None else []
+            ran.append(Ran(one.rows(description, raw), cursor.rowcount))
+        return ran
+    except BaseException as exc:
+        conn.connection.info.pop(_CURSOR, None)
+        conn._handle_dbapi_exception(exc, sql, arguments, cursors[-1] if cursors else None,
+                                     None)
+        raise  # not reached: the connection raises the wrapped error
+    finally:
+        for cursor in cursors:
+            cursor.close()
+
+
+#: A statement to run with others (:func:`run_ahead`): the statement, its parameters, and what
+#: to do with its result (keep it where the code that needs it next will find it).
+Ahead = tuple[Any, Mapping[str, Any], Callable[[Ran], None]]
+
+
+def run_ahead(conn: Connection, ahead: Sequence[Ahead | None]) -> None:
+    """Run the statements of ``ahead`` (None: nothing to run for that one) together
+    (:func:`run_together`), each result handed to its callback, in order."""
+    present = [one for one in ahead if one is not None]
+    ran = run_together(conn, [(statement, values) for statement, values, _ in present])
+    for result, (_, _, then) in zip(ran, present, strict=True):
+        then(result)
 
 
 def _through_sqlalchemy(conn: Connection, statement: Any, params: Mapping[str, Any] | None

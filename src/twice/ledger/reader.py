@@ -13,6 +13,7 @@ from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Protocol
 
+from twice.ledger.history import History
 from twice.ledger.records import (
     AttemptRecord,
     DecisionRecord,
@@ -41,6 +42,10 @@ class LedgerReader(Protocol):
     def snapshot(self) -> AbstractContextManager[LedgerReader]: ...
 
     def unit(self, uow_id: str) -> UnitRecord | None: ...
+
+    def history(self, uow_id: str) -> History:
+        """The unit, its attempts, observations and decisions, read together."""
+        ...
 
     def units(
         self, *, pipeline: str | None = None, task: str | None = None,

@@ -58,6 +58,7 @@ from twice.ledger.errors import LedgerDamagedError, LedgerError, LedgerStorageEr
 from twice.ledger.faults import DEFAULT_RETRY_SECONDS, classify
 from twice.ledger.fingerprints import FingerprintStore
 from twice.ledger.generations import GenerationStore
+from twice.ledger.history import History, unit_history
 from twice.ledger.lease import LeaseStore
 from twice.ledger.migrations import check_readable, migrate, read_identity, read_version
 from twice.ledger.observations import ObservationStore
@@ -357,6 +358,13 @@ class Ledger(Closeable):
     def unit(self, uow_id: str) -> UnitRecord | None:
         return self._units.get(uow_id)
 
+    def history(self, uow_id: str) -> History:
+        """The unit's record, attempts, observations and decisions, as :meth:`unit`,
+        :meth:`attempts`, :meth:`observations` and :meth:`decisions` give them, read together
+        (one round trip on PostgreSQL: ``twice.ledger.history``)."""
+        with self._session.read() as conn:
+            return unit_history(conn, uow_id)
+
     def units(self, *, pipeline: str | None = None, task: str | None = None,
               starting: datetime | None = None) -> list[UnitRecord]:
         """All recorded units of work (optionally of one pipeline/task, and of the intervals
@@ -381,6 +389,18 @@ class Ledger(Closeable):
         """
         return self._attempts.begin(uow_id, holder=holder, generation=generation,
                                     job_id=job_id, started_at=started_at)
+
+    def begin_fenced_attempt(
+        self, uow_id: str, *, holder: str, generation: int | None = None,
+        job_id: str | None = None,
+    ) -> tuple[AttemptRecord, int]:
+        """:meth:`begin_attempt` and :meth:`next_fencing_token` in one transaction (on
+        PostgreSQL the token comes back from the attempt's own INSERT): the attempt, and the
+        token its writes are stamped with."""
+        record, token = self._attempts.begin_fenced(
+            uow_id, holder=holder, generation=generation, job_id=job_id, started_at=None)
+        assert token is not None
+        return record, token
 
     def finish_attempt(
         self,

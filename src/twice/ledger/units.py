@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 from sqlalchemy.engine import Connection
 
@@ -12,7 +13,7 @@ from twice.ledger.checks import aware, count, text
 from twice.ledger.engine import is_postgres
 from twice.ledger.errors import LedgerError, UnknownUnitError
 from twice.ledger.journal import event_row, insert_new_then_event
-from twice.ledger.prepared import rows_where, run
+from twice.ledger.prepared import Ahead, Ran, rows_where, run
 from twice.ledger.records import UnitRecord
 from twice.ledger.rows import UNIT, first
 from twice.ledger.schema import attempts, units
@@ -97,6 +98,44 @@ def find(conn: Connection, uow_id: str, *, lock: bool = False) -> UnitRecord | N
         known[uow_id] = record
         if locking:
             _locked_in_transaction(conn).add(uow_id)
+    return record
+
+
+#: :func:`find`'s read without a lock (parameter ``uow_id``), for ``twice.ledger.history``.
+BY_ID = rows_where(units, "uow_id")
+
+
+def locked_ahead(conn: Connection, uow_id: str) -> Ahead | None:
+    """``find(conn, uow_id, lock=True)``'s read, to run with others (``prepared.run_ahead``):
+    it keeps what it finds as :func:`find` does, so the next ``find`` or :func:`require` of
+    the unit in this transaction reads nothing. None: nothing to read (known, and locked if
+    it must be)."""
+    known = _known_in_transaction(conn)
+    locking = is_postgres(conn)
+    if uow_id in known and not (locking and uow_id not in _locked_in_transaction(conn)):
+        return None
+
+    def keep(ran: Ran) -> None:
+        row = ran.first()
+        if row is not None:
+            known[uow_id] = UNIT(row)
+            if locking:
+                _locked_in_transaction(conn).add(uow_id)
+
+    return rows_where(units, "uow_id", lock=True), {"uow_id": uow_id}, keep
+
+
+def known(conn: Connection, uow_id: str) -> UnitRecord | None:
+    """The unit's record when this transaction has read or recorded it (None: read it)."""
+    return _known_in_transaction(conn).get(uow_id)
+
+
+def remember(conn: Connection, rows: list[dict[str, Any]]) -> UnitRecord | None:
+    """The unit's record from the rows of ``BY_ID``, kept as :func:`find` keeps it."""
+    if not rows:
+        return None
+    record = UNIT(rows[0])
+    _known_in_transaction(conn)[record.uow_id] = record
     return record
 
 
