@@ -58,8 +58,14 @@ def test_a_lost_commit_acknowledgement_is_settled_from_the_commit_record(
 def test_a_read_whose_commit_answer_is_lost_is_read_again(postgres_url: str) -> None:
     """Found by a probe: a read-only ledger transaction whose COMMIT answer was lost was
     reported "it may or may not have been recorded, so it was not run again", aborting the
-    run; a read records nothing, so it is simply read again."""
+    run; a read records nothing, so it is simply read again. A plain read sends no COMMIT on
+    PostgreSQL (it runs in autocommit: ``Session._start``); a read of one snapshot (REPEATABLE
+    READ, several statements) does, and is read again."""
+    from datetime import UTC, datetime
+
     from tests.ledger.ledger_helpers import make_uow
+
+    from twice.ledger.ranges import range_facts
 
     parts = urlsplit(postgres_url)
     proxy = LostAckProxy(parts.hostname or "127.0.0.1", parts.port or 5432)
@@ -67,9 +73,15 @@ def test_a_read_whose_commit_answer_is_lost_is_read_again(postgres_url: str) -> 
         f"{parts.hostname}:{parts.port}", f"127.0.0.1:{proxy.port}"))) + "?sslmode=disable"
     try:
         with Ledger.open(through) as ledger:
-            uow = ledger.record_unit(make_uow(1)).uow_id
+            unit = make_uow(1)
+            uow = ledger.record_unit(unit).uow_id
             proxy.any_commit = proxy.armed = True
             assert [unit.uow_id for unit in ledger.units()] == [uow]
+            assert proxy.dropped == 0  # no COMMIT to lose
+            start = datetime(2026, 11, 1, tzinfo=UTC)
+            facts = range_facts(ledger, unit.pipeline, start, datetime(2026, 11, 30, tzinfo=UTC),
+                                [], [unit.task])
+            assert [found.uow_id for found in facts.units] == [uow]
             assert proxy.dropped == 1
     finally:
         proxy.close()

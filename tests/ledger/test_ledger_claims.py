@@ -80,6 +80,45 @@ def test_a_claim_intent_is_held_by_one_process_at_a_time(postgres_url: str) -> N
         mine.close()
 
 
+@pytest.mark.postgres
+def test_an_intent_given_back_later_ends_with_the_next_round_trip(postgres_url: str) -> None:
+    """``give_back_later``: a worker's intent on the unit it ran ends in the statement that
+    takes its next one (one round trip a unit, not two), or at ``flush``, at a wait for
+    others' units, at ``close``; never later. Waiting workers are told then."""
+    with Ledger.open(postgres_url) as first, Ledger.open(postgres_url) as second:
+        mine, theirs = first.claim_intents(), second.claim_intents()
+        try:
+            assert mine.take("unit-a")
+            theirs.forget_changes()
+            mine.give_back_later("unit-a")
+            assert not theirs.take("unit-a")  # not ended yet
+            assert mine.take("unit-b")  # ends unit-a in the same statement
+            assert theirs.wait_for_change(5.0) is True  # and tells who waits
+            assert theirs.take("unit-a")
+            assert not theirs.take("unit-b")
+            mine.give_back_later("unit-b")
+            assert mine.take("unit-b")  # the same unit again: still held, once
+            mine.give_back_later("unit-b")
+            assert not theirs.take("unit-b")
+            mine.flush()
+            assert theirs.take("unit-b")
+            theirs.give_back_later("unit-a")
+            theirs.give_back_later("unit-b")
+            assert mine.wait_for_change(0.2) is False  # nothing ended yet
+        finally:
+            theirs.close()  # ends both, and tells
+        assert mine.wait_for_change(5.0) is True
+        assert mine.take("unit-a") and mine.take("unit-b")
+        mine.give_back_later("unit-a")
+        mine.give_back_later("unit-b")
+        assert mine.wait_for_change(0.0) is False  # its own news is not news
+        with Ledger.open(postgres_url) as third:
+            other = third.claim_intents()
+            assert other.take("unit-a") and other.take("unit-b")  # the wait ended them
+            other.close()
+        mine.close()
+
+
 def test_claim_intents_are_always_granted_on_sqlite(sqlite_url: str) -> None:
     """SQLite serialises its writers (BEGIN IMMEDIATE): a claim never waits on a row lock."""
     with Ledger.open(sqlite_url) as first, Ledger.open(sqlite_url) as second:

@@ -412,11 +412,13 @@ class Worker:
                             spread = 0 if self.once else self._spread.randrange(SPREAD)
                             continue
                     runs += 1
+                    if item.uow_id is None:
+                        intents.flush()  # no intent to take: end the last one before the run
                     try:
                         unit = self._run(item)
                     finally:
-                        if item.uow_id is not None:
-                            intents.give_back(item.uow_id)
+                        if item.uow_id is not None:  # ended with the next take (or wait)
+                            intents.give_back_later(item.uow_id)
                     ahead = {}  # read afresh: others moved on while this unit ran
                     if unit is None:  # another holder took the lease first: revisit
                         self.conflicts += 1

@@ -34,10 +34,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import and_, func, select, text, tuple_
+from sqlalchemy import ARRAY, and_, bindparam, false, func, select, text, true, tuple_
 from sqlalchemy.engine import Connection
 
-from twice.ledger.engine import one_of
+from twice.ledger.engine import is_postgres, one_of
 from twice.ledger.records import AttemptRecord, LeaseRecord
 from twice.ledger.rows import ATTEMPT, LEASE
 from twice.ledger.schema import attempts, fingerprints, leases
@@ -52,6 +52,17 @@ BATCH = 500
 _INTENT_PREFIX = "twice-claim|"
 #: The channel a worker's intents connection listens on and notifies when it gives a unit back.
 CHANNEL = "twice_units"
+_TAKE = text("SELECT pg_try_advisory_lock(hashtextextended(:key, 0))")
+#: End the intents given back (and tell the waiting workers), in one statement.
+_RETURN = text("SELECT (SELECT count(pg_advisory_unlock(hashtextextended(back, 0))) FROM "
+               f"unnest(CAST(:back AS text[])) AS back), pg_notify('{CHANNEL}', '')")
+#: Take the next intent and ``_RETURN``, in one statement (its first value: the intent taken).
+#: In either order the outcome is the same: the keys differ, or, for the same unit taken
+#: again, a session's advisory lock counts its holds (taken twice, ended once: still held).
+_RETURN_THEN_TAKE = text(
+    "SELECT pg_try_advisory_lock(hashtextextended(:key, 0)), (SELECT count("
+    "pg_advisory_unlock(hashtextextended(back, 0))) FROM unnest(CAST(:back AS text[])) AS "
+    f"back), pg_notify('{CHANNEL}', '')")
 
 
 @dataclass(frozen=True)
@@ -77,7 +88,11 @@ def claim_states(conn: Connection, uow_ids: Sequence[str],
 
     ``slots``: a unit's destination slot (destination, partition); for those whose latest
     attempt succeeded, one more statement reads who wrote the slot's latest fingerprint (a
-    success another unit's write has overwritten since no longer stands for its slot)."""
+    success another unit's write has overwritten since no longer stands for its slot).
+
+    PostgreSQL: one statement per ``BATCH`` (:func:`_states_in_one`), one snapshot by itself."""
+    if is_postgres(conn):
+        return _states_in_one(conn, uow_ids, slots or {})
     wanted = list(dict.fromkeys(uow_ids))
     recorded: set[str] = set()
     latest: dict[str, AttemptRecord] = {}
@@ -106,6 +121,66 @@ def claim_states(conn: Connection, uow_ids: Sequence[str],
                            slot_read=uow_id in asked)
         for uow_id in wanted
     }
+
+
+def _states_in_one(conn: Connection, uow_ids: Sequence[str],
+                   slots: Mapping[str, tuple[str, str]]) -> dict[str, ClaimState]:
+    """:func:`claim_states` on PostgreSQL, one statement per ``BATCH`` units: the units asked
+    for (three arrays: id, slot's destination, slot's partition) joined to their recorded
+    rows, each one's latest attempt (``LATERAL``, a backward probe of its index), its lease,
+    and, for a unit whose latest attempt succeeded and whose slot was given, who wrote the
+    slot's latest fingerprint. One statement is one snapshot: no transaction is needed to
+    see attempts, leases and fingerprints as of one instant."""
+    wanted = list(dict.fromkeys(uow_ids))
+    found: dict[str, ClaimState] = {}
+    for begin in range(0, len(wanted), BATCH):
+        ids = wanted[begin:begin + BATCH]
+        for row in conn.execute(_STATES_IN_ONE, {
+            "ids": ids, "dests": [slots.get(i, (None, None))[0] for i in ids],
+            "parts": [slots.get(i, (None, None))[1] for i in ids],
+        }).mappings().all():
+            uow_id = row["uow_id"]
+            latest = None if row["a_number"] is None else ATTEMPT(
+                {name: row["a_" + name] for name in _ATTEMPT_COLUMNS})
+            lease = None if row["l_uow_id"] is None else LEASE(
+                {name: row["l_" + name] for name in _LEASE_COLUMNS})
+            asked = bool(row["slot_asked"])
+            found[uow_id] = ClaimState(uow_id, True, latest, lease,
+                                       slot_writer=row["slot_writer"] if asked else None,
+                                       slot_read=asked)
+    return {uow_id: found.get(uow_id, ClaimState(uow_id, False, None, None))
+            for uow_id in wanted}
+
+
+_ATTEMPT_COLUMNS = tuple(column.name for column in attempts.columns)
+_LEASE_COLUMNS = tuple(column.name for column in leases.columns)
+
+
+def _states_in_one_query() -> Any:
+    text_array = ARRAY(unit_rows.c.uow_id.type)
+    asked = func.unnest(bindparam("ids", type_=text_array), bindparam("dests", type_=text_array),
+                        bindparam("parts", type_=text_array)
+                        ).table_valued("uow_id", "dest", "part").render_derived("asked")
+    newest = (select(attempts).where(attempts.c.uow_id == asked.c.uow_id)
+              .order_by(attempts.c.number.desc()).limit(1).lateral("newest"))
+    writer = (select(fingerprints.c.uow_id)
+              .where(fingerprints.c.destination == asked.c.dest,
+                     fingerprints.c.partition == asked.c.part)
+              .order_by(fingerprints.c.version.desc()).limit(1).lateral("writer"))
+    slot_asked = and_(asked.c.dest.is_not(None), newest.c.outcome == "succeeded")
+    return (select(unit_rows.c.uow_id,
+                   *(newest.c[name].label("a_" + name) for name in _ATTEMPT_COLUMNS),
+                   *(leases.c[name].label("l_" + name) for name in _LEASE_COLUMNS),
+                   func.coalesce(slot_asked, false()).label("slot_asked"),
+                   writer.c.uow_id.label("slot_writer"))
+            .select_from(
+                asked.join(unit_rows, unit_rows.c.uow_id == asked.c.uow_id)
+                .outerjoin(newest, true())
+                .outerjoin(leases, leases.c.uow_id == asked.c.uow_id)
+                .outerjoin(writer, slot_asked)))
+
+
+_STATES_IN_ONE = _states_in_one_query()
 
 
 def _slot_writers(conn: Connection, slots: Sequence[tuple[str, str]]
@@ -142,6 +217,7 @@ class ClaimIntents:
         self._postgres = session.engine.dialect.name == "postgresql"
         self._conn: Connection | None = None
         self._held: set[str] = set()
+        self._returning: list[str] = []  # given back, to be ended with the next round trip
         self._lock = threading.Lock()
 
     def take(self, uow_id: str) -> bool:
@@ -152,17 +228,48 @@ class ClaimIntents:
         with self._lock:
             if uow_id in self._held:
                 return True
+            returning, self._returning = self._returning, []
             try:
                 conn = self._connection()
-                got = bool(conn.execute(
-                    text("SELECT pg_try_advisory_lock(hashtextextended(:key, 0))"),
-                    {"key": _INTENT_PREFIX + uow_id}).scalar())
+                if returning:  # ended in the same round trip (``give_back_later``)
+                    got = bool(conn.execute(_RETURN_THEN_TAKE, {
+                        "back": [_INTENT_PREFIX + back for back in returning],
+                        "key": _INTENT_PREFIX + uow_id}).scalar())
+                else:
+                    got = bool(conn.execute(_TAKE, {"key": _INTENT_PREFIX + uow_id}).scalar())
             except Exception:
                 self._drop()
                 return True
             if got:
                 self._held.add(uow_id)
             return got
+
+    def give_back_later(self, uow_id: str) -> None:
+        """End this process's intent on ``uow_id`` with the next round trip of the intents'
+        connection: the next ``take`` (the same statement), ``flush``, ``forget_changes``,
+        ``wait_for_change`` or ``close``, whichever comes first. A worker gives a unit back
+        and takes the next one a moment later: one round trip a unit instead of two. Until
+        then the intent only makes another worker look at the unit a little later."""
+        with self._lock:
+            if uow_id not in self._held:
+                return
+            self._held.discard(uow_id)
+            if self._conn is not None and self._postgres:
+                self._returning.append(uow_id)
+
+    def flush(self) -> None:
+        """End now the intents ``give_back_later`` left to the next round trip."""
+        with self._lock:
+            self._flush()
+
+    def _flush(self) -> None:
+        returning, self._returning = self._returning, []
+        if not returning or self._conn is None:
+            return
+        try:
+            self._conn.execute(_RETURN, {"back": [_INTENT_PREFIX + back for back in returning]})
+        except Exception:
+            self._drop()  # closing the connection ends every intent it held
 
     def give_back(self, uow_id: str) -> None:
         """End this process's intent on ``uow_id`` (nothing if it holds none)."""
@@ -186,6 +293,7 @@ class ClaimIntents:
         if not self._postgres:
             return
         with self._lock:
+            self._flush()
             try:
                 for _ in self._listening().notifies(timeout=0.0):
                     pass
@@ -200,6 +308,7 @@ class ClaimIntents:
         if not self._postgres:
             return None
         with self._lock:
+            self._flush()
             try:
                 raw = self._listening()
                 deadline = time.monotonic() + seconds
@@ -218,6 +327,7 @@ class ClaimIntents:
         """End every intent now (a dead process's end when its connection does, a moment
         after: the server notices the closed connection)."""
         with self._lock:
+            self._flush()  # and tell the waiting workers
             if self._conn is not None and self._held:
                 try:
                     self._conn.execute(text("SELECT pg_advisory_unlock_all()"))

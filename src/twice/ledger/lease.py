@@ -54,6 +54,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import Connection
 
 from twice.ledger import inserted, lease_holders, units
+from twice.ledger.claims import BATCH as CLAIM_BATCH
 from twice.ledger.claims import ClaimState, claim_states
 from twice.ledger.engine import insert_ignore, is_postgres, lock_key
 from twice.ledger.errors import LedgerError
@@ -635,7 +636,11 @@ class LeaseStore:
     def claim_states(self, uow_ids: Sequence[str],
                      slots: Mapping[str, tuple[str, str]] | None = None
                      ) -> dict[str, ClaimState]:
-        """``twice.ledger.claims.claim_states`` in one snapshot."""
+        """``twice.ledger.claims.claim_states`` in one snapshot (on PostgreSQL, up to ``BATCH``
+        units are one statement, its own snapshot: no transaction, no BEGIN and COMMIT)."""
+        if self._session.dialect == "postgresql" and len(set(uow_ids)) <= CLAIM_BATCH:
+            with self._session.read() as conn:
+                return claim_states(conn, uow_ids, slots)
         with self._session.snapshot(), self._session.read() as conn:
             return claim_states(conn, uow_ids, slots)
 

@@ -213,7 +213,13 @@ class Session:
     def _start(
         self, *, read_only: bool, isolation: str | None = None
     ) -> tuple[Connection, RootTransaction]:
-        """A connection with its transaction begun (SQLite: BEGIN IMMEDIATE for writes)."""
+        """A connection with its transaction begun (SQLite: BEGIN IMMEDIATE for writes).
+
+        A read on PostgreSQL with no isolation asked for (``read()``, not ``snapshot()``) runs
+        in autocommit when the server's default isolation is READ COMMITTED (PostgreSQL's
+        own default), which these reads had: every statement then takes its own snapshot
+        anyway, so a read-only transaction adds nothing but its BEGIN and COMMIT, a round trip
+        each (issue 38). A consistent view of several statements is ``snapshot()``'s."""
         try:
             conn = self.engine.connect()
         except BaseException as exc:
@@ -222,6 +228,9 @@ class Session:
         try:
             if not read_only:
                 self._check_same_file()
+            if read_only and isolation is None and self.dialect == "postgresql" and \
+                    self.engine.dialect.default_isolation_level == "READ COMMITTED":
+                isolation = "AUTOCOMMIT"
             if isolation is not None:
                 conn.execution_options(isolation_level=isolation)
             # a read-only ledger's SQLite connections cannot take the write lock
