@@ -192,3 +192,36 @@ def test_recording_a_fingerprint_is_two_round_trips(
         with pytest.raises(UnknownUnitError):
             ledger.record_fingerprint("d", "p", 5, 13, uow_id="nobody", attempt=1)
         assert ledger.latest_fingerprint("d", "p") == latest  # nothing recorded by either
+
+
+def test_a_lease_given_back_with_the_history_read(
+    ledger: Ledger, clock: FakeClock, engine_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``release_lease_and_read`` (the end of a unit that succeeded): the lease given back as
+    ``release_lease`` gives it, and the history read after it; one round trip on PostgreSQL."""
+    uow, other = make_uow(7), make_uow(8)
+    for unit in (uow, other):
+        ledger.record_unit(unit)
+        ledger.acquire_lease(unit.uow_id, "w1", 600)
+        _record_some(ledger, clock, unit.uow_id, random.Random(3))
+    counted: list[int] = []
+
+    def end(led: Ledger) -> Any:
+        led.unit("warm")  # the transaction is open: count the call's own round trips
+        trips = RoundTrips(monkeypatch) if engine_url.startswith("postgresql") else None
+        history = led.release_lease_and_read(uow.uow_id, "w1")
+        if trips is not None:
+            counted.append(trips.count)
+            monkeypatch.undo()
+        return history
+
+    history = ledger.atomic(end)
+    assert history == _one_by_one(ledger, uow.uow_id)
+    lease = ledger.lease(uow.uow_id)
+    assert lease is not None and lease.released_at is not None
+    assert ledger.release_lease_and_read(other.uow_id, "someone else") == _one_by_one(
+        ledger, other.uow_id)
+    kept = ledger.lease(other.uow_id)
+    assert kept is not None and kept.released_at is None and kept.holder == "w1"
+    if engine_url.startswith("postgresql"):
+        assert counted == [1]

@@ -291,10 +291,11 @@ class AttemptRunner(Phase):
                 self.uow_id, outcome, source=EXECUTOR_SOURCE, attempt=number, detail=detail
             )
             if release is not None and outcome == "succeeded":
-                ledger.release_lease(self.uow_id, self.x.holder)
+                # the lease given back, and what the loop plans on next read in this
+                # transaction (nothing follows it), in one round trip
+                history = ledger.release_lease_and_read(self.uow_id, self.x.holder)
                 ended.released = True
-                # what the loop plans on next, read in this transaction (nothing follows it)
-                ended.evidence = self.gathered()
+                ended.evidence = self.gathered(history)
             return ended
 
         try:

@@ -54,6 +54,7 @@ if TYPE_CHECKING:
         TimelineEvent,
         UnitRecord,
     )
+    from twice.ledger.history import History
 
 EXECUTOR_SOURCE = "executor"
 RECONCILE_SOURCE = "reconcile"
@@ -495,8 +496,12 @@ def gather_evidence(
     settings: PlanSettings | None = None,
     include_workflow_deadline: bool = False,
     live: bool = False,
+    history: History | None = None,
 ) -> UnitEvidence:
     """Read one unit's evidence from the ledger as of ``as_of`` (default: the ledger's now).
+
+    ``history``: the unit's ``Ledger.history`` already read in the caller's transaction
+    (``Ledger.release_lease_and_read``), not read again.
 
     ``live``: the evidence is of the present, so a running attempt whose process on this host
     has exited (:func:`twice.ledger.lease_holders.exited`) is taken as unknown: seen now, not
@@ -512,7 +517,7 @@ def gather_evidence(
 
     with ledger.snapshot():  # one consistent view, one transaction for the reads
         unit, recorded_attempts, recorded_observations, recorded_decisions = (
-            ledger.history(uow_id))
+            ledger.history(uow_id) if history is None else history)
         if unit is None:
             raise UnknownUnitError(f"unknown unit of work {uow_id!r}")
         at = ledger.now() if as_of is None else as_of.astimezone(UTC)

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from twice.engine.leases import LeaseKeeper
     from twice.engine.timeouts import Deadline
     from twice.ledger import AttemptRecord, Ledger
+    from twice.ledger.history import History
     from twice.ledger.records import DecisionName
 
 __all__ = ["EXECUTOR_SOURCE", "Account", "LeaseHandle", "Phase", "Stop", "UnitScope"]
@@ -128,11 +129,12 @@ class Phase:
         """One writer per embedded destination file, held around an attempt and its checks."""
         return self.x.writers.holding(self.task.destination)
 
-    def gathered(self) -> UnitEvidence:
-        """The unit's evidence read from the ledger now, as the planner takes it."""
+    def gathered(self, history: History | None = None) -> UnitEvidence:
+        """The unit's evidence read from the ledger now, as the planner takes it (``history``:
+        the unit's records, just read: ``gather_evidence``)."""
         return gather_evidence(
             self.ledger, self.uow_id, as_of=self.x.now(), settings=self.settings,
-            include_workflow_deadline=True,
+            include_workflow_deadline=True, history=history,
         )
 
     def plan(self, evidence: UnitEvidence) -> DecisionResult | None:

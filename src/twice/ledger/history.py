@@ -11,7 +11,7 @@ the four reads one by one.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy.engine import Connection
@@ -31,15 +31,18 @@ _OBSERVATION_ORDER = ("observed_at", "seq")  # as ObservationStore.all orders th
 _DECISION_ORDER = ("seq",)
 
 
-def unit_history(conn: Connection, uow_id: str) -> History:
+def unit_history(conn: Connection, uow_id: str,
+                 first: Sequence[tuple[Any, Mapping[str, Any]]] = ()) -> History:
     """The unit's record (None: not recorded), its attempts in number order, observations in
-    observation order and decisions in recording order, in ``conn``'s transaction."""
+    observation order and decisions in recording order, in ``conn``'s transaction; ``first``:
+    statements (built in ``twice.ledger.prepared``) that change none of them, run before the
+    reads in the same round trip (a lease given back)."""
     params = {"uow_id": uow_id}
     unit = units.known(conn, uow_id)
     attempts = attempt_rows.known(conn, uow_id)
     seen = known_entries(conn, observations, OBSERVATION, uow_id, _OBSERVATION_ORDER)
     decided = known_entries(conn, decisions, DECISION, uow_id, _DECISION_ORDER)
-    reads: list[tuple[Any, Mapping[str, Any]]] = []
+    reads: list[tuple[Any, Mapping[str, Any]]] = list(first)
     if unit is None:
         reads.append((units.BY_ID, params))
     if attempts is None:
@@ -48,7 +51,7 @@ def unit_history(conn: Connection, uow_id: str) -> History:
         reads.append((entries_query(observations, _OBSERVATION_ORDER), params))
     if decided is None:
         reads.append((entries_query(decisions, _DECISION_ORDER), params))
-    answers = iter(run_together(conn, reads))
+    answers = iter(run_together(conn, reads)[len(first):])
     if unit is None:
         unit = units.remember(conn, next(answers).all())
     if attempts is None:

@@ -59,7 +59,7 @@ from twice.ledger.claims import ClaimState, claim_states
 from twice.ledger.engine import insert_ignore, is_postgres, lock_key
 from twice.ledger.errors import LedgerError
 from twice.ledger.journal import insert_observation
-from twice.ledger.prepared import prepare, rows_where, run, update_where
+from twice.ledger.prepared import prepare, rows_where, run, updated_where
 from twice.ledger.records import (
     LEASE_SOURCE,
     LEASE_TAKEOVER_STATE,
@@ -356,10 +356,14 @@ def _extend(
 
 def release_lease(conn: Connection, *, uow_id: str, holder: str, clock: Clock) -> bool:
     """Give the lease back; False if ``holder`` did not hold it (nothing is changed then)."""
-    now = clock()
-    result = update_where(conn, leases, {"uow_id": uow_id, "holder": _holder(holder)},
-                          {"released_at": now}, null=("released_at",))
-    return result.rowcount == 1
+    return run(conn, *releasing(uow_id, holder, clock())).rowcount == 1
+
+
+def releasing(uow_id: str, holder: str, now: datetime) -> tuple[Any, dict[str, Any]]:
+    """:func:`release_lease`'s statement and parameters, to run with others
+    (``prepared.run_together``)."""
+    return updated_where(leases, {"uow_id": uow_id, "holder": _holder(holder)},
+                         {"released_at": now}, null=("released_at",))
 
 
 def _active(pool: str, now: datetime) -> tuple[ColumnElement[bool], ...]:

@@ -111,8 +111,15 @@ def update_where(
 ) -> Ran:
     """Set ``values`` in the rows of ``table`` whose columns equal ``where`` (and whose
     ``null`` columns are NULL)."""
+    return run(conn, *updated_where(table, where, values, null=null))
+
+
+def updated_where(table: Table, where: Mapping[str, Any], values: Mapping[str, Any], *,
+                  null: tuple[str, ...] = ()) -> tuple[Update, dict[str, Any]]:
+    """:func:`update_where`'s statement and parameters, to run with others
+    (:func:`run_together`)."""
     params = {**values, **{WHERE_PREFIX + name: value for name, value in where.items()}}
-    return run(conn, updating(table, *where, null=null), params)
+    return updating(table, *where, null=null), params
 
 
 def prepare(statement: Executable) -> Any:

@@ -59,7 +59,7 @@ from twice.ledger.faults import DEFAULT_RETRY_SECONDS, classify
 from twice.ledger.fingerprints import FingerprintStore
 from twice.ledger.generations import GenerationStore
 from twice.ledger.history import History, unit_history
-from twice.ledger.lease import LeaseStore
+from twice.ledger.lease import LeaseStore, releasing
 from twice.ledger.migrations import check_readable, migrate, read_identity, read_version
 from twice.ledger.observations import ObservationStore
 from twice.ledger.records import (
@@ -357,6 +357,13 @@ class Ledger(Closeable):
 
     def unit(self, uow_id: str) -> UnitRecord | None:
         return self._units.get(uow_id)
+
+    def release_lease_and_read(self, uow_id: str, holder: str) -> History:
+        """Give the lease back (as :meth:`release_lease`, without saying whether ``holder``
+        held it) and read the unit's :meth:`history`, in one round trip on PostgreSQL: the
+        end of a unit that succeeded, whose history is what the executor plans on next."""
+        with self._session.write() as conn:
+            return unit_history(conn, uow_id, [releasing(uow_id, holder, self._session.now())])
 
     def history(self, uow_id: str) -> History:
         """The unit's record, attempts, observations and decisions, as :meth:`unit`,
