@@ -91,3 +91,26 @@ def test_restart_bench_on_postgresql_runs_and_drops_its_databases(postgres_url: 
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "6 units verified, 72 new" in done.stdout and "time to new work" in done.stdout
     assert restart_databases() == before
+
+
+def test_unit_ab_bench_runs_both_sides_in_turn() -> None:
+    """``bench_unit_ab.py`` (docs/benchmarks.md): both sides run, each in its own process; the
+    baseline's side imports twice from ``--baseline-src`` (here a copy of this checkout's
+    source that marks itself, so the test sees which side imported which)."""
+    import shutil
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as place:
+        baseline = Path(place) / "src"
+        shutil.copytree(ROOT / "src", baseline, ignore=shutil.ignore_patterns("__pycache__"))
+        marker = Path(place) / "imported-from-baseline"
+        init = baseline / "twice" / "__init__.py"
+        init.write_text(init.read_text() + f"\nopen({str(marker)!r}, 'a').write('x')\n")
+        done = subprocess.run(
+            [sys.executable, str(ROOT / "bench" / "bench_unit_ab.py"), "--baseline-src",
+             str(baseline), "--engine", "sqlite", "--units", "2", "--repeat", "2"],
+            capture_output=True, text=True, timeout=300, cwd=ROOT, check=False,
+        )
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        assert "before  wall median" in done.stdout and "after   wall median" in done.stdout
+        assert marker.read_text() == "xx"  # the baseline's two runs, and only those
