@@ -83,6 +83,43 @@ def test_history_is_the_four_reads(ledger: Ledger, clock: FakeClock, seed: int) 
     assert ledger.history("no such unit") == (None, [], [], [])
 
 
+class RoundTrips:
+    """Round trips the ledger's psycopg connections make: a statement outside a pipeline, or
+    a whole pipeline."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.count = 0
+        self.piped = 0
+        self.pipelines = 0
+        execute, pipeline = psycopg.Cursor.execute, psycopg.Connection.pipeline
+        trips = self
+
+        def counted_execute(cursor: Any, *args: Any, **kw: Any) -> Any:
+            if not trips.piped:
+                trips.count += 1
+            return execute(cursor, *args, **kw)
+
+        class Counted:
+            def __init__(self, conn: Any) -> None:
+                self.inner = pipeline(conn)
+
+            def __enter__(self) -> Any:
+                trips.count += 1
+                trips.pipelines += 1
+                trips.piped += 1
+                return self.inner.__enter__()
+
+            def __exit__(self, *exc: Any) -> Any:
+                trips.piped -= 1
+                return self.inner.__exit__(*exc)
+
+        monkeypatch.setattr(psycopg.Cursor, "execute", counted_execute)
+        def counted_pipeline(conn: Any) -> Counted:
+            return Counted(conn)
+
+        monkeypatch.setattr(psycopg.Connection, "pipeline", counted_pipeline)
+
+
 @pytest.mark.postgres
 def test_postgres_reads_the_history_in_one_round_trip(
     postgres_url: str, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
@@ -92,18 +129,11 @@ def test_postgres_reads_the_history_in_one_round_trip(
         ledger.record_unit(uow)
         _record_some(ledger, clock, uow.uow_id, random.Random(7))
         ledger.record_observation(uow.uow_id, "running", source="test")
-        entered: list[int] = []
-        real = psycopg.Connection.pipeline
-
-        def counted(self: psycopg.Connection[Any]) -> Any:
-            entered.append(1)
-            return real(self)
-
-        monkeypatch.setattr(psycopg.Connection, "pipeline", counted)
+        trips = RoundTrips(monkeypatch)
         with ledger.snapshot():
             history = ledger.history(uow.uow_id)
         monkeypatch.undo()
-        assert entered == [1]
+        assert (trips.pipelines, trips.count) == (1, 1)  # one pipeline, nothing sent alone
         assert history == _one_by_one(ledger, uow.uow_id)
         assert history[2]  # the observations were read, not known
 
@@ -122,41 +152,6 @@ def test_a_failing_read_of_a_batch_raises_as_the_connection_would(postgres_url: 
                     run_together(conn, [(good, {}), (bad, {})])
             with conn.begin():  # the connection serves on, through its kept cursor too
                 assert run(conn, good, {}).all() == [{"one": 1}]
-
-
-class RoundTrips:
-    """Round trips the ledger's psycopg connections make: a statement outside a pipeline, or
-    a whole pipeline."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.count = 0
-        self.piped = 0
-        execute, pipeline = psycopg.Cursor.execute, psycopg.Connection.pipeline
-        trips = self
-
-        def counted_execute(cursor: Any, *args: Any, **kw: Any) -> Any:
-            if not trips.piped:
-                trips.count += 1
-            return execute(cursor, *args, **kw)
-
-        class Counted:
-            def __init__(self, conn: Any) -> None:
-                self.inner = pipeline(conn)
-
-            def __enter__(self) -> Any:
-                trips.count += 1
-                trips.piped += 1
-                return self.inner.__enter__()
-
-            def __exit__(self, *exc: Any) -> Any:
-                trips.piped -= 1
-                return self.inner.__exit__(*exc)
-
-        monkeypatch.setattr(psycopg.Cursor, "execute", counted_execute)
-        def counted_pipeline(conn: Any) -> Counted:
-            return Counted(conn)
-
-        monkeypatch.setattr(psycopg.Connection, "pipeline", counted_pipeline)
 
 
 @pytest.mark.postgres

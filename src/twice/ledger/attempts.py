@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import datetime
-from typing import Any
 
 from sqlalchemy import bindparam, func, select
 from sqlalchemy.engine import Connection
@@ -21,7 +20,7 @@ from twice.ledger.journal import (
     insert_after_event_also,
     update_after_event,
 )
-from twice.ledger.prepared import Ahead, Ran, prepare, rows_where, run
+from twice.ledger.prepared import Ahead, Ran, prepare, rows_where, run, run_one
 from twice.ledger.records import AttemptRecord
 from twice.ledger.rows import ATTEMPT, first
 from twice.ledger.schema import attempts, job_generations
@@ -129,7 +128,7 @@ class AttemptStore:
 
     def all(self, uow_id: str) -> list[AttemptRecord]:
         with self._session.read() as conn:
-            return list(_all(conn, uow_id))
+            return list(all_of(conn, uow_id))
 
     def get(self, uow_id: str, number: int) -> AttemptRecord | None:
         with self._session.read() as conn:
@@ -147,34 +146,31 @@ _MAX_NUMBER = prepare(
 _ALL = rows_where(attempts, "uow_id", order=("number",))
 
 
-def _all(conn: Connection, uow_id: str) -> tuple[AttemptRecord, ...]:
+def all_of(conn: Connection, uow_id: str) -> tuple[AttemptRecord, ...]:
     """The unit's attempts in number order, read once per transaction: every write to them
     (``begin``, ``close``, a lease takeover) forgets what was read (``changed``)."""
-    found = known(conn, uow_id)
-    if found is None:
-        found = remember(conn, uow_id, run(conn, ALL, {"uow_id": uow_id}).all())
+    ahead = all_ahead(conn, uow_id)
+    if ahead is None:
+        return _read_in_transaction(conn)[uow_id]
+    found: tuple[AttemptRecord, ...] = run_one(conn, ahead)
     return found
 
 
-#: :func:`_all`'s read (parameter ``uow_id``), for ``twice.ledger.history`` too.
-ALL = _ALL
-
-
-def known(conn: Connection, uow_id: str) -> tuple[AttemptRecord, ...] | None:
-    """The unit's attempts when this transaction knows them without a read (None: read
-    them with ``ALL``)."""
+def all_ahead(conn: Connection, uow_id: str) -> Ahead | None:
+    """:func:`all_of`'s read, to run alone or with others (``prepared.run_ahead``): its
+    callback keeps the attempts until this transaction writes them, and returns them. None
+    when this transaction knows them without a read."""
     read = _read_in_transaction(conn)
-    found = read.get(uow_id)
-    if found is None and inserted.known_empty(conn, attempts.name, uow_id):
-        found = read[uow_id] = ()
-    return found
+    if uow_id not in read and inserted.known_empty(conn, attempts.name, uow_id):
+        read[uow_id] = ()
+    if uow_id in read:
+        return None
 
+    def keep(ran: Ran) -> tuple[AttemptRecord, ...]:
+        found = read[uow_id] = tuple(ATTEMPT(row) for row in ran.all())
+        return found
 
-def remember(conn: Connection, uow_id: str, rows: list[dict[str, Any]]
-             ) -> tuple[AttemptRecord, ...]:
-    """The attempts from the rows of ``ALL``, kept until this transaction writes them."""
-    found = _read_in_transaction(conn)[uow_id] = tuple(ATTEMPT(row) for row in rows)
-    return found
+    return _ALL, {"uow_id": uow_id}, keep
 
 
 def changed(conn: Connection, uow_id: str) -> None:
@@ -205,30 +201,29 @@ def locked(conn: Connection, uow_id: str, number: int) -> AttemptRecord:
     """Attempt ``number`` of ``uow_id``, its row locked for the rest of the transaction: read
     once while this transaction does not write it (no other can while the lock is held; on
     SQLite the transaction excludes every other writer)."""
-    held = _locked_in_transaction(conn)
-    found = held.get((uow_id, number))
-    if found is not None:
-        return found
-    found = first(conn, _LOCKED, ATTEMPT, params={"uow_id": uow_id, "number": number})
+    ahead = locked_ahead(conn, uow_id, number)
+    found: AttemptRecord | None = (_locked_in_transaction(conn)[(uow_id, number)]
+                                   if ahead is None else run_one(conn, ahead))
     if found is None:
         raise LedgerError(f"unit of work {uow_id} has no attempt {number}")
-    units.attempt_seen(conn, uow_id, number)
-    held[(uow_id, number)] = found
     return found
 
 
 def locked_ahead(conn: Connection, uow_id: str, number: int) -> Ahead | None:
-    """:func:`locked`'s read, to run with others (``prepared.run_ahead``): it keeps what it
-    finds as :func:`locked` does, which then reads nothing. None: already held."""
+    """:func:`locked`'s read, to run alone or with others (``prepared.run_ahead``): its
+    callback keeps the attempt as held and returns it (None: no such attempt). None: already
+    held."""
     held = _locked_in_transaction(conn)
     if (uow_id, number) in held:
         return None
 
-    def keep(ran: Ran) -> None:
+    def keep(ran: Ran) -> AttemptRecord | None:
         row = ran.first()
-        if row is not None:
-            units.attempt_seen(conn, uow_id, number)
-            held[(uow_id, number)] = ATTEMPT(row)
+        if row is None:
+            return None
+        units.attempt_seen(conn, uow_id, number)
+        found = held[(uow_id, number)] = ATTEMPT(row)
+        return found
 
     return _LOCKED, {"uow_id": uow_id, "number": number}, keep
 

@@ -279,13 +279,9 @@ class ClaimIntents:
             self._held.discard(uow_id)
             if self._conn is None:
                 return
-            try:  # and tell the workers waiting (``wait_for_change``), in the same round trip
-                self._conn.execute(
-                    text("SELECT pg_advisory_unlock(hashtextextended(:key, 0)), "
-                         f"pg_notify('{CHANNEL}', '')"),
-                    {"key": _INTENT_PREFIX + uow_id})
-            except Exception:
-                self._drop()  # closing the connection ends every intent it held
+            # and tell the workers waiting (``wait_for_change``), in the same round trip
+            self._returning.append(uow_id)
+            self._flush()
 
     def forget_changes(self) -> None:
         """Drop the changes told so far (``wait_for_change``): the caller is about to read

@@ -33,7 +33,7 @@ from sqlalchemy.pool import StaticPool
 from twice.core.extras import require
 from twice.core.secrets import redact, redact_url
 from twice.ledger.errors import LedgerError
-from twice.ledger.prepared import Ahead, Ran, inserting_new, prepare, run
+from twice.ledger.prepared import Ahead, inserting_new, prepare, run
 from twice.ledger.schema import locks
 
 DEFAULT_PATH = "twice-ledger.db"
@@ -338,11 +338,7 @@ def lock_key_ahead(conn: Connection, kind: str, name: str) -> Ahead | None:
     after it run once the lock is held). None on SQLite, which needs none."""
     if not is_postgres(conn):
         return None
-    return _LOCK_ROW, {"kind": kind, "name": name}, _ignore
-
-
-def _ignore(ran: Ran) -> None:
-    return None
+    return _LOCK_ROW, {"kind": kind, "name": name}, None
 
 
 _LOCK_ROW = prepare(

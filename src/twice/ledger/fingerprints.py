@@ -60,7 +60,7 @@ class FingerprintStore:
             latest: list[FingerprintRecord | None] = []
             run_ahead(conn, [
                 lock_key_ahead(conn, "fingerprint", f"{destination}\x1f{partition}"),
-                None if uow_id is None else units.locked_ahead(conn, uow_id),
+                None if uow_id is None else units.find_ahead(conn, uow_id, lock=True),
                 None if uow_id is None or attempt is None
                 else attempt_rows.locked_ahead(conn, uow_id, attempt),
                 (_LATEST, {"destination": destination, "partition": partition},

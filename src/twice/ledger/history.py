@@ -3,23 +3,22 @@
 The planner's evidence (``twice.engine.evidence.gather_evidence``) reads these four for every
 decision, and once more at the end of each successful unit. They are independent reads, so on
 PostgreSQL those this transaction does not already know are sent together and answered in one
-round trip (``prepared.run_together``) instead of one each (issue 38). Each is the read its own
-module makes, and what a transaction has read or written is used as those modules use it
-(``units.known``, ``attempts.known``, ``journal.known_entries``): the result is the same as
-the four reads one by one.
+round trip (``prepared.run_ahead``) instead of one each (issue 38). Each is its own module's
+read (``units.find_ahead``, ``attempts.all_ahead``, ``journal.entries_ahead``), which keeps
+what it reads and skips what the transaction knows as the one-by-one reads do: the result is
+the same as the four reads one by one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from sqlalchemy.engine import Connection
 
 from twice.ledger import attempts as attempt_rows
 from twice.ledger import units
-from twice.ledger.journal import entries_query, known_entries
-from twice.ledger.prepared import run_together
+from twice.ledger.journal import entries_ahead, known_entries
+from twice.ledger.prepared import Ahead, run_ahead
 from twice.ledger.records import AttemptRecord, DecisionRecord, ObservationRecord, UnitRecord
 from twice.ledger.rows import DECISION, OBSERVATION
 from twice.ledger.schema import decisions, observations
@@ -31,33 +30,25 @@ _OBSERVATION_ORDER = ("observed_at", "seq")  # as ObservationStore.all orders th
 _DECISION_ORDER = ("seq",)
 
 
-def unit_history(conn: Connection, uow_id: str,
-                 first: Sequence[tuple[Any, Mapping[str, Any]]] = ()) -> History:
+def unit_history(conn: Connection, uow_id: str, first: Sequence[Ahead] = ()) -> History:
     """The unit's record (None: not recorded), its attempts in number order, observations in
     observation order and decisions in recording order, in ``conn``'s transaction; ``first``:
-    statements (built in ``twice.ledger.prepared``) that change none of them, run before the
-    reads in the same round trip (a lease given back)."""
-    params = {"uow_id": uow_id}
-    unit = units.known(conn, uow_id)
-    attempts = attempt_rows.known(conn, uow_id)
+    statements that change none of them, run before the reads in the same round trip (a lease
+    given back)."""
     seen = known_entries(conn, observations, OBSERVATION, uow_id, _OBSERVATION_ORDER)
     decided = known_entries(conn, decisions, DECISION, uow_id, _DECISION_ORDER)
-    reads: list[tuple[Any, Mapping[str, Any]]] = list(first)
-    if unit is None:
-        reads.append((units.BY_ID, params))
-    if attempts is None:
-        reads.append((attempt_rows.ALL, params))
-    if seen is None:
-        reads.append((entries_query(observations, _OBSERVATION_ORDER), params))
-    if decided is None:
-        reads.append((entries_query(decisions, _DECISION_ORDER), params))
-    answers = iter(run_together(conn, reads)[len(first):])
-    if unit is None:
-        unit = units.remember(conn, next(answers).all())
-    if attempts is None:
-        attempts = attempt_rows.remember(conn, uow_id, next(answers).all())
-    if seen is None:
-        seen = [OBSERVATION(row) for row in next(answers).all()]
-    if decided is None:
-        decided = [DECISION(row) for row in next(answers).all()]
-    return unit, list(attempts), seen, decided
+    reads = [
+        units.find_ahead(conn, uow_id),
+        attempt_rows.all_ahead(conn, uow_id),
+        None if seen is not None
+        else entries_ahead(observations, OBSERVATION, uow_id, _OBSERVATION_ORDER),
+        None if decided is not None
+        else entries_ahead(decisions, DECISION, uow_id, _DECISION_ORDER),
+    ]
+    unit, attempts, seen_now, decided_now = run_ahead(conn, [*first, *reads])[len(first):]
+    if reads[0] is None:  # known in this transaction: no read
+        unit = units.find(conn, uow_id)
+    if reads[1] is None:
+        attempts = attempt_rows.all_of(conn, uow_id)
+    return (unit, list(attempts), seen if seen is not None else seen_now,
+            decided if decided is not None else decided_now)

@@ -20,11 +20,13 @@ from twice.ledger import inserted
 from twice.ledger.engine import insert_ignore
 from twice.ledger.prepared import (
     WHERE_PREFIX,
+    Ahead,
     inserting,
     inserting_returning,
     prepare,
     rows_where,
     run,
+    run_one,
     update_where,
     updating,
 )
@@ -253,20 +255,23 @@ def unit_entries(
     known = known_entries(conn, table, build, uow_id, names)
     if known is not None:
         return known
-    return [build(row) for row in run(conn, entries_query(table, names),
-                                      {"uow_id": uow_id}).all()]
+    found: list[R] = run_one(conn, entries_ahead(table, build, uow_id, names))
+    return found
 
 
 def known_entries(conn: Connection, table: Table, build: RowMapper[R], uow_id: str,
                   names: tuple[str, ...]) -> list[R] | None:
     """:func:`unit_entries` ordered by the columns ``names``, when this transaction knows them
-    without a read (``twice.ledger.inserted``); None: read them (``entries_query``)."""
+    without a read (``twice.ledger.inserted``); None: read them (``entries_ahead``)."""
     known = inserted.known_rows(conn, table.name, uow_id)
     if known is None:
         return None
     return [build(row) for row in sorted(known, key=lambda row: [row[n] for n in names])]
 
 
-def entries_query(table: Table, names: tuple[str, ...]) -> Any:
-    """The read of :func:`unit_entries` (parameter ``uow_id``), built once."""
-    return rows_where(table, "uow_id", order=names)
+def entries_ahead(table: Table, build: RowMapper[R], uow_id: str, names: tuple[str, ...]
+                  ) -> Ahead:
+    """:func:`unit_entries`' read, ordered by the columns ``names``, to run alone or with
+    others (``prepared.run_ahead``); its callback returns the records."""
+    return (rows_where(table, "uow_id", order=names), {"uow_id": uow_id},
+            lambda ran: [build(row) for row in ran.all()])

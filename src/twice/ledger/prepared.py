@@ -391,18 +391,34 @@ def run_together(conn: Connection, statements: Sequence[tuple[Any, Mapping[str, 
             cursor.close()
 
 
-#: A statement to run with others (:func:`run_ahead`): the statement, its parameters, and what
-#: to do with its result (keep it where the code that needs it next will find it).
-Ahead = tuple[Any, Mapping[str, Any], Callable[[Ran], None]]
+#: A read that can run with others (:func:`run_ahead`) or alone (:func:`run_one`): the
+#: statement, its parameters, and what to make of its result (the callback keeps it where the
+#: code that needs it next finds it, and returns it; None: nothing to make of it).
+Ahead = tuple[Any, Mapping[str, Any], Callable[[Ran], Any] | None]
 
 
-def run_ahead(conn: Connection, ahead: Sequence[Ahead | None]) -> None:
+def run_ahead(conn: Connection, ahead: Sequence[Ahead | None]) -> list[Any]:
     """Run the statements of ``ahead`` (None: nothing to run for that one) together
-    (:func:`run_together`), each result handed to its callback, in order."""
+    (:func:`run_together`), each result handed to its callback, in order; what the callbacks
+    returned, in ``ahead``'s places (None for those not run; the result itself for one
+    without a callback)."""
     present = [one for one in ahead if one is not None]
-    ran = run_together(conn, [(statement, values) for statement, values, _ in present])
-    for result, (_, _, then) in zip(ran, present, strict=True):
-        then(result)
+    ran = iter(run_together(conn, [(statement, values) for statement, values, _ in present]))
+    found: list[Any] = []
+    for one in ahead:
+        if one is None:
+            found.append(None)
+            continue
+        result = next(ran)
+        found.append(result if one[2] is None else one[2](result))
+    return found
+
+
+def run_one(conn: Connection, ahead: Ahead) -> Any:
+    """The read ``ahead`` run alone (:func:`run`), its result handed to its callback."""
+    statement, values, then = ahead
+    ran = run(conn, statement, values)
+    return ran if then is None else then(ran)
 
 
 def _through_sqlalchemy(conn: Connection, statement: Any, params: Mapping[str, Any] | None

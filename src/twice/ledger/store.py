@@ -363,7 +363,8 @@ class Ledger(Closeable):
         held it) and read the unit's :meth:`history`, in one round trip on PostgreSQL: the
         end of a unit that succeeded, whose history is what the executor plans on next."""
         with self._session.write() as conn:
-            return unit_history(conn, uow_id, [releasing(uow_id, holder, self._session.now())])
+            return unit_history(conn, uow_id,
+                                [(*releasing(uow_id, holder, self._session.now()), None)])
 
     def history(self, uow_id: str) -> History:
         """The unit's record, attempts, observations and decisions, as :meth:`unit`,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
 
 from sqlalchemy.engine import Connection
 
@@ -13,9 +12,9 @@ from twice.ledger.checks import aware, count, text
 from twice.ledger.engine import is_postgres
 from twice.ledger.errors import LedgerError, UnknownUnitError
 from twice.ledger.journal import event_row, insert_new_then_event
-from twice.ledger.prepared import Ahead, Ran, rows_where, run
+from twice.ledger.prepared import Ahead, Ran, rows_where, run, run_one
 from twice.ledger.records import UnitRecord
-from twice.ledger.rows import UNIT, first
+from twice.ledger.rows import UNIT
 from twice.ledger.schema import attempts, units
 from twice.ledger.session import Session, transaction_memo
 
@@ -89,54 +88,33 @@ def find(conn: Connection, uow_id: str, *, lock: bool = False) -> UnitRecord | N
     """The unit's record; read once per transaction (a unit never changes once recorded)
     unless ``lock`` asks for its row lock on PostgreSQL and this transaction does not hold it
     yet (SQLite's writers are serialised by the transaction itself)."""
+    ahead = find_ahead(conn, uow_id, lock=lock)
+    if ahead is None:
+        return _known_in_transaction(conn)[uow_id]
+    found: UnitRecord | None = run_one(conn, ahead)
+    return found
+
+
+def find_ahead(conn: Connection, uow_id: str, *, lock: bool = False) -> Ahead | None:
+    """:func:`find`'s read, to run alone or with others (``prepared.run_ahead``): its callback
+    keeps the record as :func:`find` does and returns it (None: no such unit). None when
+    there is nothing to read: the unit is known in this transaction (and locked if ``lock``
+    asks)."""
     known = _known_in_transaction(conn)
     locking = lock and is_postgres(conn)
     if uow_id in known and not (locking and uow_id not in _locked_in_transaction(conn)):
-        return known[uow_id]
-    record = first(conn, rows_where(units, "uow_id", lock=lock), UNIT, params={"uow_id": uow_id})
-    if record is not None:
-        known[uow_id] = record
+        return None
+
+    def keep(ran: Ran) -> UnitRecord | None:
+        row = ran.first()
+        if row is None:
+            return None
+        record = known[uow_id] = UNIT(row)
         if locking:
             _locked_in_transaction(conn).add(uow_id)
-    return record
+        return record
 
-
-#: :func:`find`'s read without a lock (parameter ``uow_id``), for ``twice.ledger.history``.
-BY_ID = rows_where(units, "uow_id")
-
-
-def locked_ahead(conn: Connection, uow_id: str) -> Ahead | None:
-    """``find(conn, uow_id, lock=True)``'s read, to run with others (``prepared.run_ahead``):
-    it keeps what it finds as :func:`find` does, so the next ``find`` or :func:`require` of
-    the unit in this transaction reads nothing. None: nothing to read (known, and locked if
-    it must be)."""
-    known = _known_in_transaction(conn)
-    locking = is_postgres(conn)
-    if uow_id in known and not (locking and uow_id not in _locked_in_transaction(conn)):
-        return None
-
-    def keep(ran: Ran) -> None:
-        row = ran.first()
-        if row is not None:
-            known[uow_id] = UNIT(row)
-            if locking:
-                _locked_in_transaction(conn).add(uow_id)
-
-    return rows_where(units, "uow_id", lock=True), {"uow_id": uow_id}, keep
-
-
-def known(conn: Connection, uow_id: str) -> UnitRecord | None:
-    """The unit's record when this transaction has read or recorded it (None: read it)."""
-    return _known_in_transaction(conn).get(uow_id)
-
-
-def remember(conn: Connection, rows: list[dict[str, Any]]) -> UnitRecord | None:
-    """The unit's record from the rows of ``BY_ID``, kept as :func:`find` keeps it."""
-    if not rows:
-        return None
-    record = UNIT(rows[0])
-    _known_in_transaction(conn)[record.uow_id] = record
-    return record
+    return rows_where(units, "uow_id", lock=lock), {"uow_id": uow_id}, keep
 
 
 def _known_in_transaction(conn: Connection) -> dict[str, UnitRecord]:
