@@ -20,9 +20,11 @@ Per unit, on each pass:
 - otherwise the executor runs it (its result is the worker's result for that unit).
 
 Choosing without serialising (issue 38): the state of the units ahead (their latest attempt,
-lease and slot's writer) is read for up to ``READ_AHEAD`` of them in one consistent read
-(``Ledger.claim_states``), again after each unit this worker runs, so a worker walking past
-units others hold or finished costs no round trip per unit. Before handing a unit to the
+lease and slot's writer) is read for several of them in one consistent read
+(``Ledger.claim_states``): ``READ_AHEAD_FIRST`` at the start of a pass and after each unit this
+worker runs (it runs the next one, mostly: reading more would be read again after the run),
+twice as many at each read after that, up to ``READ_AHEAD``, so a worker walking past units
+others hold or finished costs no round trip per unit. Before handing a unit to the
 executor a worker takes its claim intent (``Ledger.claim_intents``, PostgreSQL): a unit another
 worker is claiming at that instant is skipped for the next one instead of waited for (its
 claiming transaction holds the unit's rows until it commits), and looked at again on the next
@@ -197,7 +199,10 @@ class _Go:
 RUN = _Run()
 GO = _Go()
 
-#: How many open units ahead a worker reads the state of at once (one read per run unit).
+#: How many open units ahead a worker reads the state of at once: ``READ_AHEAD_FIRST`` at the
+#: start of a pass and after each unit it runs, twice the last number at each read with no run
+#: between, at most ``READ_AHEAD``.
+READ_AHEAD_FIRST = 2
 READ_AHEAD = 32
 #: After losing a unit to another worker's claim, a worker leaves up to this many free units
 #: after it (chosen at random) to others and claims the next one: workers that went for the
@@ -379,6 +384,7 @@ class Worker:
             claimed_elsewhere = False  # a unit skipped: another worker was claiming it
             spread = 0  # free units still to leave to others after a conflict (see SPREAD)
             ahead: dict[tuple[str, Interval], tuple[UnitOfWork, ClaimState]] = {}
+            reading = READ_AHEAD_FIRST  # how many the next read ahead takes
             pending = list(open_units)
             for position, item in enumerate(pending):
                 if self.stopping:
@@ -388,7 +394,8 @@ class Worker:
                 unit: WorkerUnit | _Run | _Go | None = self._ready(item, settled)
                 if unit is GO:
                     if (item.task, item.interval) not in ahead:
-                        ahead = self._read_ahead(pending, position, settled)
+                        ahead = self._read_ahead(pending, position, settled, reading)
+                        reading = min(2 * reading, READ_AHEAD)
                     seen = ahead.get((item.task, item.interval))
                     unit = RUN if seen is None else self._judge(item, *seen, since)
                 if unit is None:
@@ -420,6 +427,7 @@ class Worker:
                         if item.uow_id is not None:  # ended with the next take (or wait)
                             intents.give_back_later(item.uow_id)
                     ahead = {}  # read afresh: others moved on while this unit ran
+                    reading = READ_AHEAD_FIRST
                     if unit is None:  # another holder took the lease first: revisit
                         self.conflicts += 1
                         continue
@@ -485,15 +493,15 @@ class Worker:
 
     def _read_ahead(
         self, pending: Sequence[_Open], position: int,
-        settled: Mapping[tuple[str, Interval], WorkerUnit],
+        settled: Mapping[tuple[str, Interval], WorkerUnit], count: int,
     ) -> dict[tuple[str, Interval], tuple[UnitOfWork, ClaimState]]:
-        """The units of the next ``READ_AHEAD`` open items from ``position`` whose dependencies
+        """The units of the next ``count`` open items from ``position`` whose dependencies
         let them be looked at, each identified afresh (its input version covers its upstream's
         current output), with their ledger state read in one consistent read: one read per
         unit this worker runs, not one per unit it walks past."""
         found: dict[tuple[str, Interval], UnitOfWork] = {}
         for item in pending[position:]:
-            if len(found) >= READ_AHEAD:
+            if len(found) >= count:
                 break
             key = (item.task, item.interval)
             if key in settled or self._ready(item, settled) is not GO:
