@@ -26,6 +26,7 @@ import pyarrow as pa
 
 from twice.define.schedule import Schedule
 from twice.destinations import open_destination
+from twice.destinations.base import SqlDestination
 from twice.destinations.commits import WriteStamp
 
 SCHEDULE = Schedule.daily("UTC")
@@ -109,3 +110,66 @@ def test_concurrent_stamped_first_writes_of_several_tables_all_commit(postgres_u
     assert errors == []
     with psycopg.connect(postgres_url) as conn:
         assert conn.execute("SELECT count(*) FROM twice_commits").fetchone() == (writers,)
+
+
+def test_a_writer_that_looked_for_twice_commits_in_its_transaction_sees_it_created_meanwhile(
+        postgres_url: str) -> None:
+    """The server's own look, not a stub's: the write's fence step asks the server whether
+    ``twice_commits`` exists (in the write's transaction, before the creation lock). Found by
+    the workers benchmark again (8 workers, about one fleet in five): PostgreSQL remembered
+    that answer for the rest of the transaction (a negative entry of its catalog cache, which
+    waiting for an advisory lock does not refresh), so a writer that queued on the creation
+    lock while another created the table still found no table after the wait, sent
+    ``CREATE INDEX IF NOT EXISTS`` and held SHARE on ``twice_commits`` (the same deadlock as
+    above). Here the other creator is a plain session that holds the creation lock, creates
+    the table and commits while the writer waits."""
+    spec = f"{postgres_url}?partition_column=day#public.waited"
+    day = date(2026, 11, 3)
+    with psycopg.connect(postgres_url, autocommit=True) as setup:
+        setup.execute("CREATE TABLE public.waited (day date, n bigint)")
+    held: list[tuple[str, str]] = []
+    errors: list[BaseException] = []
+    with open_destination(spec) as late, psycopg.connect(postgres_url) as creator:
+        late.schema()
+        pid = late.connection.info.backend_pid
+        creator.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
+                        ["twice_commits|create|public"])
+        real_add = late._add_columns
+
+        def add_columns(tx: Any, added: Any) -> Any:  # after the creation step, in the write
+            with psycopg.connect(postgres_url) as watcher:
+                held.extend(watcher.execute(
+                    "SELECT c.relname, l.mode FROM pg_locks l JOIN pg_class c ON c.oid = "
+                    "l.relation WHERE l.pid = %s AND l.granted", [pid]).fetchall())
+            return real_add(tx, added)
+
+        late._add_columns = add_columns  # type: ignore[method-assign]
+
+        def write() -> None:
+            try:
+                late.replace_partition(_rows(day), SCHEDULE.interval_for(day),
+                                       stamp=_stamp(day, 1))
+            except BaseException as exc:  # collected: asserted below
+                errors.append(exc)
+
+        writer = threading.Thread(target=write)
+        writer.start()
+        with psycopg.connect(postgres_url, autocommit=True) as watcher:
+            for _ in range(600):  # until the writer waits on the creation lock (a hang guard)
+                waiting = watcher.execute(
+                    "SELECT count(*) FROM pg_locks WHERE pid = %s AND locktype = 'advisory' "
+                    "AND NOT granted", [pid]).fetchone()
+                if waiting and waiting[0]:
+                    break
+                threading.Event().wait(0.05)
+            else:
+                raise AssertionError("the writer never waited on the creation lock")
+        # created the way twice creates it, by the session holding the creation lock
+        with creator.cursor() as cursor:
+            SqlDestination._create_commits_table(late, cursor)  # type: ignore[arg-type]
+        creator.commit()
+        writer.join(60)
+    assert errors == [] and held, errors
+    strong = {(table, mode) for table, mode in held
+              if table in ("waited", "twice_commits") and mode in STRONG}
+    assert strong == set(), held

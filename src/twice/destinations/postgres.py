@@ -70,6 +70,11 @@ _COPY_BATCH_ROWS = 65_536
 #: Connections handed back by closed destinations, for the next unit (see idle_connections).
 IDLE: IdleConnections[psycopg.Connection[Any]] = IdleConnections(
     lambda conn: conn.pgconn.socket, lambda conn: conn.close())
+#: What the server raises when it rolls a transaction back on its own, a deadlock's victim or a
+#: serialization failure (even at COMMIT): nothing landed, and running the write again is the
+#: remedy (PostgreSQL's documentation, "Serialization Failure Handling"). The rest of SQLSTATE
+#: class 40 is not: 40002 (a deferred constraint failed at commit) fails again, 40003 is unknown.
+ROLLED_BACK = (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure)
 #: How long a writer waits for an advisory lock another writer of the same slot holds.
 ADVISORY_WAIT_SECONDS = 300.0
 _STREAM_BATCH_ROWS = 10_000
@@ -214,6 +219,11 @@ class PostgresDestination(SqlDestination["psycopg.Connection[Any]"]):
                     self._schema_in_write = None
                     self._clock_in_write = None
                 sent = True
+        except ROLLED_BACK as exc:  # before the OperationalError it is
+            said = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise DestinationUnavailableError(
+                f"{self.spec}: the server rolled the write back ({said}); nothing landed, "
+                "and it can run again") from exc
         except psycopg.OperationalError as exc:
             state = getattr(exc, "sqlstate", None)
             if sent and (state is None or state.startswith(("08", "57P"))):
@@ -378,9 +388,9 @@ class PostgresDestination(SqlDestination["psycopg.Connection[Any]"]):
         return [name for name in COMMIT_INDEXES if not self._table_exists(name)]
 
     def _commits_table_found(self) -> bool:
-        """Whether ``twice_commits`` exists now (what this statement sees committed)."""
-        ((found,),) = self._query("SELECT to_regclass(%s) IS NOT NULL", [self.commits_qualified])
-        return bool(found)
+        """Whether ``twice_commits`` exists now (what this statement sees committed, see
+        :meth:`_table_exists`)."""
+        return self._table_exists(COMMITS_TABLE)
 
     def _lock_previous(self, tx: psycopg.Cursor[Any]) -> None:
         """keep_previous: writers of one table queue here (side tables, version numbers)."""
@@ -391,7 +401,17 @@ class PostgresDestination(SqlDestination["psycopg.Connection[Any]"]):
         return f"{self.dialect.quote(self.schema_name or 'public')}.{self.dialect.quote(name)}"
 
     def _table_exists(self, name: str) -> bool:
-        ((found,),) = self._query("SELECT to_regclass(%s) IS NOT NULL", [self._in_schema(name)])
+        """Whether relation ``name`` exists in the destination's schema, committed as this
+        statement sees it: read from ``pg_class`` itself, not by ``to_regclass``. A name
+        lookup goes through the backend's catalog cache, which remembers a name it did not
+        find for the rest of the transaction until it processes invalidations (taking a
+        table lock does, an advisory lock does not): a writer that looked for
+        ``twice_commits`` in its fence step, then waited for the creation lock while another
+        writer created it, would still not find it (``test_postgres_late_creator.py``)."""
+        ((found,),) = self._query(
+            "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n "
+            "ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = %s)",
+            [self.schema_name or "public", name])
         return bool(found)
 
     def _commits_table_exists(self) -> bool:

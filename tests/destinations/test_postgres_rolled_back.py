@@ -1,0 +1,97 @@
+"""A write the PostgreSQL server rolls back on its own, as the victim of a deadlock, landed
+nothing and can run again: it fails as the destination being unavailable (a transient
+ending), not as the task's own error (which the executor records failed-permanent, "a retry
+would fail the same way").
+
+Found by the workers benchmark: before ``test_postgres_late_creator.py``'s fix, a deadlock
+between two first writers ended one unit failed-permanent. Any other session's locks can
+deadlock with a write in the same way (an operator's ``LOCK TABLE``, a migration), so the
+ending must not depend on that fix."""
+
+from __future__ import annotations
+
+import threading
+from datetime import date
+
+import psycopg
+import pyarrow as pa
+import pytest
+
+from twice.core.policy import RetryPolicy
+from twice.define.schedule import Schedule
+from twice.destinations import open_destination
+from twice.destinations.commits import WriteStamp
+from twice.destinations.errors import DestinationUnavailableError
+from twice.engine.attempt import classify
+
+SCHEDULE = Schedule.daily("UTC")
+
+
+def _rows(day: date) -> pa.Table:
+    return pa.table({"day": pa.array([day] * 2, pa.date32()), "n": pa.array([1, 2], pa.int64())})
+
+
+def _stamp(day: date, token: int) -> WriteStamp:
+    return WriteStamp(uow_id=f"u{token}", fence_key=f"f/{day}", generation=1, attempt=1,
+                      token=token, input_version="v1", ledger="L1", ledger_at="sqlite:///l")
+
+
+def test_a_write_chosen_as_a_deadlock_victim_is_unavailable_and_lands_nothing(
+        postgres_url: str) -> None:
+    spec = f"{postgres_url}?partition_column=day#public.victim"
+    first, second = date(2026, 11, 1), date(2026, 11, 2)
+    with open_destination(spec) as dest:
+        dest.replace_partition(_rows(first), SCHEDULE.interval_for(first), stamp=_stamp(first, 1))
+    errors: list[BaseException] = []
+    with open_destination(spec) as writer, psycopg.connect(postgres_url) as other:
+        writer.schema()
+        pid = writer.connection.info.backend_pid
+        # the other session holds SHARE on twice_commits (the write's commit record waits),
+        # and will ask for the write's fence lock: a deadlock the write is chosen to lose
+        other.execute("SET LOCAL deadlock_timeout = '60s'")
+        other.execute("LOCK TABLE public.twice_commits IN SHARE MODE")
+
+        def write() -> None:
+            try:
+                writer.replace_partition(_rows(second), SCHEDULE.interval_for(second),
+                                         stamp=_stamp(second, 2))
+            except BaseException as exc:  # collected: asserted below
+                errors.append(exc)
+
+        thread = threading.Thread(target=write)
+        thread.start()
+        with psycopg.connect(postgres_url, autocommit=True) as watcher:
+            for _ in range(600):  # until the write waits for its commit record's lock
+                row = watcher.execute(
+                    "SELECT count(*) FROM pg_locks WHERE pid = %s AND locktype = 'relation' "
+                    "AND NOT granted", [pid]).fetchone()
+                if row and row[0]:
+                    break
+                threading.Event().wait(0.05)
+            else:
+                raise AssertionError("the write never waited for the commit record's lock")
+        other.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
+                      [f"twice_commits|public.victim|f/{second}"])
+        other.rollback()
+        thread.join(60)
+    assert len(errors) == 1, errors
+    error = errors[0]
+    assert isinstance(error, DestinationUnavailableError), repr(error)
+    assert "deadlock detected" in str(error) and "nothing landed" in str(error)
+    assert isinstance(error.__cause__, psycopg.errors.DeadlockDetected)
+    assert classify(error, RetryPolicy()) == "transient"
+    with psycopg.connect(postgres_url) as check:
+        assert check.execute("SELECT count(*) FROM twice_commits").fetchone() == (1,)
+        assert check.execute("SELECT count(*) FROM public.victim WHERE day = %s",
+                             [second]).fetchone() == (0,)
+
+
+@pytest.mark.parametrize("state", ["40001", "40P01"])
+def test_the_servers_rollbacks_are_the_ones_mapped(state: str) -> None:
+    """Serialization failures and deadlocks only: the rest of SQLSTATE class 40 is not a
+    retry (40002, a deferred constraint that failed at commit) or is unknown (40003)."""
+    from twice.destinations.postgres import ROLLED_BACK
+
+    assert psycopg.errors.lookup(state) in ROLLED_BACK
+    assert psycopg.errors.lookup("40002") not in ROLLED_BACK
+    assert psycopg.errors.lookup("40003") not in ROLLED_BACK
