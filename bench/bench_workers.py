@@ -155,8 +155,11 @@ def run_fleet(db: str, workers: int, units: int, sleep: float, workdir: Path,
             raise RuntimeError(f"a worker exited {proc.returncode} without a report: "
                                f"{err.strip()[-2000:]}") from None
         if proc.returncode != 0:
+            failed = [f"{u['task']} {u['interval']}: {u['outcome']}: {u['reason']}"
+                      + (f" ({u['result'].get('error')})" if u.get("result") else "")
+                      for u in reports[-1]["units"] if u["outcome"] != "succeeded"]
             raise RuntimeError(f"worker {reports[-1]['worker']} exited {proc.returncode}: "
-                               f"{reports[-1]['counts']}")
+                               f"{reports[-1]['counts']}; " + "; ".join(failed))
     starts: Counter[tuple[str, str]] = Counter()
     first, last = float("inf"), 0.0
     firsts: dict[str, float] = {}  # pid -> its first task start
