@@ -321,6 +321,13 @@ def per_unit(one: Callable[[int], None], units: int, sleep: float = 0.0) -> floa
 
 # -- the configurations ----------------------------------------------------------------------
 
+#: The measures the ratios and goals read, by their names in the table.
+FLOOR = "floor: same transactions, bare script"
+SLOW_FLOOR = "floor, 0.2 s task: overhead per unit"
+NOOP = "twice, no-op task: per unit"
+SLOW = "twice, 0.2 s task: overhead per unit"
+
+
 def measure(ledger_url: Callable[[str], str], destination: Callable[[str], str],
             floor: Callable[[int, float], float], args: argparse.Namespace) -> Results:
     """Every measure of one configuration; ``floor(units, sleep)`` is its bare script's."""
@@ -331,16 +338,16 @@ def measure(ledger_url: Callable[[str], str], destination: Callable[[str], str],
     server: list[float] = []
     wall, cpu = run_twice(ledger, table, args.units, 0.0,
                           server=server if ledger.startswith("postgresql") else None)
-    results["twice, no-op task: per unit"] = wall
+    results[NOOP] = wall
     results["twice, no-op task: CPU per unit"] = cpu
     results["no-op task: local PostgreSQL server's CPU per unit"] = server[0] if server else None
     if args.slow_units:
         wall, cpu = run_twice(ledger, table, args.slow_units, SLOW_SECONDS,
                               first=FIRST_DAY + stride)
-        results["twice, 0.2 s task: overhead per unit"] = wall - SLOW_SECONDS
+        results[SLOW] = wall - SLOW_SECONDS
         results["twice, 0.2 s task: CPU per unit"] = cpu
     else:
-        results["twice, 0.2 s task: overhead per unit"] = None
+        results[SLOW] = None
         results["twice, 0.2 s task: CPU per unit"] = None
     for n, driver in enumerate(DRIVERS[1:], start=2):
         wall, _ = run_twice(ledger, table, args.units, 0.0, driver, first=FIRST_DAY + n * stride)
@@ -348,12 +355,6 @@ def measure(ledger_url: Callable[[str], str], destination: Callable[[str], str],
     results[FLOOR] = floor(args.units, 0.0)
     results[SLOW_FLOOR] = floor(args.slow_units, SLOW_SECONDS) if args.slow_units else None
     return results
-
-
-FLOOR = "floor: same transactions, bare script"
-SLOW_FLOOR = "floor, 0.2 s task: overhead per unit"
-NOOP = "twice, no-op task: per unit"
-SLOW = "twice, 0.2 s task: overhead per unit"
 
 
 def bench_sqlite(workdir: Path, args: argparse.Namespace) -> Results:

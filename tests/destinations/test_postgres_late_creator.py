@@ -22,38 +22,32 @@ from datetime import date, timedelta
 from typing import Any
 
 import psycopg
-import pyarrow as pa
+from tests.destinations.pg_writes import (
+    STRONG,
+    record_locks_in_write,
+    rows,
+    stamp,
+    wait_until_waiting,
+)
 
 from twice.define.schedule import Schedule
 from twice.destinations import open_destination
 from twice.destinations.base import SqlDestination
-from twice.destinations.commits import WriteStamp
 
 SCHEDULE = Schedule.daily("UTC")
-STRONG = {"ShareLock", "ShareRowExclusiveLock", "ExclusiveLock", "AccessExclusiveLock"}
-
-
-def _rows(day: date) -> pa.Table:
-    return pa.table({"day": pa.array([day] * 2, pa.date32()), "n": pa.array([1, 2], pa.int64())})
-
-
-def _stamp(day: date, token: int) -> WriteStamp:
-    return WriteStamp(uow_id=f"u{token}", fence_key=f"f/{day}", generation=1, attempt=1,
-                      token=token, input_version="v1", ledger="L1", ledger_at="sqlite:///l")
 
 
 def test_a_late_first_writer_takes_no_lock_on_what_it_finds_created(postgres_url: str) -> None:
     spec = f"{postgres_url}?partition_column=day#public.late"
     first_day, late_day = date(2026, 11, 1), date(2026, 11, 2)
     with open_destination(spec) as first:
-        first.replace_partition(_rows(first_day), SCHEDULE.interval_for(first_day),
-                                stamp=_stamp(first_day, 1))
+        first.replace_partition(rows(first_day), SCHEDULE.interval_for(first_day),
+                                stamp=stamp(first_day, 1))
     held: list[tuple[str, str]] = []
     with open_destination(spec) as late:
         # As the late writer saw them before the first one committed: no table, and no
         # twice_commits when its fence was taken.
         real_schema, real_seen = late.schema, late._commits_table_exists
-        real_add = late._add_columns
         calls = {"schema": 0, "seen": 0}
 
         def schema() -> Any:
@@ -64,19 +58,11 @@ def test_a_late_first_writer_takes_no_lock_on_what_it_finds_created(postgres_url
             calls["seen"] += 1
             return False if calls["seen"] == 1 else real_seen()
 
-        def add_columns(tx: Any, added: Any) -> Any:  # after the creation step, in the write
-            pid = late.connection.info.backend_pid
-            with psycopg.connect(postgres_url) as watcher:
-                held.extend(watcher.execute(
-                    "SELECT c.relname, l.mode FROM pg_locks l JOIN pg_class c ON c.oid = "
-                    "l.relation WHERE l.pid = %s AND l.granted", [pid]).fetchall())
-            return real_add(tx, added)
-
         late.schema = schema  # type: ignore[method-assign]
         late._commits_table_exists = commits_seen  # type: ignore[method-assign]
-        late._add_columns = add_columns  # type: ignore[method-assign]
-        result = late.replace_partition(_rows(late_day), SCHEDULE.interval_for(late_day),
-                                        stamp=_stamp(late_day, 2))
+        record_locks_in_write(late, postgres_url, held)
+        result = late.replace_partition(rows(late_day), SCHEDULE.interval_for(late_day),
+                                        stamp=stamp(late_day, 2))
     assert result.commit is not None and held
     strong = {(table, mode) for table, mode in held
               if table in ("late", "twice_commits") and mode in STRONG}
@@ -96,8 +82,8 @@ def test_concurrent_stamped_first_writes_of_several_tables_all_commit(postgres_u
             dest.schema()  # connected before the barrier, so the writes overlap
             barrier.wait()
             try:
-                dest.replace_partition(_rows(day), SCHEDULE.interval_for(day),
-                                       stamp=_stamp(day, token))
+                dest.replace_partition(rows(day), SCHEDULE.interval_for(day),
+                                       stamp=stamp(day, token))
             except BaseException as exc:  # collected: the assertion shows them all
                 errors.append(exc)
 
@@ -131,39 +117,20 @@ def test_a_writer_that_looked_for_twice_commits_in_its_transaction_sees_it_creat
     errors: list[BaseException] = []
     with open_destination(spec) as late, psycopg.connect(postgres_url) as creator:
         late.schema()
-        pid = late.connection.info.backend_pid
         creator.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
                         ["twice_commits|create|public"])
-        real_add = late._add_columns
-
-        def add_columns(tx: Any, added: Any) -> Any:  # after the creation step, in the write
-            with psycopg.connect(postgres_url) as watcher:
-                held.extend(watcher.execute(
-                    "SELECT c.relname, l.mode FROM pg_locks l JOIN pg_class c ON c.oid = "
-                    "l.relation WHERE l.pid = %s AND l.granted", [pid]).fetchall())
-            return real_add(tx, added)
-
-        late._add_columns = add_columns  # type: ignore[method-assign]
+        record_locks_in_write(late, postgres_url, held)
 
         def write() -> None:
             try:
-                late.replace_partition(_rows(day), SCHEDULE.interval_for(day),
-                                       stamp=_stamp(day, 1))
+                late.replace_partition(rows(day), SCHEDULE.interval_for(day),
+                                       stamp=stamp(day, 1))
             except BaseException as exc:  # collected: asserted below
                 errors.append(exc)
 
         writer = threading.Thread(target=write)
         writer.start()
-        with psycopg.connect(postgres_url, autocommit=True) as watcher:
-            for _ in range(600):  # until the writer waits on the creation lock (a hang guard)
-                waiting = watcher.execute(
-                    "SELECT count(*) FROM pg_locks WHERE pid = %s AND locktype = 'advisory' "
-                    "AND NOT granted", [pid]).fetchone()
-                if waiting and waiting[0]:
-                    break
-                threading.Event().wait(0.05)
-            else:
-                raise AssertionError("the writer never waited on the creation lock")
+        wait_until_waiting(postgres_url, late.connection.info.backend_pid, "advisory")
         # created the way twice creates it, by the session holding the creation lock
         with creator.cursor() as cursor:
             SqlDestination._create_commits_table(late, cursor)  # type: ignore[arg-type]

@@ -14,26 +14,16 @@ import threading
 from datetime import date
 
 import psycopg
-import pyarrow as pa
 import pytest
+from tests.destinations.pg_writes import rows, stamp, wait_until_waiting
 
 from twice.core.policy import RetryPolicy
 from twice.define.schedule import Schedule
 from twice.destinations import open_destination
-from twice.destinations.commits import WriteStamp
 from twice.destinations.errors import DestinationUnavailableError
 from twice.engine.attempt import classify
 
 SCHEDULE = Schedule.daily("UTC")
-
-
-def _rows(day: date) -> pa.Table:
-    return pa.table({"day": pa.array([day] * 2, pa.date32()), "n": pa.array([1, 2], pa.int64())})
-
-
-def _stamp(day: date, token: int) -> WriteStamp:
-    return WriteStamp(uow_id=f"u{token}", fence_key=f"f/{day}", generation=1, attempt=1,
-                      token=token, input_version="v1", ledger="L1", ledger_at="sqlite:///l")
 
 
 def test_a_write_chosen_as_a_deadlock_victim_is_unavailable_and_lands_nothing(
@@ -41,7 +31,7 @@ def test_a_write_chosen_as_a_deadlock_victim_is_unavailable_and_lands_nothing(
     spec = f"{postgres_url}?partition_column=day#public.victim"
     first, second = date(2026, 11, 1), date(2026, 11, 2)
     with open_destination(spec) as dest:
-        dest.replace_partition(_rows(first), SCHEDULE.interval_for(first), stamp=_stamp(first, 1))
+        dest.replace_partition(rows(first), SCHEDULE.interval_for(first), stamp=stamp(first, 1))
     errors: list[BaseException] = []
     with open_destination(spec) as writer, psycopg.connect(postgres_url) as other:
         writer.schema()
@@ -53,23 +43,14 @@ def test_a_write_chosen_as_a_deadlock_victim_is_unavailable_and_lands_nothing(
 
         def write() -> None:
             try:
-                writer.replace_partition(_rows(second), SCHEDULE.interval_for(second),
-                                         stamp=_stamp(second, 2))
+                writer.replace_partition(rows(second), SCHEDULE.interval_for(second),
+                                         stamp=stamp(second, 2))
             except BaseException as exc:  # collected: asserted below
                 errors.append(exc)
 
         thread = threading.Thread(target=write)
         thread.start()
-        with psycopg.connect(postgres_url, autocommit=True) as watcher:
-            for _ in range(600):  # until the write waits for its commit record's lock
-                row = watcher.execute(
-                    "SELECT count(*) FROM pg_locks WHERE pid = %s AND locktype = 'relation' "
-                    "AND NOT granted", [pid]).fetchone()
-                if row and row[0]:
-                    break
-                threading.Event().wait(0.05)
-            else:
-                raise AssertionError("the write never waited for the commit record's lock")
+        wait_until_waiting(postgres_url, pid, "relation")  # for its commit record's lock
         other.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
                       [f"twice_commits|public.victim|f/{second}"])
         other.rollback()

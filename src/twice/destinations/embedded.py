@@ -24,6 +24,7 @@ from twice.destinations.errors import (
     DestinationCommitUnknownError,
     DestinationSpecError,
     DestinationUnavailableError,
+    driver_said,
 )
 
 
@@ -103,8 +104,8 @@ class EmbeddedSqlDestination(SqlDestination[EConnT]):
         try:
             yield
         except self.machinery_errors as exc:
-            said = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            raise DestinationUnavailableError(f"{self.spec}: {what}: {said}") from exc
+            raise DestinationUnavailableError(
+                f"{self.spec}: {what}: {driver_said(exc)}") from exc
 
     @contextmanager
     def _transaction(self) -> Iterator[EConnT]:

@@ -12,6 +12,14 @@ from twice.errors import DestinationSpecError as DestinationSpecError
 from twice.errors import UnavailableError
 
 
+def driver_said(error: BaseException) -> str:
+    """The driver's first message line, passwords masked (a driver may echo the connection
+    string it was given): what a destination error quotes of the driver's own words."""
+    from twice.core.secrets import redact
+
+    return redact((str(error).strip().splitlines() or [type(error).__name__])[0])
+
+
 class DestinationUnavailableError(DestinationError, UnavailableError):
     """The engine could not be reached or could not do its part (connection refused, file
     locked, disk full, missing table): a service that failed, not bad input (exit 1)."""
@@ -30,8 +38,5 @@ class DestinationCommitUnknownError(DestinationUnavailableError):
         """The error for ``error`` raised while committing a write to ``spec``; ``what``
         says what happened ("the connection was lost while committing the write"). The
         driver's first line is kept, its passwords masked."""
-        from twice.core.secrets import redact
-
-        said = (str(error).strip().splitlines() or [type(error).__name__])[0]
-        return cls(f"{spec}: {what} ({redact(said)}): it may or may not have landed; its "
+        return cls(f"{spec}: {what} ({driver_said(error)}): it may or may not have landed; its "
                    "commit record settles it")

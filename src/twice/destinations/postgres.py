@@ -50,6 +50,7 @@ from twice.destinations.errors import (
     DestinationError,
     DestinationSpecError,
     DestinationUnavailableError,
+    driver_said,
 )
 from twice.destinations.idle_connections import IdleConnections
 
@@ -86,6 +87,11 @@ _TYPES = {
     "date": "date", "timestamp without time zone": "timestamp",
     "timestamp with time zone": "timestamptz", "real": "float", "double precision": "float",
 }
+
+# Whether a relation (parameters: its schema, its name) exists, as this statement's snapshot
+# sees it: read from pg_class itself (``PostgresDestination._table_exists`` says why).
+_EXISTS_SQL = ("SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace "
+               "n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = %s)")
 
 # The table's (or view's) columns, in order; a domain as its base type. Relations that
 # information_schema.columns lists: tables, views, foreign and partitioned tables.
@@ -220,10 +226,9 @@ class PostgresDestination(SqlDestination["psycopg.Connection[Any]"]):
                     self._clock_in_write = None
                 sent = True
         except ROLLED_BACK as exc:  # before the OperationalError it is
-            said = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             raise DestinationUnavailableError(
-                f"{self.spec}: the server rolled the write back ({said}); nothing landed, "
-                "and it can run again") from exc
+                f"{self.spec}: the server rolled the write back ({driver_said(exc)}); nothing "
+                "landed, and it can run again") from exc
         except psycopg.OperationalError as exc:
             state = getattr(exc, "sqlstate", None)
             if sent and (state is None or state.startswith(("08", "57P"))):
@@ -331,8 +336,7 @@ class PostgresDestination(SqlDestination["psycopg.Connection[Any]"]):
                 sql.Literal(f"{COMMITS_TABLE}|{self.table_label}|{stamp.fence_key}")),
             sql.SQL("SET LOCAL lock_timeout TO DEFAULT"),
             _settings_sql(),
-            sql.SQL("SELECT to_regclass({}) IS NOT NULL").format(
-                sql.Literal(self.commits_qualified)),
+            self._exists_sql(COMMITS_TABLE),
         ])
         try:
             tx.execute(statements, prepare=False)
@@ -408,11 +412,16 @@ class PostgresDestination(SqlDestination["psycopg.Connection[Any]"]):
         table lock does, an advisory lock does not): a writer that looked for
         ``twice_commits`` in its fence step, then waited for the creation lock while another
         writer created it, would still not find it (``test_postgres_late_creator.py``)."""
-        ((found,),) = self._query(
-            "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n "
-            "ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = %s)",
-            [self.schema_name or "public", name])
+        ((found,),) = self._query(_EXISTS_SQL, [self.schema_name or "public", name])
         return bool(found)
+
+    def _exists_sql(self, name: str) -> psycopg.sql.Composed:
+        """``_EXISTS_SQL`` of relation ``name`` with its names as literals (for a batch of
+        several statements, which the simple protocol sends without parameters)."""
+        from psycopg import sql
+
+        return sql.SQL(_EXISTS_SQL.replace("%s", "{}")).format(
+            sql.Literal(self.schema_name or "public"), sql.Literal(name))
 
     def _commits_table_exists(self) -> bool:
         """Read once by a write's ``_lock_fence``, for the ``_create_commits_table`` next."""
