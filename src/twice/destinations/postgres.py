@@ -336,7 +336,10 @@ class PostgresDestination(SqlDestination["psycopg.Connection[Any]"]):
                 sql.Literal(f"{COMMITS_TABLE}|{self.table_label}|{stamp.fence_key}")),
             sql.SQL("SET LOCAL lock_timeout TO DEFAULT"),
             _settings_sql(),
-            self._exists_sql(COMMITS_TABLE),
+            # to_regclass for this first look (cheaper); a "no" stays cached for the rest of
+            # the transaction, so the look again after the creation lock is _table_exists
+            sql.SQL("SELECT to_regclass({}) IS NOT NULL").format(
+                sql.Literal(self.commits_qualified)),
         ])
         try:
             tx.execute(statements, prepare=False)
@@ -414,14 +417,6 @@ class PostgresDestination(SqlDestination["psycopg.Connection[Any]"]):
         writer created it, would still not find it (``test_postgres_late_creator.py``)."""
         ((found,),) = self._query(_EXISTS_SQL, [self.schema_name or "public", name])
         return bool(found)
-
-    def _exists_sql(self, name: str) -> psycopg.sql.Composed:
-        """``_EXISTS_SQL`` of relation ``name`` with its names as literals (for a batch of
-        several statements, which the simple protocol sends without parameters)."""
-        from psycopg import sql
-
-        return sql.SQL(_EXISTS_SQL.replace("%s", "{}")).format(
-            sql.Literal(self.schema_name or "public"), sql.Literal(name))
 
     def _commits_table_exists(self) -> bool:
         """Read once by a write's ``_lock_fence``, for the ``_create_commits_table`` next."""
