@@ -98,7 +98,8 @@ def test_restart_bench_on_postgresql_runs_and_drops_its_databases(postgres_url: 
 def test_unit_ab_bench_runs_both_sides_in_turn() -> None:
     """``bench_unit_ab.py`` (docs/benchmarks.md): both sides run, each in its own process; the
     baseline's side imports twice from ``--baseline-src`` (here a copy of this checkout's
-    source that marks itself, so the test sees which side imported which)."""
+    source that marks itself, so the test sees which side imported which); ``--sleep`` runs a
+    task that sleeps."""
     import shutil
     import tempfile
 
@@ -110,9 +111,11 @@ def test_unit_ab_bench_runs_both_sides_in_turn() -> None:
         init.write_text(init.read_text() + f"\nopen({str(marker)!r}, 'a').write('x')\n")
         done = subprocess.run(
             [sys.executable, str(ROOT / "bench" / "bench_unit_ab.py"), "--baseline-src",
-             str(baseline), "--engine", "sqlite", "--units", "2", "--repeat", "2"],
+             str(baseline), "--engine", "sqlite", "--units", "2", "--repeat", "2",
+             "--sleep", "0.01"],
             capture_output=True, text=True, timeout=300, cwd=ROOT, check=False,
         )
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         assert "before  wall median" in done.stdout and "after   wall median" in done.stdout
+        assert "2 units of a 0.01 s task (its overhead)" in done.stdout
         assert marker.read_text() == "xx"  # the baseline's two runs, and only those

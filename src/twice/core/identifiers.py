@@ -9,6 +9,7 @@ A name that fails is refused with an error naming the field it came from, so the
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable
 
@@ -55,7 +56,20 @@ def quote_identifier(name: str, dialect: str = "ansi") -> str:
 
     Validation runs again here, so a caller cannot quote an unchecked name by mistake; the
     doubled-quote escaping is belt and braces, since the pattern already excludes quotes.
+    A name already quoted is remembered (a write quotes the same hundred names every unit);
+    a refused one raises every time.
     """
+    if type(name) is str:
+        return _quoted(name, dialect)
+    return _quote(name, dialect)
+
+
+@functools.lru_cache(maxsize=4096)
+def _quoted(name: str, dialect: str) -> str:
+    return _quote(name, dialect)
+
+
+def _quote(name: str, dialect: str) -> str:
     validate_identifier(name, "identifier")
     if dialect in ("ansi", "sqlite", "duckdb", "postgresql"):
         return '"' + name.replace('"', '""') + '"'

@@ -24,6 +24,7 @@ of primitives (transaction, bulk insert). Adding an engine is one new module.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Sequence
@@ -917,23 +918,14 @@ class SqlDestination(BaseDestination, ABC, Generic[ConnT]):
         return record
 
     def _create_commits_table(self, tx: Any) -> None:
-        q = self.dialect.quote
-        columns = ", ".join(
-            f"{q(name)} {self.dialect.ddl_type(ColumnType(kind))}"
-            + (" NOT NULL" if name in ("table_name", "fence_key", "token") else "")
-            for name, kind in COMMIT_COLUMNS
-        )
-        self._execute(tx, f"CREATE TABLE IF NOT EXISTS {self.commits_qualified} ({columns})")
+        self._execute(tx, _commits_ddl(self.dialect, self.commits_qualified))
         if self.dialect.index_commits:
             self._create_commit_indexes(tx)
 
     def _create_commit_indexes(self, tx: Any, names: Iterable[str] | None = None) -> None:
         """``COMMIT_INDEXES`` (or those of them named), each unless it exists."""
-        q = self.dialect.quote
         for name in COMMIT_INDEXES if names is None else names:
-            columns = COMMIT_INDEXES[name]
-            self._execute(tx, f"CREATE INDEX IF NOT EXISTS {q(name)} ON {self.commits_qualified} "
-                              f"({', '.join(q(column) for column in columns)})")
+            self._execute(tx, _commit_index_ddl(self.dialect, self.commits_qualified, name))
 
     def _commit_names(self) -> str:
         return ", ".join(self.dialect.quote(name) for name, _ in COMMIT_COLUMNS)
@@ -1272,3 +1264,24 @@ class SqlDestination(BaseDestination, ABC, Generic[ConnT]):
                 f"CREATE INDEX IF NOT EXISTS {index} ON {self.qualified} "
                 f"({q(self.partition_column)})",
             )
+
+
+@functools.lru_cache(maxsize=1024)
+def _commits_ddl(dialect: SqlDialect, qualified: str) -> str:
+    """``CREATE TABLE IF NOT EXISTS`` of the commit records at ``qualified`` (built once: every
+    stamped write runs it)."""
+    q = dialect.quote
+    columns = ", ".join(
+        f"{q(name)} {dialect.ddl_type(ColumnType(kind))}"
+        + (" NOT NULL" if name in ("table_name", "fence_key", "token") else "")
+        for name, kind in COMMIT_COLUMNS
+    )
+    return f"CREATE TABLE IF NOT EXISTS {qualified} ({columns})"
+
+
+@functools.lru_cache(maxsize=1024)
+def _commit_index_ddl(dialect: SqlDialect, qualified: str, name: str) -> str:
+    """``CREATE INDEX IF NOT EXISTS`` of ``COMMIT_INDEXES[name]`` on ``qualified``."""
+    q = dialect.quote
+    return (f"CREATE INDEX IF NOT EXISTS {q(name)} ON {qualified} "
+            f"({', '.join(q(column) for column in COMMIT_INDEXES[name])})")

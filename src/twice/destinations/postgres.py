@@ -52,7 +52,7 @@ from twice.destinations.errors import (
     DestinationUnavailableError,
     driver_said,
 )
-from twice.destinations.idle_connections import IdleConnections
+from twice.destinations.idle_connections import IdleConnections, quiet_socket
 
 if TYPE_CHECKING:
     import psycopg
@@ -70,7 +70,7 @@ _KNOWN_SCHEMAS_KEPT = 256
 _COPY_BATCH_ROWS = 65_536
 #: Connections handed back by closed destinations, for the next unit (see idle_connections).
 IDLE: IdleConnections[psycopg.Connection[Any]] = IdleConnections(
-    lambda conn: conn.pgconn.socket, lambda conn: conn.close())
+    quiet_socket(lambda conn: conn.pgconn.socket), lambda conn: conn.close())
 #: What the server raises when it rolls a transaction back on its own, a deadlock's victim or a
 #: serialization failure (even at COMMIT): nothing landed, and running the write again is the
 #: remedy (PostgreSQL's documentation, "Serialization Failure Handling"). The rest of SQLSTATE

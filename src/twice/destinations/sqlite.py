@@ -13,12 +13,23 @@ only 15 digits).
 Commit records of stamped writes (see :mod:`twice.destinations.commits`) go to a
 ``twice_commits`` table in the same database file, inside the write's ``BEGIN IMMEDIATE``
 transaction: the write lock taken up front also makes the fencing read race-free.
+
+A closed destination hands its connection back for the next unit of the process (see
+:mod:`twice.destinations.idle_connections`). A kept connection still has the file it opened
+open, so it is reused only while the file at the path is that file (same device and inode;
+the inode cannot be reused while the connection holds it open): a file deleted or replaced
+meanwhile gets a new connection, and the write lands in the file at the path. It goes idle with
+every cursor closed (a cursor left with rows unread keeps the file's shared lock, which would
+block every other writer) and outside any transaction, so it holds no lock while idle.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import sqlite3
+import threading
+import weakref
 from collections.abc import Iterator, Sequence
 from datetime import UTC, date, datetime
 from decimal import Decimal
@@ -41,6 +52,7 @@ from twice.destinations.columns import (
 from twice.destinations.embedded import EmbeddedSqlDestination, database_file
 from twice.destinations.errors import DestinationError
 from twice.destinations.fingerprint import hash60
+from twice.destinations.idle_connections import IdleConnections
 
 _DECIMAL_TEXT = re.compile(r"DECIMAL_TEXT\((\d+),\s*(\d+)\)")
 _TEXT_STORED = ("date", "timestamp", "timestamptz", "decimal")
@@ -115,6 +127,56 @@ class SQLiteDialect(SqlDialect):
 LOCK_WAIT_SECONDS = 30.0
 
 
+def _file_id(path: str) -> tuple[int, int] | None:
+    """The file at ``path`` (device, inode), or None when there is none."""
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None
+    return found.st_dev, found.st_ino
+
+
+class FileConnection(sqlite3.Connection):
+    """A connection that can be kept idle for the next unit (see the module doc): it knows
+    the file it opened (``file``: None when that could not be told, and it is never kept) and
+    the cursors it made, closed when it goes idle."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.path = ""
+        self.file: tuple[int, int] | None = None
+        self.lock_wait = LOCK_WAIT_SECONDS
+        self._cursors: weakref.WeakSet[sqlite3.Cursor] = weakref.WeakSet()
+
+    def cursor(self, factory: Any = sqlite3.Cursor) -> Any:
+        made = super().cursor(factory)
+        self._cursors.add(made)
+        return made
+
+    # the connection's own execute and executemany make their cursor without cursor()
+    def execute(self, sql: str, parameters: Any = (), /) -> sqlite3.Cursor:
+        return self.cursor().execute(sql, parameters)  # type: ignore[no-any-return]
+
+    def executemany(self, sql: str, parameters: Any, /) -> sqlite3.Cursor:
+        return self.cursor().executemany(sql, parameters)  # type: ignore[no-any-return]
+
+    def idle(self) -> bool:
+        """Close every cursor; whether the connection is now idle: outside any transaction,
+        on the file at its path (so it holds no lock and would write where a new one would)."""
+        for made in list(self._cursors):
+            made.close()
+        return not self.in_transaction and fresh(self)
+
+
+def fresh(conn: FileConnection) -> bool:
+    """Whether the file at the connection's path is still the file it opened."""
+    return conn.file is not None and _file_id(conn.path) == conn.file
+
+
+#: Connections handed back by closed destinations, for the next unit (see idle_connections).
+IDLE: IdleConnections[FileConnection] = IdleConnections(fresh, lambda conn: conn.close())
+
+
 class SQLiteDestination(EmbeddedSqlDestination[sqlite3.Connection]):
     engine = "sqlite"
     dialect = SQLiteDialect()
@@ -124,11 +186,39 @@ class SQLiteDestination(EmbeddedSqlDestination[sqlite3.Connection]):
     # which a test would have caught: there are no such statements to tell apart here)
     machinery_errors = (sqlite3.OperationalError,)
 
+    def __init__(self, path: str, **kwargs: Any) -> None:
+        super().__init__(path, **kwargs)
+        self._opened_in: int | None = None
+
     def _open(self) -> sqlite3.Connection:
-        conn = sqlite3.connect(self.path, timeout=LOCK_WAIT_SECONDS, isolation_level=None)
+        """A kept connection to the file (see the module doc), else a new one: any thread of
+        the process may take it (one destination uses it at a time)."""
+        self._opened_in = threading.get_ident()
+        kept = IDLE.take(self.path)
+        if kept is not None:
+            if kept.lock_wait != LOCK_WAIT_SECONDS:
+                kept.execute(f"PRAGMA busy_timeout = {int(LOCK_WAIT_SECONDS * 1000)}")
+                kept.lock_wait = LOCK_WAIT_SECONDS
+            return kept
+        before = _file_id(self.path)
+        conn = sqlite3.connect(self.path, timeout=LOCK_WAIT_SECONDS, isolation_level=None,
+                               check_same_thread=False, factory=FileConnection)
+        after = _file_id(self.path)
+        conn.path = self.path
+        conn.file = after if before in (None, after) else None  # replaced while opening
         conn.create_function("twice_md5_60", 1, hash60, deterministic=True)
         conn.create_function("twice_float_text", 1, float_text, deterministic=True)
         return conn
+
+    def close(self) -> None:
+        """Hand the connection back for the next unit when it is idle (``FileConnection.idle``)
+        and closed by the thread that opened it; else close it."""
+        conn, self._conn = self._conn, None
+        if conn is None:
+            return
+        if not (self._opened_in == threading.get_ident() and isinstance(conn, FileConnection)
+                and conn.idle() and IDLE.give(self.path, conn)):
+            conn.close()
 
     def _has_table(self, name: str) -> bool:
         found = self.connection.execute(
