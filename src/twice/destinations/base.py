@@ -881,23 +881,24 @@ class SqlDestination(BaseDestination, ABC, Generic[ConnT]):
 
     def _ledger_owner_query(self) -> tuple[str, list[Any]]:
         """The statement reading the table's ledger owner in one small statement instead of
-        every record: the newest adoption, else the first record naming a ledger (its key in
-        the ``extra`` JSON text). Each is a one-row subquery tagged with its rank, so one round
-        trip answers both (SQLite, DuckDB and PostgreSQL all take ``ORDER BY ... LIMIT`` inside
-        a subquery of ``FROM``)."""
+        every record: the newest adoption naming a ledger, else the first record naming one
+        (its key in the ``extra`` JSON text; a record naming none claims nothing, adoption or
+        not: :func:`~twice.destinations.commits.ledger_owner`). Each is a one-row subquery
+        tagged with its rank, so one round trip answers both (SQLite, DuckDB and PostgreSQL
+        all take ``ORDER BY ... LIMIT`` inside a subquery of ``FROM``)."""
         q, p = self.dialect.quote, self.dialect.placeholder
         names = self._commit_names()
         select = (f"SELECT {names} FROM {self.commits_qualified} "
-                  f"WHERE {q('table_name')} = {p} AND ")
-        adoption = (select + f"{q('mode')} = {p} ORDER BY {q('token')} DESC, "
+                  f"WHERE {q('table_name')} = {p} AND {q('extra')} LIKE {p} "
+                  f"AND {q('extra')} NOT LIKE {p} ")
+        adoption = (select + f"AND {q('mode')} = {p} ORDER BY {q('token')} DESC, "
                     f"{q('committed_at')} DESC LIMIT 1")
-        first = (select + f"{q('extra')} LIKE {p} ORDER BY {q('committed_at')}, {q('token')} "
-                 "LIMIT 1")
+        first = select + f"ORDER BY {q('committed_at')}, {q('token')} LIMIT 1"
         return (
             f"SELECT {names} FROM (SELECT 0 AS twice_rank, * FROM ({adoption}) AS adopted "
             f"UNION ALL SELECT 1 AS twice_rank, * FROM ({first}) AS named) AS owners "
             "ORDER BY twice_rank LIMIT 1",
-            [self.table_label, ADOPT_MODE, self.table_label, f'%"{LEDGER_KEY}": "_%'])
+            [self.table_label, *NAMES_A_LEDGER, ADOPT_MODE, self.table_label, *NAMES_A_LEDGER])
 
     def adopt(self, stamp: WriteStamp, *, note: str, operator: str) -> CommitRecord:
         """See :meth:`BaseDestination.adopt`: an ``adopt`` record in ``twice_commits``."""
@@ -1264,6 +1265,12 @@ class SqlDestination(BaseDestination, ABC, Generic[ConnT]):
                 f"CREATE INDEX IF NOT EXISTS {index} ON {self.qualified} "
                 f"({q(self.partition_column)})",
             )
+
+
+#: ``LIKE`` and ``NOT LIKE`` patterns of a commit record's ``extra`` JSON text that names a
+#: ledger, as ``CommitRecord.to_row`` writes it: ``LEDGER_KEY`` with a non-empty string (the
+#: first pattern alone also matches ``""``, its ``_`` taking the closing quote).
+NAMES_A_LEDGER = (f'%"{LEDGER_KEY}": "_%', f'%"{LEDGER_KEY}": ""%')
 
 
 @functools.lru_cache(maxsize=1024)
