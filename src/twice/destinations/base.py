@@ -866,8 +866,14 @@ class SqlDestination(BaseDestination, ABC, Generic[ConnT]):
             return token, None
         owners, owner_params = self._ledger_owner_query()
         names = ", ".join(f"owners.{self.dialect.quote(name)}" for name, _ in COMMIT_COLUMNS)
-        rows = self._query(f"SELECT newest.twice_newest, {names} FROM ({newest}) AS newest "
-                           f"LEFT JOIN ({owners}) AS owners ON 1 = 1", [*params, *owner_params])
+        return self._newest_and_owner(self._query(
+            f"SELECT newest.twice_newest, {names} FROM ({newest}) AS newest "
+            f"LEFT JOIN ({owners}) AS owners ON 1 = 1", [*params, *owner_params]))
+
+    @staticmethod
+    def _newest_and_owner(rows: Sequence[Sequence[Any]]) -> tuple[Any, CommitRecord | None]:
+        """``_fence_state``'s answer from its one row: the newest token, then the owner's
+        ``COMMIT_COLUMNS`` (all NULL when the table has none)."""
         ((token, *record),) = rows
         found = [CommitRecord.from_row(record)] if record[0] is not None else []  # table_name
         return token, commits.ledger_owner(found)
