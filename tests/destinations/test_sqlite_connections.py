@@ -146,3 +146,14 @@ def test_idle_connections_are_bounded_across_files(tmp_path: Path) -> None:
         except sqlite3.ProgrammingError:
             closed += 1
     assert closed == 5
+
+
+def test_a_single_thread_sqlite_build_keeps_no_connection(
+        spec: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kept connection may be taken by another thread: a SQLite library built without
+    thread support (DB-API threadsafety 0) must not share one."""
+    monkeypatch.setattr(sqlite_module, "_SHARED_ACROSS_THREADS", False)
+    first = write(spec, DAY)
+    with pytest.raises(sqlite3.ProgrammingError):  # closed, not kept
+        first.execute("SELECT 1")
+    assert write(spec, date(2026, 1, 2)) is not first

@@ -181,6 +181,10 @@ def fresh(conn: FileConnection) -> bool:
     return conn.file is not None and _file_id(conn.path) == conn.file
 
 
+#: Whether this SQLite library lets a connection move between threads (serialized or
+#: multi-thread mode, DB-API threadsafety 1 or more): a kept connection may be taken by another
+#: thread of the process; a single-thread build keeps none.
+_SHARED_ACROSS_THREADS = sqlite3.threadsafety > 0
 #: Connections handed back by closed destinations, for the next unit (see idle_connections).
 IDLE: IdleConnections[FileConnection] = IdleConnections(fresh, lambda conn: conn.close())
 
@@ -224,8 +228,9 @@ class SQLiteDestination(EmbeddedSqlDestination[sqlite3.Connection]):
         conn, self._conn = self._conn, None
         if conn is None:
             return
-        if not (self._opened_in == threading.get_ident() and isinstance(conn, FileConnection)
-                and conn.idle() and IDLE.give(self.path, conn)):
+        if not (_SHARED_ACROSS_THREADS and self._opened_in == threading.get_ident()
+                and isinstance(conn, FileConnection) and conn.idle()
+                and IDLE.give(self.path, conn)):
             conn.close()
 
     def _fence_state(self, owner: WriteStamp) -> tuple[Any, CommitRecord | None]:
