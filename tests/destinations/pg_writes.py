@@ -1,5 +1,6 @@
-"""What the PostgreSQL destination's lock tests share: a small stamped write, and a look at
-another session's locks (``pg_locks``) from a connection of its own."""
+"""What the PostgreSQL destination's lock tests share: a small stamped write (also run in a
+thread of its own, to block on a test's locks), and a look at another session's locks
+(``pg_locks``) from a connection of its own."""
 
 from __future__ import annotations
 
@@ -10,7 +11,10 @@ from typing import Any
 import psycopg
 import pyarrow as pa
 
+from twice.define.schedule import Schedule
 from twice.destinations.commits import WriteStamp
+
+DAILY = Schedule.daily("UTC")
 
 #: Lock modes that block a commit record's INSERT (ROW EXCLUSIVE) or stronger.
 STRONG = {"ShareLock", "ShareRowExclusiveLock", "ExclusiveLock", "AccessExclusiveLock"}
@@ -25,6 +29,23 @@ def rows(day: date) -> pa.Table:
 def stamp(day: date, token: int) -> WriteStamp:
     return WriteStamp(uow_id=f"u{token}", fence_key=f"f/{day}", generation=1, attempt=1,
                       token=token, input_version="v1", ledger="L1", ledger_at="sqlite:///l")
+
+
+def write_in_thread(dest: Any, day: date, token: int
+                    ) -> tuple[threading.Thread, list[BaseException]]:
+    """Start ``dest``'s stamped replace of ``day``'s slice in a thread of its own; what it
+    raises is collected in the list (the test asserts on it after joining the thread)."""
+    errors: list[BaseException] = []
+
+    def write() -> None:
+        try:
+            dest.replace_partition(rows(day), DAILY.interval_for(day), stamp=stamp(day, token))
+        except BaseException as exc:  # collected: the test asserts on it
+            errors.append(exc)
+
+    thread = threading.Thread(target=write)
+    thread.start()
+    return thread, errors
 
 
 def granted_locks(url: str, pid: int) -> list[tuple[str, str]]:

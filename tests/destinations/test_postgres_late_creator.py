@@ -23,25 +23,24 @@ from typing import Any
 
 import psycopg
 from tests.destinations.pg_writes import (
+    DAILY,
     STRONG,
     record_locks_in_write,
     rows,
     stamp,
     wait_until_waiting,
+    write_in_thread,
 )
 
-from twice.define.schedule import Schedule
 from twice.destinations import open_destination
 from twice.destinations.base import SqlDestination
-
-SCHEDULE = Schedule.daily("UTC")
 
 
 def test_a_late_first_writer_takes_no_lock_on_what_it_finds_created(postgres_url: str) -> None:
     spec = f"{postgres_url}?partition_column=day#public.late"
     first_day, late_day = date(2026, 11, 1), date(2026, 11, 2)
     with open_destination(spec) as first:
-        first.replace_partition(rows(first_day), SCHEDULE.interval_for(first_day),
+        first.replace_partition(rows(first_day), DAILY.interval_for(first_day),
                                 stamp=stamp(first_day, 1))
     held: list[tuple[str, str]] = []
     with open_destination(spec) as late:
@@ -61,7 +60,7 @@ def test_a_late_first_writer_takes_no_lock_on_what_it_finds_created(postgres_url
         late.schema = schema  # type: ignore[method-assign]
         late._commits_table_exists = commits_seen  # type: ignore[method-assign]
         record_locks_in_write(late, postgres_url, held)
-        result = late.replace_partition(rows(late_day), SCHEDULE.interval_for(late_day),
+        result = late.replace_partition(rows(late_day), DAILY.interval_for(late_day),
                                         stamp=stamp(late_day, 2))
     assert result.commit is not None and held
     strong = {(table, mode) for table, mode in held
@@ -82,7 +81,7 @@ def test_concurrent_stamped_first_writes_of_several_tables_all_commit(postgres_u
             dest.schema()  # connected before the barrier, so the writes overlap
             barrier.wait()
             try:
-                dest.replace_partition(rows(day), SCHEDULE.interval_for(day),
+                dest.replace_partition(rows(day), DAILY.interval_for(day),
                                        stamp=stamp(day, token))
             except BaseException as exc:  # collected: the assertion shows them all
                 errors.append(exc)
@@ -114,22 +113,12 @@ def test_a_writer_that_looked_for_twice_commits_in_its_transaction_sees_it_creat
     with psycopg.connect(postgres_url, autocommit=True) as setup:
         setup.execute("CREATE TABLE public.waited (day date, n bigint)")
     held: list[tuple[str, str]] = []
-    errors: list[BaseException] = []
     with open_destination(spec) as late, psycopg.connect(postgres_url) as creator:
         late.schema()
         creator.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
                         ["twice_commits|create|public"])
         record_locks_in_write(late, postgres_url, held)
-
-        def write() -> None:
-            try:
-                late.replace_partition(rows(day), SCHEDULE.interval_for(day),
-                                       stamp=stamp(day, 1))
-            except BaseException as exc:  # collected: asserted below
-                errors.append(exc)
-
-        writer = threading.Thread(target=write)
-        writer.start()
+        writer, errors = write_in_thread(late, day, 1)
         wait_until_waiting(postgres_url, late.connection.info.backend_pid, "advisory")
         # created the way twice creates it, by the session holding the creation lock
         with creator.cursor() as cursor:

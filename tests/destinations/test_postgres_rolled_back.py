@@ -10,20 +10,16 @@ ending must not depend on that fix."""
 
 from __future__ import annotations
 
-import threading
 from datetime import date
 
 import psycopg
 import pytest
-from tests.destinations.pg_writes import rows, stamp, wait_until_waiting
+from tests.destinations.pg_writes import DAILY, rows, stamp, wait_until_waiting, write_in_thread
 
 from twice.core.policy import RetryPolicy
-from twice.define.schedule import Schedule
 from twice.destinations import open_destination
 from twice.destinations.errors import DestinationUnavailableError
 from twice.engine.attempt import classify
-
-SCHEDULE = Schedule.daily("UTC")
 
 
 def test_a_write_chosen_as_a_deadlock_victim_is_unavailable_and_lands_nothing(
@@ -31,8 +27,7 @@ def test_a_write_chosen_as_a_deadlock_victim_is_unavailable_and_lands_nothing(
     spec = f"{postgres_url}?partition_column=day#public.victim"
     first, second = date(2026, 11, 1), date(2026, 11, 2)
     with open_destination(spec) as dest:
-        dest.replace_partition(rows(first), SCHEDULE.interval_for(first), stamp=stamp(first, 1))
-    errors: list[BaseException] = []
+        dest.replace_partition(rows(first), DAILY.interval_for(first), stamp=stamp(first, 1))
     with open_destination(spec) as writer, psycopg.connect(postgres_url) as other:
         writer.schema()
         pid = writer.connection.info.backend_pid
@@ -41,15 +36,7 @@ def test_a_write_chosen_as_a_deadlock_victim_is_unavailable_and_lands_nothing(
         other.execute("SET LOCAL deadlock_timeout = '60s'")
         other.execute("LOCK TABLE public.twice_commits IN SHARE MODE")
 
-        def write() -> None:
-            try:
-                writer.replace_partition(rows(second), SCHEDULE.interval_for(second),
-                                         stamp=stamp(second, 2))
-            except BaseException as exc:  # collected: asserted below
-                errors.append(exc)
-
-        thread = threading.Thread(target=write)
-        thread.start()
+        thread, errors = write_in_thread(writer, second, 2)
         wait_until_waiting(postgres_url, pid, "relation")  # for its commit record's lock
         other.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
                       [f"twice_commits|public.victim|f/{second}"])
