@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
@@ -58,6 +59,7 @@ from twice.destinations.commits import (
     utc_now_text,
 )
 from twice.destinations.errors import DestinationError, DestinationSpecError
+from twice.destinations.idle_connections import IdleConnections
 from twice.destinations.landing import Landing, admit
 from twice.destinations.rows import (
     RowsLike,
@@ -438,10 +440,15 @@ class SqlDestination(BaseDestination, ABC, Generic[ConnT]):
     """replace_partition / upsert / read / fingerprint for SQL engines, over a few primitives.
 
     The destination holds one connection of type ``ConnT``, opened on first use by
-    :meth:`_connect` (reopened when :meth:`_usable` says it is not) and closed by :meth:`close`.
+    :meth:`_connect` (reopened when :meth:`_usable` says it is not) and closed by :meth:`close`,
+    or handed back to the engine's ``idle_connections`` for the next unit.
     """
 
     dialect: ClassVar[SqlDialect]
+    #: Where a closed destination hands its connection back for the next unit of the process
+    #: (:mod:`twice.destinations.idle_connections`: the engine's ``_connect`` takes it from
+    #: there); None: it is closed.
+    idle_connections: ClassVar[IdleConnections[Any] | None] = None
 
     def __init__(
         self,
@@ -463,6 +470,7 @@ class SqlDestination(BaseDestination, ABC, Generic[ConnT]):
         # days each replaced slice is kept (twice.destinations.previous); None: not kept
         self.keep_previous = keep_previous
         self._conn: ConnT | None = None
+        self._opened_in: int | None = None  # the thread that opened (or took) the connection
         self._schema_in_write: Schema | None = None  # see _commit_record
 
     # -- the connection ---------------------------------------------------------------------
@@ -470,13 +478,31 @@ class SqlDestination(BaseDestination, ABC, Generic[ConnT]):
     @property
     def connection(self) -> ConnT:
         if self._conn is None or not self._usable(self._conn):
+            self._opened_in = threading.get_ident()
             self._conn = self._connect()
         return self._conn
 
     def close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+        """Close the connection, or hand it back to ``idle_connections`` when the engine keeps
+        them, the thread that opened it closes it (the ``with`` block around the write or the
+        check), and :meth:`_idle` says nothing of this destination is left on it."""
+        conn, self._conn = self._conn, None
+        if conn is None:
+            return
+        kept = self.idle_connections
+        if not (kept is not None and self._opened_in == threading.get_ident()
+                and self._idle(conn) and kept.give(self._idle_key(), conn)):
+            conn.close()
+
+    def _idle(self, conn: ConnT) -> bool:
+        """Whether ``conn`` can be kept for another destination (no transaction open or
+        failed, nothing of this one's work pending on it), for engines that keep them."""
+        return False
+
+    def _idle_key(self) -> str:
+        """The ``idle_connections`` key of this destination's connections: what another
+        destination must share to take one (the server, database and user; the file)."""
+        return self.spec
 
     @abstractmethod
     def _connect(self) -> ConnT:

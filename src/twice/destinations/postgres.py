@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import io
 import itertools
-import threading
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -148,18 +147,17 @@ class PostgresDialect(SqlDialect):
 class PostgresDestination(SqlDestination["psycopg.Connection[Any]"]):
     engine = "postgresql"
     dialect = PostgresDialect()
+    idle_connections = IDLE
 
     def __init__(self, conninfo: str, *, spec: str, table: str, **kwargs: Any) -> None:
         super().__init__(spec=spec, table=table, **kwargs)
         self._conninfo = conninfo
-        self._opened_in: int | None = None
         self._copy_settings_in_write = False  # see _lock_fence
         self._commits_seen_in_write: bool | None = None  # see _lock_fence
         self._clock_in_write: str | None = None  # see _lock_for_replace
 
     def _connect(self) -> psycopg.Connection[Any]:
-        self._opened_in = threading.get_ident()
-        kept = IDLE.take(self._conninfo)
+        kept = IDLE.take(self._idle_key())
         if kept is not None:
             return kept
         try:
@@ -170,17 +168,12 @@ class PostgresDestination(SqlDestination["psycopg.Connection[Any]"]):
                 f"{self.spec}: cannot connect{self._whom()}: {redact(str(exc).strip())}"
             ) from None
 
-    def close(self) -> None:
-        """Hand the connection back for the next unit when it is idle and closed by the thread
-        that opened it (see :mod:`twice.destinations.idle_connections`); else close it."""
-        conn, self._conn = self._conn, None
-        if conn is None:
-            return
-        idle = not conn.closed and \
+    def _idle(self, conn: psycopg.Connection[Any]) -> bool:
+        return not conn.closed and \
             conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
-        if not (idle and self._opened_in == threading.get_ident()
-                and IDLE.give(self._conninfo, conn)):
-            conn.close()
+
+    def _idle_key(self) -> str:
+        return self._conninfo
 
     def _whom(self) -> str:
         """`` to database D as user U on H:P``, as far as the spec says (libpq's defaults

@@ -29,7 +29,6 @@ import functools
 import os
 import re
 import sqlite3
-import threading
 import weakref
 from collections.abc import Iterator, Sequence
 from datetime import UTC, date, datetime
@@ -170,7 +169,8 @@ class FileConnection(sqlite3.Connection):
 
     def idle(self) -> bool:
         """Close every cursor; whether the connection is now idle: outside any transaction,
-        on the file at its path (so it holds no lock and would write where a new one would)."""
+        on the file at its path (so it holds no lock, and does not keep a deleted file's space
+        while idle; ``fresh`` is asked again when it is taken)."""
         for made in list(self._cursors):
             made.close()
         return not self.in_transaction and fresh(self)
@@ -192,21 +192,17 @@ IDLE: IdleConnections[FileConnection] = IdleConnections(fresh, lambda conn: conn
 class SQLiteDestination(EmbeddedSqlDestination[sqlite3.Connection]):
     engine = "sqlite"
     dialect = SQLiteDialect()
+    idle_connections = IDLE
     begin_sql = "BEGIN IMMEDIATE"
     open_errors = (sqlite3.Error,)
     # a lock held past the wait, a full disk, an I/O error (also raised for SQL twice got wrong,
     # which a test would have caught: there are no such statements to tell apart here)
     machinery_errors = (sqlite3.OperationalError,)
 
-    def __init__(self, path: str, **kwargs: Any) -> None:
-        super().__init__(path, **kwargs)
-        self._opened_in: int | None = None
-
     def _open(self) -> sqlite3.Connection:
         """A kept connection to the file (see the module doc), else a new one: any thread of
         the process may take it (one destination uses it at a time)."""
-        self._opened_in = threading.get_ident()
-        kept = IDLE.take(self.path)
+        kept = IDLE.take(self._idle_key())
         if kept is not None:
             if kept.lock_wait != LOCK_WAIT_SECONDS:
                 kept.execute(f"PRAGMA busy_timeout = {int(LOCK_WAIT_SECONDS * 1000)}")
@@ -222,16 +218,11 @@ class SQLiteDestination(EmbeddedSqlDestination[sqlite3.Connection]):
         conn.create_function("twice_float_text", 1, float_text, deterministic=True)
         return conn
 
-    def close(self) -> None:
-        """Hand the connection back for the next unit when it is idle (``FileConnection.idle``)
-        and closed by the thread that opened it; else close it."""
-        conn, self._conn = self._conn, None
-        if conn is None:
-            return
-        if not (_SHARED_ACROSS_THREADS and self._opened_in == threading.get_ident()
-                and isinstance(conn, FileConnection) and conn.idle()
-                and IDLE.give(self.path, conn)):
-            conn.close()
+    def _idle(self, conn: sqlite3.Connection) -> bool:
+        return _SHARED_ACROSS_THREADS and isinstance(conn, FileConnection) and conn.idle()
+
+    def _idle_key(self) -> str:
+        return self.path
 
     def _fence_state(self, owner: WriteStamp) -> tuple[Any, CommitRecord | None]:
         """As the shared read (``SqlDestination._fence_state``: the slot's newest token and the
