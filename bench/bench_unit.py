@@ -1,6 +1,6 @@
 """The whole unit of work: twice's overhead per unit for a 10-row owned write (issue 38).
 
-    python bench/bench_unit.py [--units 200] [--slow-units 20] [--postgres URL]
+    python bench/bench_unit.py [--units 200] [--slow-units 20] [--block 10] [--postgres URL]
 
 For each configuration (ledger + destination):
 
@@ -31,7 +31,10 @@ over ``--units`` units, and with the 0.2 s task (the same sleep, where the task 
 claim, before the write), over ``--slow-units`` units. The second is the 0.2 s task's floor:
 on a shared machine, work after 0.2 s of sleep runs slower than the same work back to back
 (caches the machine's other work has emptied meanwhile), for the bare script as for twice, so
-each task's overhead is set against the floor of the same task.
+each task's overhead is set against the floor of the same task. The 0.2 s task and its floor
+run in turn, ``--block`` units of each at a time (default 10), so both are measured in the
+same minutes: the machine's speed drifts by tens of percent within minutes, and a floor
+measured a minute after twice's units set a ratio against another machine.
 
 Nothing is asserted: the output is a table to read. Wall clock, one run each.
 """
@@ -39,6 +42,7 @@ Nothing is asserted: the output is a table to read. Wall clock, one run each.
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import shutil
 import sqlite3
@@ -210,11 +214,16 @@ def floor_unit(ledger: sqlite3.Connection, i: int, write: Callable[[], None],
     ledger.execute("COMMIT")
 
 
+#: Numbers the floors' files and databases: a floor measured in blocks runs once per block.
+_FLOOR_RUNS = itertools.count()
+
+
 def floor_sqlite(workdir: Path, units: int, sleep: float = 0.0) -> float:
     """SQLite ledger (WAL, synchronous FULL, as twice's) and SQLite destination file (opened
     per unit, as twice opens it), each transaction committed; the task sleeps ``sleep``."""
-    ledger = floor_ledger(workdir / f"floor-ledger-{sleep}.db")
-    dest_path = workdir / f"floor-dest-{sleep}.db"
+    run = next(_FLOOR_RUNS)
+    ledger = floor_ledger(workdir / f"floor-ledger-{sleep}-{run}.db")
+    dest_path = workdir / f"floor-dest-{sleep}-{run}.db"
     with sqlite3.connect(dest_path) as dest:
         for ddl in DEST_DDL:
             dest.execute(ddl)
@@ -243,8 +252,9 @@ def floor_duckdb(workdir: Path, units: int, *, reopen: bool, sleep: float = 0.0)
     """SQLite ledger as above; DuckDB destination opened per unit (``reopen``) or held."""
     import duckdb
 
-    ledger = floor_ledger(workdir / f"floor-ledger-duck-{reopen}-{sleep}.db")
-    path = str(workdir / f"floor-{reopen}-{sleep}.duckdb")
+    run = next(_FLOOR_RUNS)
+    ledger = floor_ledger(workdir / f"floor-ledger-duck-{reopen}-{sleep}-{run}.db")
+    path = str(workdir / f"floor-{reopen}-{sleep}-{run}.duckdb")
     held = duckdb.connect(path)
     for ddl in DEST_DDL:
         held.execute(ddl)
@@ -334,26 +344,32 @@ def measure(ledger_url: Callable[[str], str], destination: Callable[[str], str],
     results: Results = {}
     # one ledger and one table; each measure runs its own days (the units are all new)
     ledger, table = ledger_url("twice"), destination("twice")
-    stride = timedelta(days=max(args.units, args.slow_units) + WARM_UNITS + 1)
+    blocks = [min(args.block, args.slow_units - done)
+              for done in range(0, args.slow_units, args.block)]
+    stride = timedelta(days=max(args.units, args.slow_units + WARM_UNITS * len(blocks))
+                       + WARM_UNITS + 1)
     server: list[float] = []
     wall, cpu = run_twice(ledger, table, args.units, 0.0,
                           server=server if ledger.startswith("postgresql") else None)
     results[NOOP] = wall
     results["twice, no-op task: CPU per unit"] = cpu
     results["no-op task: local PostgreSQL server's CPU per unit"] = server[0] if server else None
-    if args.slow_units:
-        wall, cpu = run_twice(ledger, table, args.slow_units, SLOW_SECONDS,
-                              first=FIRST_DAY + stride)
-        results[SLOW] = wall - SLOW_SECONDS
-        results["twice, 0.2 s task: CPU per unit"] = cpu
-    else:
-        results[SLOW] = None
-        results["twice, 0.2 s task: CPU per unit"] = None
+    results[SLOW] = results["twice, 0.2 s task: CPU per unit"] = results[SLOW_FLOOR] = None
+    if blocks:  # twice's units and the floor's in turn, a block at a time (the module doc)
+        walls = cpus = floors = 0.0
+        first = FIRST_DAY + stride
+        for n in blocks:
+            wall, cpu = run_twice(ledger, table, n, SLOW_SECONDS, first=first)
+            walls, cpus = walls + wall * n, cpus + cpu * n
+            floors += floor(n, SLOW_SECONDS) * n
+            first += timedelta(days=n + WARM_UNITS)
+        results[SLOW] = walls / args.slow_units - SLOW_SECONDS
+        results["twice, 0.2 s task: CPU per unit"] = cpus / args.slow_units
+        results[SLOW_FLOOR] = floors / args.slow_units
     for n, driver in enumerate(DRIVERS[1:], start=2):
         wall, _ = run_twice(ledger, table, args.units, 0.0, driver, first=FIRST_DAY + n * stride)
         results[f"twice, no-op task, twice {driver}: per unit"] = wall
     results[FLOOR] = floor(args.units, 0.0)
-    results[SLOW_FLOOR] = floor(args.slow_units, SLOW_SECONDS) if args.slow_units else None
     return results
 
 
@@ -387,7 +403,7 @@ def bench_postgres(args: argparse.Namespace) -> Results:
         return measure(database,
                        lambda n: f"{database(n)}?partition_column=day#public.out",
                        lambda units, sleep: floor_postgres(
-                           database("floor" if not sleep else "floor_slow"), units, sleep),
+                           database(f"floor_{next(_FLOOR_RUNS)}"), units, sleep),
                        args)
 
 
@@ -475,13 +491,15 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--units", type=int, default=200)
     parser.add_argument("--slow-units", type=int, default=20)
+    parser.add_argument("--block", type=int, default=10,
+                        help="units of the 0.2 s task, then of its floor, in turn")
     parser.add_argument("--postgres", default=os.environ.get("TWICE_TEST_POSTGRES_URL"),
                         help="admin URL of a PostgreSQL server (scratch databases are created)")
     parser.add_argument("--only", default="sqlite,duckdb,postgresql",
                         help="comma-separated subset of sqlite, duckdb, postgresql")
     args = parser.parse_args(argv)
-    if args.units < 1 or args.slow_units < 0:
-        parser.error("--units must be >= 1 and --slow-units >= 0")
+    if args.units < 1 or args.slow_units < 0 or args.block < 1:
+        parser.error("--units and --block must be >= 1 and --slow-units >= 0")
     chosen = [n.strip() for n in args.only.split(",") if n.strip()]
     columns: dict[str, Results | str] = {}
     with scratch_dir() as workdir:

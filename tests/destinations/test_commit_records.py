@@ -8,6 +8,7 @@ work and generation; a failure or a SIGKILL inside the transaction leaves neithe
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -249,6 +250,17 @@ def test_record_round_trip() -> None:
                                  columns=("a", "b"), extra={"k": [1]})
     assert CommitRecord.from_row(record.to_row()) == record
     assert CommitRecord.from_dict(record.to_dict()).extra == {"k": [1]}
+
+
+def test_record_to_dict_is_asdict_with_columns_as_a_list_and_a_copy_of_extra() -> None:
+    record = CommitRecord.create(stamp(2), table="t", slice="all rows", mode="append",
+                                 rows_written=1, row_count=1, checksum="00", algorithm="x",
+                                 columns=("a", "b"), extra={"k": [1], "n": {"m": 2}})
+    data = record.to_dict()
+    assert data == {**dataclasses.asdict(record), "columns": ["a", "b"]}  # every field
+    data["extra"]["k"].append(2)
+    data["extra"]["n"]["m"] = 3
+    assert record.extra["k"] == [1] and record.extra["n"] == {"m": 2}
 
 
 # --------------------------------------------------------------------------- fencing

@@ -77,6 +77,7 @@ PostgreSQL always does), the dataset directory on Parquet, the table name on Spa
 from __future__ import annotations
 
 import contextvars
+import copy
 import enum
 import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -200,9 +201,16 @@ class CommitRecord:
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["columns"] = list(self.columns)
-        return data
+        """Every field (``columns`` as a list, ``extra`` a deep copy), as ``asdict`` gives
+        them but built directly: ``asdict`` copied each value through ``deepcopy`` (every
+        owned write's attempt records this)."""
+        return {"table": self.table, "slice": self.slice, "mode": self.mode,
+                "uow_id": self.uow_id, "fence_key": self.fence_key,
+                "generation": self.generation, "attempt": self.attempt, "token": self.token,
+                "input_version": self.input_version, "rows_written": self.rows_written,
+                "row_count": self.row_count, "checksum": self.checksum,
+                "algorithm": self.algorithm, "columns": list(self.columns),
+                "committed_at": self.committed_at, "extra": copy.deepcopy(self.extra)}
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True)

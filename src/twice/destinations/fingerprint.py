@@ -789,20 +789,23 @@ def _column_hashes(array: pa.Array | pa.ChunkedArray, ctype: ColumnType, scratch
 
 def _fixed_width(array: pa.Array, ctype: ColumnType) -> pa.Array:
     """``array`` cast to the Arrow type whose values are the canonical values' words."""
-    kind = ctype.kind
+    kind, given = ctype.kind, array.type
     if kind == "decimal":
         return array.cast(pa.decimal128(ctype.precision or 38, ctype.scale or 0))
     if kind == "float":
-        return array.cast(pa.float64())
+        return array if given == pa.float64() else array.cast(pa.float64())
     if kind == "integer":
-        return array.cast(pa.int64())
+        return array if given == pa.int64() else array.cast(pa.int64())
     if kind == "boolean":
         return array.cast(pa.bool_()).cast(pa.int8())
+    # dates and timestamps are their integers: a view of the same buffers where the type is
+    # the one wanted already (no kernel run: a small slice's hash is mostly such calls)
     if kind == "date":
-        return array.cast(pa.date32()).cast(pa.int32())
-    tz = array.type.tz if pa.types.is_timestamp(array.type) else None
-    us = array.cast(pa.timestamp("us", tz=tz))  # microseconds since the epoch, UTC
-    return us.cast(pa.int64())
+        days = array if given == pa.date32() else array.cast(pa.date32())
+        return days.view(pa.int32())
+    tz = given.tz if pa.types.is_timestamp(given) else None
+    wanted = pa.timestamp("us", tz=tz)  # microseconds since the epoch, UTC
+    return (array if given == wanted else array.cast(wanted)).view(pa.int64())
 
 
 def _fixed_hashes(array: pa.Array, kind: str, seed: int, scratch: _Scratch

@@ -14,6 +14,7 @@ This module describes the *current* schema. Creating or changing it is the job o
 
 from __future__ import annotations
 
+import functools
 from datetime import UTC, datetime
 from typing import Any
 
@@ -67,10 +68,9 @@ class UTCDateTime(TypeDecorator[datetime]):
             raise LedgerError(f"expected a datetime, got {type(value).__name__}")
         if value.tzinfo is None or value.utcoffset() is None:
             raise LedgerError(f"naive datetime {value.isoformat()}: ledger times must be aware")
-        utc = value.astimezone(UTC)
         if dialect.name == "postgresql":
-            return utc
-        return utc.isoformat(timespec="microseconds")
+            return value.astimezone(UTC)
+        return _utc_text(value, value.fold)
 
     def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
         if value is None:
@@ -80,6 +80,15 @@ class UTCDateTime(TypeDecorator[datetime]):
         if value.tzinfo is None:  # only if someone wrote the table by hand
             value = value.replace(tzinfo=UTC)
         return value.astimezone(UTC)
+
+
+@functools.lru_cache(maxsize=256)
+def _utc_text(value: datetime, fold: int) -> str:
+    """An aware instant as stored text, remembered: a unit's rows carry the same few instants
+    (its clock readings) in dozens of columns. Keyed by the datetime and its ``fold``: two
+    datetimes of one zone are equal whatever their fold, yet the wall time repeated when the
+    clocks go back is two instants (PEP 495); otherwise equal aware datetimes are one instant."""
+    return value.astimezone(UTC).isoformat(timespec="microseconds")
 
 
 def _one_of(column: str, values: tuple[str, ...], name: str) -> CheckConstraint:

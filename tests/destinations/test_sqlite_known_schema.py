@@ -1,0 +1,145 @@
+"""A later replace of a SQLite table on a kept connection conforms its rows to the columns that
+connection last saw under the write lock, and skips the commit table's DDL, while SQLite's
+schema cookie (``PRAGMA schema_version``, read under ``BEGIN IMMEDIATE``) says no schema of the
+file changed since (issue 38: two column reads and four DDL statements less a unit).
+
+Whatever another connection does to the file between two writes, the second write ends exactly
+as it would have on a new connection (the columns read before the write, the DDL run): the
+same refusal, or the same rows, commit records and indexes.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from dest_helpers import day_interval
+
+from twice.destinations import open_destination
+from twice.destinations.commits import WriteStamp, stamped
+from twice.destinations.fingerprint import fingerprint
+from twice.destinations.sqlite import IDLE
+
+DAY = date(2026, 11, 5)
+
+
+def _rows(n: int, **extra: pa.Array) -> pa.Table:
+    return pa.table({"day": pa.array([DAY] * n, pa.date32()),
+                     "v": pa.array(range(n), pa.int64()), **extra})
+
+
+def _stamp(token: int) -> WriteStamp:
+    return WriteStamp(uow_id="u", fence_key="p/t/2026-11-05", generation=1, attempt=token,
+                      token=token, ledger="ledger-a")
+
+
+# what another connection does between the two writes, and the second write's rows
+CHANGES: dict[str, tuple[str, pa.Table]] = {
+    "a column added, the rows lack it": ("ALTER TABLE t ADD COLUMN note TEXT", _rows(4)),
+    "a column added, the rows carry it": (
+        "ALTER TABLE t ADD COLUMN note TEXT",
+        _rows(4, note=pa.array(["a", "b", None, "d"], pa.string()))),
+    "a NOT NULL column added": (
+        "ALTER TABLE t ADD COLUMN note TEXT NOT NULL DEFAULT 'x'", _rows(4)),
+    "a column dropped and added again": (
+        "ALTER TABLE t ADD COLUMN w TEXT; ALTER TABLE t DROP COLUMN w", _rows(4)),
+    "a column renamed": ("ALTER TABLE t RENAME COLUMN v TO w", _rows(4)),
+    "the table dropped": ("DROP TABLE t", _rows(4)),
+    "the table made again with another type": (
+        "DROP TABLE t; CREATE TABLE t (day DATE_TEXT, v TEXT)", _rows(4)),
+    "the commit table dropped": ("DROP TABLE twice_commits", _rows(4)),
+    "an index of the commit table dropped": ("DROP INDEX twice_commits_fence_ix", _rows(4)),
+    "another table made": ("CREATE TABLE other (x INTEGER)", _rows(4)),
+    "nothing": ("SELECT 1", _rows(4)),
+}
+
+
+def _second_write(path: Path, change: str, rows: pa.Table, *, forget: bool) -> tuple[str, Any]:
+    """Write the table, let another connection change the file, write it again (``forget``:
+    on a new connection, as a process that never wrote it); how the second write ended, and
+    the file after it."""
+    IDLE.clear()
+    spec = f"sqlite:///{path}?partition_column=day#t"
+    first = pa.table({"day": pa.array([DAY] * 3, pa.date32()),
+                      "v": pa.array([7, 8, 9], pa.int64())})
+    with open_destination(spec) as dest, stamped(_stamp(1)):
+        dest.replace_partition(first, day_interval(DAY))
+    with sqlite3.connect(path, isolation_level=None) as other:
+        other.executescript(change)
+    other.close()
+    if forget:
+        IDLE.clear()
+    with open_destination(spec) as dest, stamped(_stamp(2)):
+        if not forget:
+            assert dest._known_schema() is not None  # the kept connection's
+        try:
+            result = dest.replace_partition(rows, day_interval(DAY))
+        except Exception as exc:
+            return f"{type(exc).__name__}: {exc}", None
+        commit = result.commit
+        assert commit is not None
+        after = fingerprint(dest, day_interval(DAY))
+        assert (after.row_count, after.checksum, tuple(after.columns)) == (
+            commit.row_count, commit.checksum, tuple(commit.columns))
+    IDLE.clear()
+    with sqlite3.connect(path) as reader:
+        stored = reader.execute("SELECT * FROM t ORDER BY 2").fetchall()
+        columns = [(name, declared) for _, name, declared, *_ in
+                   reader.execute("PRAGMA table_info(t)")]
+        indexes = sorted(name for (name,) in reader.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'twice_commits'"))
+        records = reader.execute(
+            "SELECT token, row_count, checksum, columns FROM twice_commits ORDER BY token"
+        ).fetchall()
+    reader.close()
+    return "written", (columns, stored, indexes, records)
+
+
+@pytest.mark.parametrize("what", sorted(CHANGES))
+def test_a_change_between_writes_ends_as_it_would_on_a_new_connection(
+    tmp_path: Path, what: str
+) -> None:
+    change, rows = CHANGES[what]
+    kept = _second_write(tmp_path / "kept.db", change, rows, forget=False)
+    read = _second_write(tmp_path / "read.db", change, rows, forget=True)
+    assert kept[0] == read[0].replace("read.db", "kept.db")
+    assert kept[1] == read[1]
+
+
+def test_a_later_write_on_the_kept_connection_reads_no_columns_and_runs_no_ddl(
+    tmp_path: Path
+) -> None:
+    IDLE.clear()
+    spec = f"sqlite:///{tmp_path / 'w.db'}?partition_column=day#t"
+    with open_destination(spec) as dest, stamped(_stamp(1)):
+        dest.replace_partition(_rows(3), day_interval(DAY))
+    sent: list[str] = []
+    with open_destination(spec) as dest, stamped(_stamp(2)):
+        dest.connection.set_trace_callback(sent.append)  # type: ignore[attr-defined]
+        try:
+            dest.replace_partition(_rows(5), day_interval(DAY))
+        finally:
+            dest.connection.set_trace_callback(None)  # type: ignore[attr-defined]
+    assert [s for s in sent if s.startswith(("PRAGMA table_info", "CREATE"))] == []
+    assert sum(s.startswith("PRAGMA schema_version") for s in sent) >= 1
+    IDLE.clear()
+    with sqlite3.connect(tmp_path / "w.db") as reader:
+        assert reader.execute("SELECT count(*) FROM t").fetchone() == (5,)
+    reader.close()
+
+
+def test_a_write_without_a_stamp_keeps_no_columns_past_its_transaction(tmp_path: Path) -> None:
+    """The columns read under the lock serve that write only: a later read outside any write
+    sees a column added meanwhile."""
+    IDLE.clear()
+    spec = f"sqlite:///{tmp_path / 'w.db'}?partition_column=day#t"
+    with open_destination(spec) as dest:
+        dest.replace_partition(_rows(3), day_interval(DAY), stamp=None)
+        with sqlite3.connect(tmp_path / "w.db", isolation_level=None) as other:
+            other.execute("ALTER TABLE t ADD COLUMN note TEXT")
+        other.close()
+        assert "note" in dest.read_partition(day_interval(DAY)).column_names
