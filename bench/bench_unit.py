@@ -1,6 +1,6 @@
 """The whole unit of work: twice's overhead per unit for a 10-row owned write (issue 38).
 
-    python bench/bench_unit.py [--units 200] [--slow-units 20] [--block 10] [--postgres URL]
+    python bench/bench_unit.py [--units 200] [--slow-units 20] [--block 50] [--postgres URL]
 
 For each configuration (ledger + destination):
 
@@ -32,9 +32,10 @@ claim, before the write), over ``--slow-units`` units. The second is the 0.2 s t
 on a shared machine, work after 0.2 s of sleep runs slower than the same work back to back
 (caches the machine's other work has emptied meanwhile), for the bare script as for twice, so
 each task's overhead is set against the floor of the same task. The 0.2 s task and its floor
-run in turn, ``--block`` units of each at a time (default 10), so both are measured in the
+run in turn, ``--block`` units of each at a time (default 50), so both are measured in the
 same minutes: the machine's speed drifts by tens of percent within minutes, and a floor
-measured a minute after twice's units set a ratio against another machine.
+measured a minute after twice's units set a ratio against another machine. (Smaller blocks
+charge each unit more of a run's own start: blocks of 10 added 2-4 ms a unit on PostgreSQL.)
 
 Nothing is asserted: the output is a table to read. Wall clock, one run each.
 """
@@ -288,16 +289,20 @@ def floor_duckdb(workdir: Path, units: int, *, reopen: bool, sleep: float = 0.0)
 
 def floor_postgres(url: str, units: int, sleep: float = 0.0) -> float:
     """PostgreSQL ledger and destination (one database, two held connections), each
-    transaction committed; the rows by COPY, as twice sends them; the task sleeps ``sleep``."""
+    transaction committed; the rows by COPY, as twice sends them; the task sleeps ``sleep``.
+    A database measured again (in blocks) keeps its tables; each run's units are its own."""
     import psycopg
 
     ledger = psycopg.connect(url, autocommit=True)
     dest = psycopg.connect(url, autocommit=True)
     for ddl in LEDGER_DDL + DEST_DDL:
-        ledger.execute(ddl)
+        ledger.execute(ddl.replace("CREATE TABLE ", "CREATE TABLE IF NOT EXISTS ").replace(
+            "CREATE INDEX ", "CREATE INDEX IF NOT EXISTS "))
     rows = [(FIRST_DAY, v) for v in range(ROWS)]
+    base = next(_FLOOR_RUNS) * 1_000_000
 
-    def one(i: int) -> None:
+    def one(unit: int) -> None:
+        i = base + unit
         with ledger.transaction():
             ledger_claim(ledger.execute, "%s", i)
         if sleep:
@@ -403,7 +408,7 @@ def bench_postgres(args: argparse.Namespace) -> Results:
         return measure(database,
                        lambda n: f"{database(n)}?partition_column=day#public.out",
                        lambda units, sleep: floor_postgres(
-                           database(f"floor_{next(_FLOOR_RUNS)}"), units, sleep),
+                           database("floor" if not sleep else "floor_slow"), units, sleep),
                        args)
 
 
@@ -491,7 +496,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--units", type=int, default=200)
     parser.add_argument("--slow-units", type=int, default=20)
-    parser.add_argument("--block", type=int, default=10,
+    parser.add_argument("--block", type=int, default=50,
                         help="units of the 0.2 s task, then of its floor, in turn")
     parser.add_argument("--postgres", default=os.environ.get("TWICE_TEST_POSTGRES_URL"),
                         help="admin URL of a PostgreSQL server (scratch databases are created)")
