@@ -143,3 +143,39 @@ def test_a_write_without_a_stamp_keeps_no_columns_past_its_transaction(tmp_path:
             other.execute("ALTER TABLE t ADD COLUMN note TEXT")
         other.close()
         assert "note" in dest.read_partition(day_interval(DAY)).column_names
+
+
+def test_what_a_rolled_back_write_saw_is_not_remembered(tmp_path: Path) -> None:
+    """A write that created the table (and the commit table) and then rolled back leaves the
+    file at its earlier schema cookie; once other connections' changes bring the cookie back
+    to the value it had inside that write, the columns and DDL it saw must not be trusted:
+    the next write creates the table as on a new connection. (Found by the lifecycle
+    simulation, seed 9: "no such table" on every later attempt.)"""
+    IDLE.clear()
+    path = tmp_path / "w.db"
+    spec = f"sqlite:///{path}?partition_column=day#t"
+    inside: list[int] = []
+
+    def fail_after_delete(dest: Any) -> None:
+        ((version,),) = dest.connection.execute("PRAGMA schema_version").fetchall()
+        inside.append(int(version))
+        raise RuntimeError("the write fails after its DDL")
+
+    with open_destination(spec) as dest, stamped(_stamp(1)):
+        dest._after_delete = lambda: fail_after_delete(dest)  # type: ignore[method-assign]
+        with pytest.raises(RuntimeError):
+            dest.replace_partition(_rows(3), day_interval(DAY))
+    with sqlite3.connect(path, isolation_level=None) as other:
+        ((after,),) = other.execute("PRAGMA schema_version").fetchall()
+        for n in range(inside[0] - after):  # other tables made, the cookie back where it was
+            other.execute(f"CREATE TABLE other_{n} (x INTEGER)")
+        assert other.execute("PRAGMA schema_version").fetchone() == (inside[0],)
+    other.close()
+    with open_destination(spec) as dest, stamped(_stamp(2)):
+        result = dest.replace_partition(_rows(4), day_interval(DAY))
+    assert result.rows_written == 4
+    IDLE.clear()
+    with sqlite3.connect(path) as reader:
+        assert reader.execute("SELECT count(*) FROM t").fetchone() == (4,)
+        assert reader.execute("SELECT count(*) FROM twice_commits").fetchone() == (1,)
+    reader.close()

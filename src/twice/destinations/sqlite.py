@@ -204,8 +204,11 @@ class SQLiteDestination(EmbeddedSqlDestination[sqlite3.Connection]):
     # a lock held past the wait, a full disk, an I/O error (also raised for SQL twice got wrong,
     # which a test would have caught: there are no such statements to tell apart here)
     machinery_errors = (sqlite3.OperationalError,)
-    #: The commit table's DDL was run or found current in the write under way.
-    _commits_ready_in_write = False
+    #: What the write under way saw, remembered on its connection once it commits: a
+    #: table's columns with the schema cookie then, and the cookie under which the commit
+    #: table was there (None: not looked at).
+    _seen_in_write: dict[str, tuple[int, Schema]] | None = None
+    _commits_in_write: int | None = None
 
     def _open(self) -> sqlite3.Connection:
         """A kept connection to the file (see the module doc), else a new one: any thread of
@@ -232,7 +235,10 @@ class SQLiteDestination(EmbeddedSqlDestination[sqlite3.Connection]):
     # connection. Both hold while the file's schema cookie, read under BEGIN IMMEDIATE (no
     # other connection can change a schema until our COMMIT), is the one seen then: any
     # CREATE, ALTER or DROP by anyone changes it, and then the columns are read and the DDL
-    # run as on a new connection.
+    # run as on a new connection. Only what a committed write saw is remembered: the cookie
+    # grows with each committed change, so one value names one committed schema, but a write
+    # that rolled back its own DDL leaves the file at the earlier value, which later changes
+    # by others can bring back to the value it saw (the lifecycle simulation, seed 9).
 
     def _schema_version(self, tx: sqlite3.Connection) -> int:
         ((version,),) = tx.execute("PRAGMA schema_version").fetchall()
@@ -247,9 +253,9 @@ class SQLiteDestination(EmbeddedSqlDestination[sqlite3.Connection]):
                           expected: Schema | None = None) -> None:
         """The write lock is BEGIN IMMEDIATE's, held already: read the table's columns under
         it, unless the schema cookie says they are the ones this connection saw last; they
-        serve the commit record's fingerprint (``_existing_schema``) and the next replace
-        (``_known_schema``), and must equal ``expected`` when the rows were conformed to it
-        (``SchemaMoved`` otherwise, before anything is written)."""
+        serve the commit record's fingerprint (``_existing_schema``) and, once this write
+        commits, the next replace (``_known_schema``), and must equal ``expected`` when the
+        rows were conformed to it (``SchemaMoved`` otherwise, before anything is written)."""
         version = self._schema_version(tx)
         kept = tx.columns if isinstance(tx, FileConnection) else {}
         seen = kept.get(self.qualified)
@@ -259,31 +265,38 @@ class SQLiteDestination(EmbeddedSqlDestination[sqlite3.Connection]):
             schema = self._read_schema()
             if schema is None:
                 kept.pop(self.qualified, None)
-            else:
-                kept[self.qualified] = (version, schema)
-        if self._commits_ready_in_write and isinstance(tx, FileConnection):
+            elif self._seen_in_write is not None:
+                self._seen_in_write[self.qualified] = (version, schema)
+        if self._commits_in_write is not None:
             # this write's own DDL since (its table, its columns) left the commit table as is
-            tx.commit_tables[self.commits_qualified] = version
+            self._commits_in_write = version
         self._schema_in_write = schema
         if expected is not None and schema != expected:
             raise SchemaMoved
 
     def _create_commits_table(self, tx: sqlite3.Connection) -> None:
         """The commit table's DDL (``CREATE ... IF NOT EXISTS``), unless this connection ran it
-        under the schema cookie still in force."""
+        in a committed write under the schema cookie still in force."""
         ran = tx.commit_tables if isinstance(tx, FileConnection) else {}
-        if ran.get(self.commits_qualified) != self._schema_version(tx):
+        version = self._schema_version(tx)
+        if ran.get(self.commits_qualified) != version:
             super()._create_commits_table(tx)
-            ran[self.commits_qualified] = self._schema_version(tx)
-        self._commits_ready_in_write = True
+            version = self._schema_version(tx)
+        self._commits_in_write = version
 
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
+        """The embedded engine's transaction; what it saw is remembered once it committed."""
+        self._seen_in_write, self._commits_in_write = {}, None
         try:
             with super()._transaction() as tx:
                 yield tx
+            if isinstance(tx, FileConnection):
+                tx.columns.update(self._seen_in_write or {})
+                if self._commits_in_write is not None:
+                    tx.commit_tables[self.commits_qualified] = self._commits_in_write
         finally:
-            self._commits_ready_in_write = False
+            self._seen_in_write, self._commits_in_write = None, None
 
     def _idle(self, conn: sqlite3.Connection) -> bool:
         return _SHARED_ACROSS_THREADS and isinstance(conn, FileConnection) and conn.idle()
