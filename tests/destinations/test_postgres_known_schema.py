@@ -10,52 +10,38 @@ the same refusal, or the same rows and a commit record that matches the table.
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import date
 from typing import Any
 
 import psycopg
 import pyarrow as pa
 import pytest
 from dest_helpers import day_interval
+from known_schema_cases import DAY, day_rows, day_stamp, first_write, second_write
 
 from twice.destinations import open_destination
-from twice.destinations.commits import WriteStamp, stamped
-from twice.destinations.fingerprint import fingerprint
+from twice.destinations.commits import stamped
 from twice.destinations.postgres import _KNOWN_SCHEMAS, PostgresDestination
 
 pytestmark = pytest.mark.postgres
 
-DAY = date(2026, 11, 5)
-
-
-def _rows(n: int, **extra: pa.Array) -> pa.Table:
-    return pa.table({"day": pa.array([DAY] * n, pa.date32()),
-                     "v": pa.array(range(n), pa.int64()), **extra})
-
-
-def _stamp(token: int) -> WriteStamp:
-    return WriteStamp(uow_id="u", fence_key="p/t/2026-11-05", generation=1, attempt=token,
-                      token=token, ledger="ledger-a")
-
-
 # what another session does between the two writes, and the second write's rows
 CHANGES: dict[str, tuple[str, pa.Table]] = {
     "a column added, the rows lack it": (
-        "ALTER TABLE {t} ADD COLUMN note text", _rows(4)),
+        "ALTER TABLE {t} ADD COLUMN note text", day_rows(4)),
     "a column added, the rows carry it": (
         "ALTER TABLE {t} ADD COLUMN note text",
-        _rows(4, note=pa.array(["a", "b", None, "d"], pa.string()))),
+        day_rows(4, note=pa.array(["a", "b", None, "d"], pa.string()))),
     "a column dropped, the rows lack it": (
-        "ALTER TABLE {t} ADD COLUMN w text; ALTER TABLE {t} DROP COLUMN w", _rows(4)),
+        "ALTER TABLE {t} ADD COLUMN w text; ALTER TABLE {t} DROP COLUMN w", day_rows(4)),
     "a column's type changed": (
-        "ALTER TABLE {t} ALTER COLUMN v TYPE text USING v::text", _rows(4)),
+        "ALTER TABLE {t} ALTER COLUMN v TYPE text USING v::text", day_rows(4)),
     "a column's type narrowed": (
-        "ALTER TABLE {t} ALTER COLUMN v TYPE integer", _rows(4)),
-    "the table dropped": ("DROP TABLE {t}", _rows(4)),
+        "ALTER TABLE {t} ALTER COLUMN v TYPE integer", day_rows(4)),
+    "the table dropped": ("DROP TABLE {t}", day_rows(4)),
     "the table dropped and made again with other columns": (
         "DROP TABLE {t}; CREATE TABLE {t} (day date, v bigint, note text NOT NULL)",
-        _rows(4)),
-    "nothing": ("SELECT 1", _rows(4)),
+        day_rows(4)),
+    "nothing": ("SELECT 1", day_rows(4)),
 }
 
 
@@ -64,10 +50,7 @@ def _second_write(postgres_url: str, table: str, change: str, rows: pa.Table, *,
     """Write the table, let another session change it, write it again (``forget``: as a
     process that never wrote it); how the second write ended, and the table after it."""
     spec = f"{postgres_url}?partition_column=day#public.{table}"
-    first = pa.table({"day": pa.array([DAY] * 3, pa.date32()),
-                      "v": pa.array([7, 8, 9], pa.int64())})
-    with open_destination(spec) as dest, stamped(_stamp(1)):
-        dest.replace_partition(first, day_interval(DAY))
+    first_write(spec)
     with psycopg.connect(postgres_url, autocommit=True) as other:
         other.execute(change.format(t=f"public.{table}"))
     if forget:
@@ -75,21 +58,14 @@ def _second_write(postgres_url: str, table: str, change: str, rows: pa.Table, *,
     else:
         with open_destination(spec) as dest:
             assert dest._known_schema() is not None
-    with open_destination(spec) as dest, stamped(_stamp(2)):
-        try:
-            result = dest.replace_partition(rows, day_interval(DAY))
-        except Exception as exc:
-            return f"{type(exc).__name__}: {exc}", None
-        commit = result.commit
-        assert commit is not None
-        after = fingerprint(dest, day_interval(DAY))
-        assert (after.row_count, after.checksum, tuple(after.columns)) == (
-            commit.row_count, commit.checksum, tuple(commit.columns))
+    ended, commit = second_write(spec, rows)
+    if commit is None:
+        return ended, None
     with psycopg.connect(postgres_url) as reader:
         stored = reader.execute(f"SELECT * FROM public.{table} ORDER BY v").fetchall()
         columns = [c.name for c in reader.execute(
             f"SELECT * FROM public.{table} LIMIT 0").description or ()]
-    return "written", (columns, stored, commit.row_count, commit.checksum, commit.columns)
+    return ended, (columns, stored, commit.row_count, commit.checksum, commit.columns)
 
 
 @pytest.mark.parametrize("what", sorted(CHANGES))
@@ -116,11 +92,11 @@ def test_a_later_write_reads_no_columns_before_its_transaction(
         return real(self)
 
     monkeypatch.setattr(PostgresDestination, "schema", counted)
-    with open_destination(spec) as dest, stamped(_stamp(1)):
-        dest.replace_partition(_rows(3), day_interval(DAY))
+    with open_destination(spec) as dest, stamped(day_stamp(1)):
+        dest.replace_partition(day_rows(3), day_interval(DAY))
     first_reads = len(reads)
-    with open_destination(spec) as dest, stamped(_stamp(2)):
-        dest.replace_partition(_rows(5), day_interval(DAY))
+    with open_destination(spec) as dest, stamped(day_stamp(2)):
+        dest.replace_partition(day_rows(5), day_interval(DAY))
     assert first_reads >= 1 and len(reads) == first_reads
     with open_destination(spec) as dest:  # a list of dicts is read as before: not converted
         dest.replace_partition([{"day": DAY, "v": 1}], day_interval(DAY), stamp=None)

@@ -11,50 +11,36 @@ same refusal, or the same rows, commit records and indexes.
 from __future__ import annotations
 
 import sqlite3
-from datetime import date
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pytest
 from dest_helpers import day_interval
+from known_schema_cases import DAY, day_rows, day_stamp, first_write, second_write
 
 from twice.destinations import open_destination
-from twice.destinations.commits import WriteStamp, stamped
-from twice.destinations.fingerprint import fingerprint
+from twice.destinations.commits import stamped
 from twice.destinations.sqlite import IDLE
-
-DAY = date(2026, 11, 5)
-
-
-def _rows(n: int, **extra: pa.Array) -> pa.Table:
-    return pa.table({"day": pa.array([DAY] * n, pa.date32()),
-                     "v": pa.array(range(n), pa.int64()), **extra})
-
-
-def _stamp(token: int) -> WriteStamp:
-    return WriteStamp(uow_id="u", fence_key="p/t/2026-11-05", generation=1, attempt=token,
-                      token=token, ledger="ledger-a")
-
 
 # what another connection does between the two writes, and the second write's rows
 CHANGES: dict[str, tuple[str, pa.Table]] = {
-    "a column added, the rows lack it": ("ALTER TABLE t ADD COLUMN note TEXT", _rows(4)),
+    "a column added, the rows lack it": ("ALTER TABLE t ADD COLUMN note TEXT", day_rows(4)),
     "a column added, the rows carry it": (
         "ALTER TABLE t ADD COLUMN note TEXT",
-        _rows(4, note=pa.array(["a", "b", None, "d"], pa.string()))),
+        day_rows(4, note=pa.array(["a", "b", None, "d"], pa.string()))),
     "a NOT NULL column added": (
-        "ALTER TABLE t ADD COLUMN note TEXT NOT NULL DEFAULT 'x'", _rows(4)),
+        "ALTER TABLE t ADD COLUMN note TEXT NOT NULL DEFAULT 'x'", day_rows(4)),
     "a column dropped and added again": (
-        "ALTER TABLE t ADD COLUMN w TEXT; ALTER TABLE t DROP COLUMN w", _rows(4)),
-    "a column renamed": ("ALTER TABLE t RENAME COLUMN v TO w", _rows(4)),
-    "the table dropped": ("DROP TABLE t", _rows(4)),
+        "ALTER TABLE t ADD COLUMN w TEXT; ALTER TABLE t DROP COLUMN w", day_rows(4)),
+    "a column renamed": ("ALTER TABLE t RENAME COLUMN v TO w", day_rows(4)),
+    "the table dropped": ("DROP TABLE t", day_rows(4)),
     "the table made again with another type": (
-        "DROP TABLE t; CREATE TABLE t (day DATE_TEXT, v TEXT)", _rows(4)),
-    "the commit table dropped": ("DROP TABLE twice_commits", _rows(4)),
-    "an index of the commit table dropped": ("DROP INDEX twice_commits_fence_ix", _rows(4)),
-    "another table made": ("CREATE TABLE other (x INTEGER)", _rows(4)),
-    "nothing": ("SELECT 1", _rows(4)),
+        "DROP TABLE t; CREATE TABLE t (day DATE_TEXT, v TEXT)", day_rows(4)),
+    "the commit table dropped": ("DROP TABLE twice_commits", day_rows(4)),
+    "an index of the commit table dropped": ("DROP INDEX twice_commits_fence_ix", day_rows(4)),
+    "another table made": ("CREATE TABLE other (x INTEGER)", day_rows(4)),
+    "nothing": ("SELECT 1", day_rows(4)),
 }
 
 
@@ -64,27 +50,18 @@ def _second_write(path: Path, change: str, rows: pa.Table, *, forget: bool) -> t
     the file after it."""
     IDLE.clear()
     spec = f"sqlite:///{path}?partition_column=day#t"
-    first = pa.table({"day": pa.array([DAY] * 3, pa.date32()),
-                      "v": pa.array([7, 8, 9], pa.int64())})
-    with open_destination(spec) as dest, stamped(_stamp(1)):
-        dest.replace_partition(first, day_interval(DAY))
+    first_write(spec)
     with sqlite3.connect(path, isolation_level=None) as other:
         other.executescript(change)
     other.close()
     if forget:
         IDLE.clear()
-    with open_destination(spec) as dest, stamped(_stamp(2)):
-        if not forget:
+    else:
+        with open_destination(spec) as dest:
             assert dest._known_schema() is not None  # the kept connection's
-        try:
-            result = dest.replace_partition(rows, day_interval(DAY))
-        except Exception as exc:
-            return f"{type(exc).__name__}: {exc}", None
-        commit = result.commit
-        assert commit is not None
-        after = fingerprint(dest, day_interval(DAY))
-        assert (after.row_count, after.checksum, tuple(after.columns)) == (
-            commit.row_count, commit.checksum, tuple(commit.columns))
+    ended, commit = second_write(spec, rows)
+    if commit is None:
+        return ended, None
     IDLE.clear()
     with sqlite3.connect(path) as reader:
         stored = reader.execute("SELECT * FROM t ORDER BY 2").fetchall()
@@ -96,7 +73,7 @@ def _second_write(path: Path, change: str, rows: pa.Table, *, forget: bool) -> t
             "SELECT token, row_count, checksum, columns FROM twice_commits ORDER BY token"
         ).fetchall()
     reader.close()
-    return "written", (columns, stored, indexes, records)
+    return ended, (columns, stored, indexes, records)
 
 
 @pytest.mark.parametrize("what", sorted(CHANGES))
@@ -115,13 +92,13 @@ def test_a_later_write_on_the_kept_connection_reads_no_columns_and_runs_no_ddl(
 ) -> None:
     IDLE.clear()
     spec = f"sqlite:///{tmp_path / 'w.db'}?partition_column=day#t"
-    with open_destination(spec) as dest, stamped(_stamp(1)):
-        dest.replace_partition(_rows(3), day_interval(DAY))
+    with open_destination(spec) as dest, stamped(day_stamp(1)):
+        dest.replace_partition(day_rows(3), day_interval(DAY))
     sent: list[str] = []
-    with open_destination(spec) as dest, stamped(_stamp(2)):
+    with open_destination(spec) as dest, stamped(day_stamp(2)):
         dest.connection.set_trace_callback(sent.append)  # type: ignore[attr-defined]
         try:
-            dest.replace_partition(_rows(5), day_interval(DAY))
+            dest.replace_partition(day_rows(5), day_interval(DAY))
         finally:
             dest.connection.set_trace_callback(None)  # type: ignore[attr-defined]
     assert [s for s in sent if s.startswith(("PRAGMA table_info", "CREATE"))] == []
@@ -138,7 +115,7 @@ def test_a_write_without_a_stamp_keeps_no_columns_past_its_transaction(tmp_path:
     IDLE.clear()
     spec = f"sqlite:///{tmp_path / 'w.db'}?partition_column=day#t"
     with open_destination(spec) as dest:
-        dest.replace_partition(_rows(3), day_interval(DAY), stamp=None)
+        dest.replace_partition(day_rows(3), day_interval(DAY), stamp=None)
         with sqlite3.connect(tmp_path / "w.db", isolation_level=None) as other:
             other.execute("ALTER TABLE t ADD COLUMN note TEXT")
         other.close()
@@ -161,18 +138,18 @@ def test_what_a_rolled_back_write_saw_is_not_remembered(tmp_path: Path) -> None:
         inside.append(int(version))
         raise RuntimeError("the write fails after its DDL")
 
-    with open_destination(spec) as dest, stamped(_stamp(1)):
+    with open_destination(spec) as dest, stamped(day_stamp(1)):
         dest._after_delete = lambda: fail_after_delete(dest)  # type: ignore[method-assign]
         with pytest.raises(RuntimeError):
-            dest.replace_partition(_rows(3), day_interval(DAY))
+            dest.replace_partition(day_rows(3), day_interval(DAY))
     with sqlite3.connect(path, isolation_level=None) as other:
         ((after,),) = other.execute("PRAGMA schema_version").fetchall()
         for n in range(inside[0] - after):  # other tables made, the cookie back where it was
             other.execute(f"CREATE TABLE other_{n} (x INTEGER)")
         assert other.execute("PRAGMA schema_version").fetchone() == (inside[0],)
     other.close()
-    with open_destination(spec) as dest, stamped(_stamp(2)):
-        result = dest.replace_partition(_rows(4), day_interval(DAY))
+    with open_destination(spec) as dest, stamped(day_stamp(2)):
+        result = dest.replace_partition(day_rows(4), day_interval(DAY))
     assert result.rows_written == 4
     IDLE.clear()
     with sqlite3.connect(path) as reader:

@@ -115,7 +115,6 @@ class EmbeddedSqlDestination(SqlDestination[EConnT]):
         try:
             yield conn
         except BaseException as exc:
-            self._schema_in_write = None
             try:
                 conn.execute("ROLLBACK")
             except self.open_errors:
@@ -124,7 +123,8 @@ class EmbeddedSqlDestination(SqlDestination[EConnT]):
                 with self._machinery("writing"):
                     raise
             raise
-        self._schema_in_write = None  # read under this transaction's lock: its own
+        finally:
+            self._schema_in_write = None  # read under this transaction's lock: its own
         try:
             conn.execute("COMMIT")
         except Exception as exc:  # an I/O error while committing: it may have landed
